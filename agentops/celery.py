@@ -1,0 +1,13 @@
+"""The Celery app and its beat schedule. Tasks live in analysis.tasks."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+
+app = Celery("agentops")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["analysis"])
+
+app.conf.beat_schedule = {}

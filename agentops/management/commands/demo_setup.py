@@ -1,0 +1,46 @@
+"""The first-run setup `make demo` does: user demo/demo, project demo with an ingest key, and
+(once) a simulated week of traffic. Safe to run on every start."""
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from ingest.models import IngestKey, Project
+from ingest.services import key_create
+
+
+class Command(BaseCommand):
+    help = "Create the demo user, project and key, and seed demo data on first start."
+
+    def handle(self, *args, **options):
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username="demo", defaults={"is_staff": True})
+        if created:
+            user.set_password("demo")
+            user.save()
+        project, _ = Project.objects.get_or_create(name="demo")
+        project.members.add(user)
+        key_file = settings.DATA_DIR / "demo-ingest-key"
+        if not key_file.exists() or not IngestKey.objects.filter(project=project, revoked_at=None).exists():
+            _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST, IngestKey.SCOPE_READ],
+                                      name="demo")
+            key_file.write_text(plaintext)
+            key_file.chmod(0o600)
+        seeded = settings.DATA_DIR / "demo-seeded"
+        if not seeded.exists() and "simulate" in _commands():
+            self.stdout.write("Seeding the demo project with a simulated week of agent traffic…")
+            call_command("simulate", project="demo", tasks=3000, since="7d", seed=7,
+                         labels=str(settings.DATA_DIR / "demo-labels.jsonl"))
+            if "analyze" in _commands():
+                call_command("analyze", all=True)
+            seeded.write_text("ok\n")
+        self.stdout.write("Log in at http://127.0.0.1:8000 as demo / demo.")
+        self.stdout.write(f"Ingest key of project 'demo' (also in {key_file}):")
+        self.stdout.write(key_file.read_text().strip())
+
+
+def _commands():
+    from django.core.management import get_commands
+
+    return get_commands()

@@ -1,0 +1,104 @@
+"""Web (gunicorn) + Celery worker + Celery beat as child processes, in the foreground.
+
+The embedded Postgres and Redis were started when settings loaded (when no URLs are set).
+Ctrl-C / SIGTERM stops every child cleanly; a child that dies is reported and restarted, and
+the stack gives up (exit 1) if one keeps dying."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+RESTART_LIMIT = 5  # deaths of one child within RESTART_WINDOW
+RESTART_WINDOW = 60.0
+
+
+class Command(BaseCommand):
+    help = "Run web, Celery worker and Celery beat (plus the embedded services when no URLs are set)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--web-workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", 2)))
+        parser.add_argument("--worker-concurrency", type=int, default=2)
+        parser.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
+
+    def handle(self, *args, port, host, web_workers, worker_concurrency, no_beat, **options):
+        python = sys.executable
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        commands = {
+            "web": [python, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"{host}:{port}",
+                    "--workers", str(web_workers), "--timeout", "60", "--graceful-timeout", "20",
+                    "--access-logfile", "-", "--access-logformat", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'],
+            "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
+                       "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h"],
+        }
+        if not no_beat:
+            commands["beat"] = [python, "-m", "celery", "-A", "agentops", "beat", "--loglevel", "INFO",
+                                "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
+        stack = Stack(commands, out=self.stdout, err=self.stderr)
+        self.stdout.write(f"agentops on http://{host}:{port}  (Ctrl-C to stop)")
+        sys.exit(stack.run())
+
+
+class Stack:
+    def __init__(self, commands: dict[str, list[str]], *, out, err):
+        self.commands = commands
+        self.out = out
+        self.err = err
+        self.children: dict[str, subprocess.Popen] = {}
+        self.deaths: dict[str, list[float]] = {name: [] for name in commands}
+        self.stopping = False
+
+    def start(self, name: str) -> None:
+        self.children[name] = subprocess.Popen(self.commands[name], start_new_session=True)
+        self.out.write(f"runstack: started {name} (pid {self.children[name].pid})")
+
+    def _on_signal(self, signum, frame):
+        self.stopping = True
+
+    def run(self) -> int:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        for name in self.commands:
+            self.start(name)
+        status = 0
+        while not self.stopping:
+            time.sleep(0.5)
+            for name, child in list(self.children.items()):
+                code = child.poll()
+                if code is None:
+                    continue
+                now = time.monotonic()
+                recent = [t for t in self.deaths[name] if now - t < RESTART_WINDOW] + [now]
+                self.deaths[name] = recent
+                self.err.write(f"runstack: {name} (pid {child.pid}) exited with status {code}")
+                if len(recent) >= RESTART_LIMIT:
+                    self.err.write(f"runstack: {name} keeps dying; stopping the stack")
+                    self.stopping = True
+                    status = 1
+                    break
+                self.start(name)
+        self.stop()
+        return status
+
+    def stop(self) -> None:
+        self.out.write("runstack: stopping")
+        for child in self.children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for name, child in self.children.items():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.err.write(f"runstack: {name} did not stop in time; killing it")
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        self.out.write("runstack: stopped")

@@ -1,0 +1,85 @@
+"""The read API: thin views that validate, call one selector and serialise."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from analysis import selectors
+from analysis.access import request_project
+from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
+from analysis.serializers import TaskDetailSerializer, TaskPageSerializer
+
+TASK_FILTER_PARAMETERS = [
+    OpenApiParameter(name, OpenApiTypes.STR, required=False)
+    for name in ("project", "release", "name", "status", "environment", "session_id", "device",
+                 "finding", "q", "since", "until", "range", "cursor", "sort")
+] + [
+    OpenApiParameter("min_duration_ms", OpenApiTypes.NUMBER, required=False),
+    OpenApiParameter("max_duration_ms", OpenApiTypes.NUMBER, required=False),
+    OpenApiParameter("limit", OpenApiTypes.INT, required=False),
+]
+
+
+def filters_or_400(params):
+    try:
+        return parse_task_filters(params)
+    except FilterError as exc:
+        raise ValidationError({"error": str(exc)}) from None
+
+
+class TaskListView(APIView):
+    @extend_schema(operation_id="task_list", parameters=TASK_FILTER_PARAMETERS,
+                   responses=TaskPageSerializer)
+    def get(self, request):
+        project = request_project(request)
+        filters = filters_or_400(request.query_params)
+        sort = request.query_params.get("sort", "-started_at")
+        if sort not in SORTS:
+            raise ValidationError({"error": f"sort: must be one of {', '.join(sorted(SORTS))}"})
+        try:
+            limit = parse_limit(request.query_params)
+            tasks, next_cursor = selectors.task_list(
+                project=project, filters=filters, limit=limit,
+                cursor=request.query_params.get("cursor", ""), sort=sort)
+        except FilterError as exc:
+            raise ValidationError({"error": str(exc)}) from None
+        return Response(TaskPageSerializer({"results": tasks, "next_cursor": next_cursor}).data)
+
+
+class TaskDetailView(APIView):
+    @extend_schema(operation_id="task_detail",
+                   parameters=[OpenApiParameter("project", OpenApiTypes.STR, required=False)],
+                   responses=TaskDetailSerializer)
+    def get(self, request, task_id: str):
+        project = request_project(request)
+        task = selectors.task_get(project=project, task_id=task_id)
+        if task is None:
+            raise NotFound("no such task")
+        steps = []
+        for step, depth in selectors.task_steps(task=task):
+            step.depth = depth
+            steps.append(step)
+        detail = _TaskDetail(task, steps, selectors.task_findings(task=task),
+                             selectors.task_analysis(task=task))
+        return Response(TaskDetailSerializer(detail).data)
+
+
+class _TaskDetail:
+    """The task with its steps, findings and analysis, shaped for TaskDetailSerializer."""
+
+    def __init__(self, task, steps, findings, analysis):
+        self._task = task
+        self.steps = steps
+        self.findings = findings
+        self.analysis = analysis
+        self.critical_path = analysis.critical_path if analysis else []
+        self.budget = analysis.budget if analysis else {}
+        self.whatif = analysis.whatif if analysis else {}
+        self.analyzed_at = analysis.analyzed_at if analysis else None
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)

@@ -1,0 +1,128 @@
+"""Task filters shared by the read API, the pages and the CSV export, parsed from a query dict.
+A bad value raises FilterError naming the parameter."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+
+from ingest.records import STATUSES
+
+
+class FilterError(ValueError):
+    pass
+
+
+RANGE_PRESETS = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
+                 "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+SORTS = {"-started_at", "started_at", "-duration_ms", "duration_ms"}
+
+
+@dataclass(frozen=True)
+class TaskFilters:
+    release: str = ""
+    name: str = ""
+    status: str = ""
+    environment: str = ""
+    session_id: str = ""
+    device: str = ""
+    finding: str = ""
+    q: str = ""
+    min_duration_ms: float | None = None
+    max_duration_ms: float | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def as_query(self) -> dict[str, str]:
+        """The filters as URL parameters (for links that keep them)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value in (None, ""):
+                continue
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else str(value)
+        return out
+
+
+def _time(params, key: str) -> datetime | None:
+    value = params.get(key)
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        if text.lstrip("-").isdigit():
+            return datetime.fromtimestamp(int(text) / 1e9, tz=UTC)
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, OverflowError, OSError):
+        raise FilterError(f"{key}: {value!r} is not an RFC 3339 timestamp") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _number(params, key: str) -> float | None:
+    value = params.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise FilterError(f"{key}: {value!r} is not a number") from None
+    if number != number or number < 0:
+        raise FilterError(f"{key}: must be a non-negative number")
+    return number
+
+
+def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
+    status = params.get("status", "")
+    if status and status not in STATUSES:
+        raise FilterError(f"status: must be one of {', '.join(STATUSES)}")
+    since = _time(params, "since")
+    preset = params.get("range", "")
+    if preset and not since:
+        if preset not in RANGE_PRESETS:
+            raise FilterError(f"range: must be one of {', '.join(RANGE_PRESETS)}")
+        since = (now or datetime.now(tz=UTC)) - RANGE_PRESETS[preset]
+    return TaskFilters(
+        release=params.get("release", ""),
+        name=params.get("name", ""),
+        status=status,
+        environment=params.get("environment", ""),
+        session_id=params.get("session_id", ""),
+        device=params.get("device", ""),
+        finding=params.get("finding", ""),
+        q=params.get("q", "")[:200],
+        min_duration_ms=_number(params, "min_duration_ms"),
+        max_duration_ms=_number(params, "max_duration_ms"),
+        since=since,
+        until=_time(params, "until"),
+    )
+
+
+def parse_limit(params, *, default: int = 50, maximum: int = 500) -> int:
+    value = params.get("limit")
+    if not value:
+        return default
+    try:
+        limit = int(value)
+    except ValueError:
+        raise FilterError(f"limit: {value!r} is not a whole number") from None
+    if not 1 <= limit <= maximum:
+        raise FilterError(f"limit: must be between 1 and {maximum}")
+    return limit
+
+
+def encode_cursor(sort_value: object, pk: int) -> str:
+    text = f"{sort_value.isoformat() if isinstance(sort_value, datetime) else sort_value}|{pk}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, sort: str) -> tuple[object, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        value, _, pk = raw.rpartition("|")
+        parsed = datetime.fromisoformat(value) if sort.endswith("started_at") else float(value)
+        return parsed, int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise FilterError("cursor: not a cursor this API returned") from None

@@ -1,0 +1,80 @@
+"""What the analysis derives from a task: its findings and its analysis (critical path, latency
+budget, what-if), plus the baselines the detectors compare against. Re-analysis replaces a
+task's rows; nothing here is appended twice."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from ingest.models import Project, Task
+
+
+class TaskAnalysis(models.Model):
+    """One row per analysed task. `analyzed_through` is the task's last_event_at the analysis
+    saw: a task is due again when new events arrive after it. `claimed_until` lets one worker
+    claim the task with a conditional UPDATE."""
+
+    task = models.OneToOneField(Task, on_delete=models.CASCADE, primary_key=True, related_name="analysis")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    analyzed_at = models.DateTimeField(null=True)
+    analyzed_through = models.DateTimeField(null=True)
+    claimed_until = models.DateTimeField(null=True)
+    claim_token = models.CharField(max_length=32, blank=True, default="")
+    critical_path = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    budget = models.JSONField(default=dict, blank=True)
+    whatif = models.JSONField(default=dict, blank=True)
+    wasted_ms = models.FloatField(default=0)
+    top_finding = models.CharField(max_length=40, blank=True, default="")
+    finding_kinds = ArrayField(models.CharField(max_length=40), default=list, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "top_finding"], name="analysis_top_finding")]
+
+
+class Finding(models.Model):
+    SEVERITIES = ["low", "medium", "high"]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="findings")
+    kind = models.CharField(max_length=40)
+    step_ids = ArrayField(models.CharField(max_length=128), default=list)
+    wasted_ms = models.FloatField()
+    severity = models.CharField(max_length=10, default="medium")
+    summary = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    # Denormalised from the task so finding lists filter by time and release without a join.
+    task_started_at = models.DateTimeField(null=True)
+    release = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "kind", "-task_started_at"], name="finding_kind_time"),
+            models.Index(fields=["project", "-task_started_at"], name="finding_time"),
+            models.Index(fields=["task"], name="finding_task"),
+        ]
+
+
+class Baseline(models.Model):
+    """Robust statistics of step durations per (project, kind, key [, device]) over a trailing
+    window. `key` is the step name, tool name or model depending on the kind."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16)
+    key = models.CharField(max_length=200)
+    device = models.CharField(max_length=200, blank=True, default="")
+    count = models.IntegerField(default=0)
+    median_ms = models.FloatField(null=True)
+    mad_ms = models.FloatField(null=True)
+    p90_ms = models.FloatField(null=True)
+    p99_ms = models.FloatField(null=True)
+    stats = models.JSONField(default=dict, blank=True)
+    window_start = models.DateTimeField(null=True)
+    window_end = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "kind", "key", "device"], name="baseline_unique")
+        ]

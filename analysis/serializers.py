@@ -1,0 +1,67 @@
+"""JSON shapes of the read API."""
+
+from rest_framework import serializers
+
+from analysis.models import Finding
+from ingest.models import Step, Task
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    wasted_ms = serializers.SerializerMethodField()
+    top_finding = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Task
+        fields = ["task_id", "name", "release", "environment", "session_id", "started_at",
+                  "ended_at", "duration_ms", "status", "step_count", "input_tokens",
+                  "output_tokens", "error_count", "wasted_ms", "top_finding"]
+
+    def _analysis(self, task):
+        return getattr(task, "analysis", None) if hasattr(task, "analysis") else None
+
+    def get_wasted_ms(self, task) -> float | None:
+        analysis = self._analysis(task)
+        return analysis.wasted_ms if analysis else None
+
+    def get_top_finding(self, task) -> str:
+        analysis = self._analysis(task)
+        return analysis.top_finding if analysis else ""
+
+
+class StepSerializer(serializers.ModelSerializer):
+    depth = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Step
+        fields = ["step_id", "parent_step_id", "depth", "kind", "name", "started_at", "ended_at",
+                  "duration_ms", "status", "error", "depends_on", "model", "provider", "device",
+                  "input_tokens", "output_tokens", "cached_tokens", "ttft_ms", "streamed",
+                  "tool_name", "tool_args", "attributes", "events"]
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    task_id = serializers.CharField(source="task.task_id", read_only=True)
+
+    class Meta:
+        model = Finding
+        fields = ["id", "kind", "task_id", "step_ids", "wasted_ms", "severity", "summary",
+                  "evidence", "release", "task_started_at"]
+
+
+class TaskDetailSerializer(TaskSerializer):
+    attributes = serializers.JSONField()
+    steps = StepSerializer(many=True)
+    findings = FindingSerializer(many=True)
+    critical_path = serializers.ListField(child=serializers.CharField())
+    budget = serializers.DictField(child=serializers.FloatField())
+    whatif = serializers.JSONField()
+    analyzed_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = TaskSerializer.Meta.fields + ["attributes", "steps", "findings", "critical_path",
+                                               "budget", "whatif", "analyzed_at"]
+
+
+class TaskPageSerializer(serializers.Serializer):
+    results = TaskSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)

@@ -1,0 +1,19 @@
+"""Named limits enforced at the door. A violation answers 400/413 naming the field and the limit."""
+
+from django.conf import settings
+
+
+def _limit(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+MAX_BODY_BYTES = _limit("AGENTOPS_MAX_BODY_BYTES", 16 * 1024 * 1024)  # after decompression
+MAX_EVENTS_PER_BATCH = _limit("AGENTOPS_MAX_EVENTS_PER_BATCH", 10_000)
+MAX_ID_LENGTH = 128
+MAX_NAME_LENGTH = 200
+MAX_ATTRIBUTES = _limit("AGENTOPS_MAX_ATTRIBUTES", 256)
+MAX_ATTRIBUTE_VALUE_CHARS = _limit("AGENTOPS_MAX_ATTRIBUTE_VALUE_CHARS", 16 * 1024)
+MAX_ERROR_CHARS = 8 * 1024
+MAX_JSON_DEPTH = 32
+MAX_DEPENDS_ON = 256
+TRUNCATION_MARKER = "…[truncated]"

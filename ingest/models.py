@@ -1,0 +1,224 @@
+"""The trace data model: projects and their keys, releases, tasks, steps, devices and samples.
+
+Only ingest writes these tables. Indexes follow the queries the product runs:
+- tasks of a project by time (list pages, cursor pagination on (started_at, id)), by release,
+  by name; BRIN would do for append-mostly time columns at scale, but the B-tree on
+  (project, started_at) also serves keyset pagination and range filters.
+- steps by task (the waterfall, the analysis) and by (project, kind, name/model) with time for
+  percentiles; BRIN on started_at keeps time-range scans cheap for tens of millions of rows
+  at a fraction of a B-tree's size.
+- samples by (project, device, ts) for the device lane and hardware correlation.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import BrinIndex
+from django.db import models
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IngestKey(models.Model):
+    """An API key. Only a SHA-256 of the secret is stored; the prefix finds the row."""
+
+    SCOPE_INGEST = "ingest"
+    SCOPE_READ = "read"
+    SCOPE_ADMIN = "admin"
+    SCOPES = [SCOPE_INGEST, SCOPE_READ, SCOPE_ADMIN]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    scopes = ArrayField(models.CharField(max_length=16), default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.project.name}:{self.prefix} ({','.join(self.scopes)})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Release(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="releases")
+    name = models.CharField(max_length=200)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="release_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """One agent run. `reported` is true once a task event (or an OTLP root span) arrived;
+    until then name and bounds are derived from the steps."""
+
+    STATUS_OK = "ok"
+    STATUS_ERROR = "error"
+    STATUS_TIMEOUT = "timeout"
+    STATUSES = [STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
+    task_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=200, blank=True, default="")
+    release = models.CharField(max_length=200, blank=True, default="")
+    environment = models.CharField(max_length=100, blank=True, default="")
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField(null=True)
+    ended_at = models.DateTimeField(null=True)
+    duration_ms = models.FloatField(null=True)
+    status = models.CharField(max_length=16, blank=True, default="")
+    attributes = models.JSONField(default=dict, blank=True)
+    reported = models.BooleanField(default=False)
+    step_count = models.IntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    error_count = models.IntegerField(default=0)
+    # Set by every event that touches the task; the analysis sweep reads it.
+    last_event_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "task_id"], name="task_unique_id")]
+        indexes = [
+            models.Index(fields=["project", "-started_at", "-id"], name="task_project_time"),
+            models.Index(fields=["project", "release", "-started_at"], name="task_project_release"),
+            models.Index(fields=["project", "name", "-started_at"], name="task_project_name"),
+            models.Index(fields=["last_event_at"], name="task_last_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or self.task_id}"
+
+
+class Step(models.Model):
+    KINDS = ["llm", "tool", "retrieval", "agent", "framework", "queue", "other"]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    step_id = models.CharField(max_length=128)
+    parent_step_id = models.CharField(max_length=128, blank=True, default="")
+    kind = models.CharField(max_length=16, default="other")
+    name = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    status = models.CharField(max_length=16, blank=True, default="ok")
+    error = models.TextField(blank=True, default="")
+    depends_on = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    events = models.JSONField(default=list, blank=True)
+    # llm
+    model = models.CharField(max_length=200, blank=True, default="")
+    provider = models.CharField(max_length=100, blank=True, default="")
+    device = models.CharField(max_length=200, blank=True, default="")
+    input_tokens = models.IntegerField(null=True)
+    output_tokens = models.IntegerField(null=True)
+    cached_tokens = models.IntegerField(null=True)
+    ttft_ms = models.FloatField(null=True)
+    streamed = models.BooleanField(null=True)
+    # tool
+    tool_name = models.CharField(max_length=200, blank=True, default="")
+    tool_args = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "step_id"], name="step_unique_id")]
+        indexes = [
+            models.Index(fields=["project", "kind", "name", "started_at"], name="step_kind_name_time"),
+            models.Index(fields=["project", "model", "started_at"], name="step_model_time",
+                         condition=~models.Q(model="")),
+            models.Index(fields=["project", "device", "started_at"], name="step_device_time",
+                         condition=~models.Q(device="")),
+            BrinIndex(fields=["started_at"], name="step_started_brin"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+class Device(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="devices")
+    name = models.CharField(max_length=200)
+    vendor = models.CharField(max_length=50, blank=True, default="")
+    hardware = models.CharField(max_length=100, blank=True, default="")
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="device_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ResourceSample(models.Model):
+    """One telemetry reading of a device. Known metrics get columns (the analysis filters and
+    aggregates them); anything else stays in `extra`."""
+
+    METRICS = [
+        "utilization", "queue_depth", "batch_size", "power_w", "temperature_c",
+        "mem_bw_util", "kv_cache_hit_rate", "tokens_per_s", "throttled",
+    ]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    device = models.CharField(max_length=200)
+    ts = models.DateTimeField()
+    utilization = models.FloatField(null=True)
+    queue_depth = models.FloatField(null=True)
+    batch_size = models.FloatField(null=True)
+    power_w = models.FloatField(null=True)
+    temperature_c = models.FloatField(null=True)
+    mem_bw_util = models.FloatField(null=True)
+    kv_cache_hit_rate = models.FloatField(null=True)
+    tokens_per_s = models.FloatField(null=True)
+    throttled = models.FloatField(null=True)
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "device", "ts"], name="sample_unique_device_ts")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.device}@{self.ts}"
+
+
+class LatencyHistogram(models.Model):
+    """A GenAI latency histogram point from /v1/metrics (e.g. gen_ai.server.time_to_first_token),
+    kept per model as an aggregate: explicit bucket bounds (seconds) and counts."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    metric = models.CharField(max_length=200)
+    model = models.CharField(max_length=200, blank=True, default="")
+    device = models.CharField(max_length=200, blank=True, default="")
+    start = models.DateTimeField(null=True)
+    ts = models.DateTimeField()
+    count = models.BigIntegerField()
+    sum = models.FloatField(null=True)
+    bounds = ArrayField(models.FloatField(), default=list)
+    counts = ArrayField(models.BigIntegerField(), default=list)
+    attributes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "metric", "model", "device", "ts"],
+                                    name="histogram_unique_point")
+        ]

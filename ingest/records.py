@@ -1,0 +1,161 @@
+"""Plain records every ingest path produces (native JSON, OTLP traces, OTLP metrics) and the
+one write path stores. No Django import: decoders and tests build these directly.
+
+Also the cleaning every string goes through before it reaches Postgres: NUL bytes removed,
+lone surrogates replaced by U+FFFD, over-long values truncated with a visible marker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ingest import limits
+
+STEP_KINDS = ("llm", "tool", "retrieval", "agent", "framework", "queue", "other")
+STATUSES = ("ok", "error", "timeout")
+
+# Timestamps outside this range are refused: 0 (the OTLP "unset") and typos that land in
+# 1970 or the far future would otherwise wreck every time axis.
+MIN_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(2200, 1, 1, tzinfo=UTC)
+
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+class RecordError(ValueError):
+    """A value that cannot be stored; the message names the field."""
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    task_id: str
+    name: str = ""
+    release: str = ""
+    environment: str = ""
+    session_id: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    status: str = ""
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    step_id: str
+    task_id: str
+    started_at: datetime
+    ended_at: datetime
+    kind: str = "other"
+    name: str = ""
+    parent_step_id: str = ""
+    status: str = "ok"
+    error: str = ""
+    depends_on: list[str] = field(default_factory=list)
+    attributes: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    model: str = ""
+    provider: str = ""
+    device: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_ms: float | None = None
+    streamed: bool | None = None
+    tool_name: str = ""
+    tool_args: object = None
+    # Task-level facts a step may carry (OTLP resource attributes): used only for a task
+    # that has not been reported itself.
+    release: str = ""
+    environment: str = ""
+    session_id: str = ""
+
+
+@dataclass(slots=True)
+class SampleRecord:
+    device: str
+    ts: datetime
+    vendor: str = ""
+    hardware: str = ""
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class HistogramRecord:
+    metric: str
+    ts: datetime
+    count: int
+    model: str = ""
+    device: str = ""
+    start: datetime | None = None
+    sum: float | None = None
+    bounds: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Batch:
+    tasks: list[TaskRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    samples: list[SampleRecord] = field(default_factory=list)
+    histograms: list[HistogramRecord] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tasks) + len(self.steps) + len(self.samples) + len(self.histograms)
+
+
+def clean_text(value: str, *, limit: int = limits.MAX_ATTRIBUTE_VALUE_CHARS) -> str:
+    if _BAD_CHARS.search(value):
+        value = _BAD_CHARS.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", value)
+    if len(value) > limit:
+        value = value[:limit] + limits.TRUNCATION_MARKER
+    return value
+
+
+def clean_json(value: object, *, path: str, depth: int = 0) -> object:
+    """A JSON-able value made safe for jsonb; raises RecordError past the nesting limit."""
+    if depth > limits.MAX_JSON_DEPTH:
+        raise RecordError(f"{path}: nested deeper than {limits.MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {
+            clean_text(str(k), limit=limits.MAX_NAME_LENGTH): clean_json(v, path=path, depth=depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [clean_json(v, path=path, depth=depth + 1) for v in value]
+    return clean_text(str(value))
+
+
+def clean_attributes(value: object, *, path: str = "attributes") -> dict:
+    """Attributes: an object; past MAX_ATTRIBUTES keys the rest are dropped and counted."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(f"{path}: must be an object")
+    dropped = 0
+    if len(value) > limits.MAX_ATTRIBUTES:
+        dropped = len(value) - limits.MAX_ATTRIBUTES
+        value = dict(list(value.items())[: limits.MAX_ATTRIBUTES])
+    cleaned = clean_json(value, path=path)
+    if dropped:
+        cleaned["agentops.dropped_attributes"] = dropped
+    return cleaned
+
+
+def check_time(value: datetime, *, path: str) -> datetime:
+    if not MIN_TIME <= value < MAX_TIME:
+        raise RecordError(f"{path}: {value.isoformat()} is outside {MIN_TIME.year}..{MAX_TIME.year}")
+    return value
+
+
+def check_span(started_at: datetime, ended_at: datetime, *, what: str) -> None:
+    if ended_at < started_at:
+        raise RecordError(f"{what}: ended_at is before started_at (negative duration)")

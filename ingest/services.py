@@ -1,0 +1,374 @@
+"""The write side: projects, keys, and the one bulk, idempotent write path every ingest route
+(native JSON, OTLP traces, OTLP metrics, the simulator) goes through.
+
+Rows are upserted with `INSERT … SELECT FROM unnest(arrays) ON CONFLICT DO UPDATE`: one
+statement per table per batch whatever its size, so sending the same ids again updates and
+never duplicates, and steps may arrive before their task (a placeholder task is created and
+filled in when the task event comes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from ingest.models import IngestKey, Project, ResourceSample
+from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
+
+log = logging.getLogger("agentops.ingest")
+
+# Sent after commit with `project_id` and `task_ids` (primary keys) of tasks whose end is
+# known and which got new data. The analysis app listens; ingest never imports it.
+tasks_ended = Signal()
+
+KEY_PREFIX = "ao"
+
+
+# --- projects and keys -------------------------------------------------------------------
+
+
+def _hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def key_create(*, project: Project, scopes: Sequence[str], name: str = "") -> tuple[IngestKey, str]:
+    """Create a key; returns it and the plaintext, which is shown once and never stored."""
+    unknown = set(scopes) - set(IngestKey.SCOPES)
+    if unknown or not scopes:
+        raise ValueError(f"scopes must be a non-empty subset of {', '.join(IngestKey.SCOPES)}")
+    prefix = secrets.token_hex(6)
+    plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(24)}"
+    key = IngestKey.objects.create(
+        project=project, name=name, prefix=prefix, key_hash=_hash_key(plaintext), scopes=list(scopes)
+    )
+    return key, plaintext
+
+
+def key_authenticate(*, plaintext: str) -> IngestKey | None:
+    """The active key this plaintext belongs to, compared in constant time; None otherwise."""
+    parts = plaintext.split("_")
+    if len(parts) < 3 or parts[0] != KEY_PREFIX:
+        return None
+    key = IngestKey.objects.select_related("project").filter(prefix=parts[1]).first()
+    if key is None or not secrets.compare_digest(key.key_hash, _hash_key(plaintext)):
+        return None
+    if key.revoked_at is not None:
+        return None
+    now = timezone.now()
+    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+        IngestKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return key
+
+
+def key_revoke(*, key: IngestKey) -> None:
+    IngestKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def project_create(*, name: str) -> tuple[Project, str]:
+    """A new project with one ingest key; returns the project and the key's plaintext."""
+    with transaction.atomic():
+        project = Project.objects.create(name=name)
+        _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST], name="default")
+    return project, plaintext
+
+
+# --- the write path ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreResult:
+    tasks: int
+    steps: int
+    samples: int
+    histograms: int
+
+
+def _dedupe(records: Iterable, key) -> list:
+    """Last one wins: Postgres refuses to upsert the same row twice in one statement."""
+    return list({key(r): r for r in records}.values())
+
+
+def _json(value: object) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _upsert(cursor, *, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
+            target: str = "", select: Sequence[str] | None = None, conflict: str, update: str,
+            returning: str = "") -> list[tuple]:
+    """INSERT INTO table (target) SELECT select FROM unnest(one typed array per column) ON CONFLICT …
+
+    `columns` name and type the arrays; `select` (default: the columns as they are) maps them
+    onto `target` (default: the column names)."""
+    if not rows:
+        return []
+    names = [name for name, _ in columns]
+    arrays = [list(col) for col in zip(*rows, strict=True)]
+    unnest = ", ".join(f"%s::{pgtype}[]" for _, pgtype in columns)
+    select_list = ", ".join(select or [f"u.{n}" for n in names])
+    sql = (
+        f"INSERT INTO {table} ({target or ', '.join(names)}) "
+        f"SELECT {select_list} FROM unnest({unnest}) AS u({', '.join(names)}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {update}"
+        + (f" RETURNING {returning}" if returning else "")
+    )
+    cursor.execute(sql, arrays)
+    return cursor.fetchall() if returning else []
+
+
+_STEP_COLUMNS = (
+    "project_id, task_id, step_id, parent_step_id, kind, name, started_at, ended_at, duration_ms, "
+    "status, error, depends_on, attributes, events, model, provider, device, input_tokens, "
+    "output_tokens, cached_tokens, ttft_ms, streamed, tool_name, tool_args"
+)
+_TASK_COLUMNS = (
+    "project_id, task_id, name, release, environment, session_id, started_at, ended_at, status, "
+    "attributes, reported, step_count, input_tokens, output_tokens, error_count, last_event_at"
+)
+
+
+def batch_store(*, project: Project, batch: Batch) -> StoreResult:
+    """Store a batch of records in one transaction; idempotent for the same ids."""
+    tasks = _dedupe(batch.tasks, lambda t: t.task_id)
+    steps = _dedupe(batch.steps, lambda s: (s.task_id, s.step_id))
+    samples = _dedupe(batch.samples, lambda s: (s.device, s.ts))
+    histograms = _dedupe(batch.histograms, lambda h: (h.metric, h.model, h.device, h.ts))
+    now = timezone.now()
+    ended: list[int] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        _releases_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
+        task_pks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
+        _steps_upsert(cursor, project=project, steps=steps, task_pks=task_pks)
+        if task_pks:
+            ended = _tasks_refresh(cursor, task_pks=list(set(task_pks.values())))
+        _devices_upsert(cursor, project=project, samples=samples, steps=steps, now=now)
+        _samples_upsert(cursor, project=project, samples=samples)
+        _histograms_upsert(cursor, project=project, histograms=histograms)
+        if ended:
+            transaction.on_commit(
+                lambda: tasks_ended.send(sender=Project, project_id=project.pk, task_ids=ended)
+            )
+    result = StoreResult(len(tasks), len(steps), len(samples), len(histograms))
+    log.info("ingest.stored project=%s tasks=%d steps=%d samples=%d histograms=%d",
+             project.pk, *(getattr(result, f) for f in ("tasks", "steps", "samples", "histograms")))
+    return result
+
+
+def _releases_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> None:
+    names = {t.release for t in tasks if t.release} | {s.release for s in steps if s.release}
+    if not names:
+        return
+    rows = [(project.pk, name, now, now) for name in sorted(names)]
+    _upsert(
+        cursor, table="ingest_release",
+        columns=[("project_id", "bigint"), ("name", "text"), ("first_seen", "timestamptz"),
+                 ("last_seen", "timestamptz")],
+        rows=rows, conflict="project_id, name",
+        update="last_seen = EXCLUDED.last_seen",
+    )
+
+
+def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> dict[str, int]:
+    pks: dict[str, int] = {}
+    reported_rows = [
+        (t.task_id, t.name, t.release, t.environment, t.session_id, t.started_at, t.ended_at,
+         t.status, _json(t.attributes))
+        for t in tasks
+    ]
+    for task_id, pk in _upsert(
+        cursor, table="ingest_task", target=_TASK_COLUMNS,
+        columns=[("task_id", "text"), ("name", "text"), ("release", "text"), ("environment", "text"),
+                 ("session_id", "text"), ("started_at", "timestamptz"), ("ended_at", "timestamptz"),
+                 ("status", "text"), ("attributes", "jsonb")],
+        rows=reported_rows,
+        select=[f"{project.pk}", "u.task_id", "u.name", "u.release", "u.environment", "u.session_id",
+                "u.started_at", "u.ended_at", "u.status", "coalesce(u.attributes, '{}')", "true",
+                "0", "0", "0", "0", f"'{now.isoformat()}'::timestamptz"],
+        conflict="project_id, task_id",
+        update=(
+            "name = coalesce(nullif(EXCLUDED.name, ''), ingest_task.name), "
+            "release = coalesce(nullif(EXCLUDED.release, ''), ingest_task.release), "
+            "environment = coalesce(nullif(EXCLUDED.environment, ''), ingest_task.environment), "
+            "session_id = coalesce(nullif(EXCLUDED.session_id, ''), ingest_task.session_id), "
+            "started_at = coalesce(EXCLUDED.started_at, ingest_task.started_at), "
+            "ended_at = coalesce(EXCLUDED.ended_at, ingest_task.ended_at), "
+            "status = coalesce(nullif(EXCLUDED.status, ''), ingest_task.status), "
+            "attributes = ingest_task.attributes || EXCLUDED.attributes, "
+            "reported = true, last_event_at = EXCLUDED.last_event_at"
+        ),
+        returning="task_id, id",
+    ):
+        pks[task_id] = pk
+
+    placeholders: dict[str, StepRecord] = {}
+    for s in steps:
+        if s.task_id not in pks and s.task_id not in placeholders:
+            placeholders[s.task_id] = s
+    rows = [(tid, s.release, s.environment, s.session_id) for tid, s in placeholders.items()]
+    for task_id, pk in _upsert(
+        cursor, table="ingest_task", target=_TASK_COLUMNS,
+        columns=[("task_id", "text"), ("release", "text"), ("environment", "text"), ("session_id", "text")],
+        rows=rows,
+        select=[f"{project.pk}", "u.task_id", "''", "u.release", "u.environment", "u.session_id",
+                "NULL", "NULL", "''", "'{}'::jsonb", "false", "0", "0", "0", "0",
+                f"'{now.isoformat()}'::timestamptz"],
+        conflict="project_id, task_id",
+        update=(
+            "release = CASE WHEN ingest_task.reported OR ingest_task.release <> '' "
+            "THEN ingest_task.release ELSE EXCLUDED.release END, "
+            "environment = CASE WHEN ingest_task.reported OR ingest_task.environment <> '' "
+            "THEN ingest_task.environment ELSE EXCLUDED.environment END, "
+            "session_id = CASE WHEN ingest_task.reported OR ingest_task.session_id <> '' "
+            "THEN ingest_task.session_id ELSE EXCLUDED.session_id END, "
+            "last_event_at = EXCLUDED.last_event_at"
+        ),
+        returning="task_id, id",
+    ):
+        pks[task_id] = pk
+    return pks
+
+
+def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[str, int]) -> None:
+    rows = [
+        (task_pks[s.task_id], s.step_id, s.parent_step_id, s.kind, s.name, s.started_at, s.ended_at,
+         (s.ended_at - s.started_at).total_seconds() * 1000.0, s.status, s.error,
+         _json(s.depends_on), _json(s.attributes), _json(s.events), s.model, s.provider, s.device,
+         s.input_tokens, s.output_tokens, s.cached_tokens, s.ttft_ms, s.streamed, s.tool_name,
+         _json(s.tool_args))
+        for s in steps
+    ]
+    columns = [
+        ("task_pk", "bigint"), ("step_id", "text"), ("parent_step_id", "text"), ("kind", "text"),
+        ("name", "text"), ("started_at", "timestamptz"), ("ended_at", "timestamptz"),
+        ("duration_ms", "float8"), ("status", "text"), ("error", "text"), ("depends_on", "jsonb"),
+        ("attributes", "jsonb"), ("events", "jsonb"), ("model", "text"), ("provider", "text"),
+        ("device", "text"), ("input_tokens", "int"), ("output_tokens", "int"),
+        ("cached_tokens", "int"), ("ttft_ms", "float8"), ("streamed", "bool"), ("tool_name", "text"),
+        ("tool_args", "jsonb"),
+    ]
+    select = [f"{project.pk}"] + [
+        "ARRAY(SELECT jsonb_array_elements_text(u.depends_on))" if name == "depends_on"
+        else "coalesce(u.events, '[]')" if name == "events"
+        else "coalesce(u.attributes, '{}')" if name == "attributes"
+        else f"u.{name}"
+        for name, _ in columns
+    ]
+    updated = [c.strip() for c in _STEP_COLUMNS.split(",")][3:]
+    _upsert(
+        cursor, table="ingest_step", target=_STEP_COLUMNS, columns=columns, rows=rows, select=select,
+        conflict="task_id, step_id",
+        update=", ".join(f"{c} = EXCLUDED.{c}" for c in updated),
+    )
+
+
+def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
+    """Recompute what a task derives from its steps; returns the ids of tasks known to have ended.
+
+    A task that was never reported takes its bounds from its steps and its name from its
+    earliest root step (the OTLP root span may come last, or never)."""
+    cursor.execute(
+        """
+        WITH s AS (
+            SELECT task_id,
+                   count(*) AS n,
+                   coalesce(sum(input_tokens), 0) AS inp,
+                   coalesce(sum(output_tokens), 0) AS outp,
+                   count(*) FILTER (WHERE status <> 'ok') AS errs,
+                   min(started_at) AS first,
+                   max(ended_at) AS last,
+                   (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name
+            FROM ingest_step WHERE task_id = ANY(%s) GROUP BY task_id
+        ), b AS (
+            SELECT t.id,
+                   CASE WHEN t.reported AND t.started_at IS NOT NULL THEN t.started_at
+                        ELSE coalesce(s.first, t.started_at) END AS started,
+                   CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.ended_at
+                        ELSE coalesce(s.last, t.ended_at) END AS ended,
+                   s.n, s.inp, s.outp, s.errs, s.first_name
+            FROM ingest_task t LEFT JOIN s ON s.task_id = t.id
+            WHERE t.id = ANY(%s)
+        )
+        UPDATE ingest_task t SET
+            started_at = b.started,
+            ended_at = b.ended,
+            duration_ms = extract(epoch FROM (b.ended - b.started)) * 1000.0,
+            step_count = coalesce(b.n, 0),
+            input_tokens = coalesce(b.inp, 0),
+            output_tokens = coalesce(b.outp, 0),
+            error_count = coalesce(b.errs, 0),
+            name = CASE WHEN t.name <> '' THEN t.name ELSE coalesce(b.first_name, '') END,
+            status = CASE WHEN t.status <> '' THEN t.status
+                          WHEN t.reported THEN 'ok'
+                          WHEN coalesce(b.errs, 0) > 0 THEN 'error' ELSE 'ok' END
+        FROM b WHERE t.id = b.id
+        RETURNING t.id, t.reported AND t.ended_at IS NOT NULL
+        """,
+        [task_pks, task_pks],
+    )
+    return [pk for pk, ended in cursor.fetchall() if ended]
+
+
+def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list[StepRecord], now) -> None:
+    devices: dict[str, tuple[str, str]] = {}
+    for s in steps:
+        if s.device:
+            devices.setdefault(s.device, ("", ""))
+    for s in samples:
+        vendor, hardware = devices.get(s.device, ("", ""))
+        devices[s.device] = (s.vendor or vendor, s.hardware or hardware)
+    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items())]
+    _upsert(
+        cursor, table="ingest_device",
+        columns=[("project_id", "bigint"), ("name", "text"), ("vendor", "text"), ("hardware", "text"),
+                 ("first_seen", "timestamptz"), ("last_seen", "timestamptz")],
+        rows=rows, conflict="project_id, name",
+        update=(
+            "vendor = coalesce(nullif(EXCLUDED.vendor, ''), ingest_device.vendor), "
+            "hardware = coalesce(nullif(EXCLUDED.hardware, ''), ingest_device.hardware), "
+            "last_seen = EXCLUDED.last_seen"
+        ),
+    )
+
+
+def _samples_upsert(cursor, *, project, samples: list[SampleRecord]) -> None:
+    known = ResourceSample.METRICS
+    rows = []
+    for s in samples:
+        extra = {k: v for k, v in s.metrics.items() if k not in known}
+        rows.append((project.pk, s.device, s.ts, *(s.metrics.get(k) for k in known), _json(extra)))
+    _upsert(
+        cursor, table="ingest_resourcesample",
+        columns=[("project_id", "bigint"), ("device", "text"), ("ts", "timestamptz"),
+                 *((k, "float8") for k in known), ("extra", "jsonb")],
+        rows=rows, conflict="project_id, device, ts",
+        update=", ".join(f"{c} = coalesce(EXCLUDED.{c}, ingest_resourcesample.{c})" for c in known)
+        + ", extra = ingest_resourcesample.extra || EXCLUDED.extra",
+    )
+
+
+def _histograms_upsert(cursor, *, project, histograms: list[HistogramRecord]) -> None:
+    rows = [
+        (project.pk, h.metric, h.model, h.device, h.start, h.ts, h.count, h.sum,
+         _json(h.bounds), _json(h.counts), _json(h.attributes))
+        for h in histograms
+    ]
+    _upsert(
+        cursor, table="ingest_latencyhistogram",
+        columns=[("project_id", "bigint"), ("metric", "text"), ("model", "text"), ("device", "text"),
+                 ("start", "timestamptz"), ("ts", "timestamptz"), ("count", "bigint"), ("sum", "float8"),
+                 ("bounds", "jsonb"), ("counts", "jsonb"), ("attributes", "jsonb")],
+        rows=rows,
+        select=["u.project_id", "u.metric", "u.model", "u.device", "u.start", "u.ts", "u.count", "u.sum",
+                "ARRAY(SELECT jsonb_array_elements_text(u.bounds)::float8)",
+                "ARRAY(SELECT jsonb_array_elements_text(u.counts)::bigint)", "u.attributes"],
+        conflict="project_id, metric, model, device, ts",
+        update="count = EXCLUDED.count, sum = EXCLUDED.sum, bounds = EXCLUDED.bounds, "
+        "counts = EXCLUDED.counts, start = EXCLUDED.start",
+    )

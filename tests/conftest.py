@@ -1,0 +1,81 @@
+"""Shared fixtures: a real Postgres (the embedded one, or DATABASE_URL), projects `project` and
+`other_project` with keys, and clients that speak HTTP to the API."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from ingest.models import IngestKey, Project
+from ingest.services import key_create
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings():
+    # One test database per run, so concurrent runs on one server never collide.
+    suffix = os.environ["AGENTOPS_TEST_RUN"]
+    for db in settings.DATABASES.values():
+        db.setdefault("TEST", {})["NAME"] = f"test_agentops_{suffix}"
+
+
+@pytest.fixture
+def project(db) -> Project:
+    return Project.objects.create(name="acme")
+
+
+@pytest.fixture
+def other_project(db) -> Project:
+    return Project.objects.create(name="globex")
+
+
+def _key(project: Project, *scopes: str) -> str:
+    return key_create(project=project, scopes=list(scopes))[1]
+
+
+@pytest.fixture
+def ingest_key(project) -> str:
+    return _key(project, IngestKey.SCOPE_INGEST)
+
+
+@pytest.fixture
+def read_key(project) -> str:
+    return _key(project, IngestKey.SCOPE_READ)
+
+
+@pytest.fixture
+def other_keys(other_project) -> dict[str, str]:
+    return {"ingest": _key(other_project, IngestKey.SCOPE_INGEST),
+            "read": _key(other_project, IngestKey.SCOPE_READ)}
+
+
+@pytest.fixture
+def make_key():
+    return _key
+
+
+def subprocess_database_url() -> str:
+    """A URL to this run's test database, for subprocesses (runstack, workers)."""
+    db = settings.DATABASES["default"]
+    host = db["HOST"]
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{connection.settings_dict['NAME']}?host={host}"
+    return f"postgresql://{auth}@{host}:{db['PORT'] or 5432}/{connection.settings_dict['NAME']}"
+
+
+@pytest.fixture
+def stack_env(transactional_db) -> dict[str, str]:
+    """Environment for a subprocess of the product that must see this test's database."""
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "SECRET_KEY": "test-secret-key",
+        "DEBUG": "1",
+        "AGENTOPS_DATA_DIR": str(settings.DATA_DIR),
+    })
+    return env

@@ -1,0 +1,12 @@
+"""Test settings: the product's settings, with a Celery queue of this run's own so a running
+`make demo` (or another test run) never consumes the tests' messages."""
+
+import os
+
+os.environ.setdefault("AGENTOPS_TEST_RUN", str(os.getpid()))
+
+from agentops.settings import *  # noqa: E402,F403
+
+CELERY_TASK_DEFAULT_QUEUE = f"agentops-test-{os.environ['AGENTOPS_TEST_RUN']}"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
