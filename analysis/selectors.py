@@ -101,3 +101,21 @@ def task_findings(*, task: Task) -> list[Finding]:
 
 def task_analysis(*, task: Task) -> TaskAnalysis | None:
     return TaskAnalysis.objects.filter(task=task).first()
+
+
+def finding_queryset(*, project: Project, kind: str = "", task_id: str = "", release: str = "",
+                     since=None, until=None) -> QuerySet[Finding]:
+    """Findings of a project, newest task first. The API, the pages, the CSV export and
+    `evaluate_detection` all read findings through this."""
+    qs = Finding.objects.filter(project=project).select_related("task")
+    if kind:
+        qs = qs.filter(kind=kind)
+    if task_id:
+        qs = qs.filter(task__task_id=task_id)
+    if release:
+        qs = qs.filter(release=release)
+    if since:
+        qs = qs.filter(task_started_at__gte=since)
+    if until:
+        qs = qs.filter(task_started_at__lt=until)
+    return qs.order_by("-task_started_at", "-id")
