@@ -43,7 +43,10 @@ def postgres_url(data_dir: Path) -> str:
 
     data_dir.mkdir(parents=True, exist_ok=True)
     with _file_lock(data_dir / ".postgres.lock"):
-        server = pgserver.get_server(data_dir / "postgres", cleanup_mode=None)
+        pgdata = (data_dir / "postgres").resolve()
+        # pgserver caches a handle per folder and would not notice a server that stopped.
+        pgserver.PostgresServer._instances.pop(pgdata, None)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
         admin_url = server.get_uri()
         with psycopg.connect(admin_url, autocommit=True) as conn:
             exists = conn.execute(
