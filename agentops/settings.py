@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "agentops",
     "ingest",
     "analysis",
+    "analysis.alerts",
 ]
 
 MIDDLEWARE = [
@@ -155,6 +156,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Whitenoise serves static files from gunicorn itself (no separate web server needed), straight
 # from the app folders: no collectstatic step to forget.
 WHITENOISE_USE_FINDERS = True

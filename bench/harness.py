@@ -1,0 +1,107 @@
+"""Shared pieces of the benchmarks: a scratch database on the same Postgres the product uses
+(embedded or DATABASE_URL), migrated; a project with keys; a web server on a free port.
+
+Benchmarks never touch the product's own database: they create `agentops_bench` beside it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DB = "agentops_bench"
+
+
+def _base_url() -> str:
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    sys.path.insert(0, str(ROOT))
+    from agentops import embedded
+
+    data_dir = Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve()
+    return embedded.postgres_url(data_dir)
+
+
+def bench_database_url(*, fresh: bool = True) -> str:
+    """A URL to the scratch benchmark database, dropped and recreated when `fresh`."""
+    import psycopg
+
+    base = _base_url()
+    parsed = urlparse(base)
+    admin = urlunparse(parsed._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone():
+            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    return urlunparse(parsed._replace(path=f"/{BENCH_DB}"))
+
+
+def bench_env(database_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"DATABASE_URL": database_url, "SECRET_KEY": "bench", "DEBUG": "0",
+                "DJANGO_SETTINGS_MODULE": "agentops.settings", "LOG_LEVEL": "WARNING"})
+    return env
+
+
+def setup_django(database_url: str) -> None:
+    os.environ.update(bench_env(database_url))
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def web_server(database_url: str, *, workers: int = 2):
+    """gunicorn serving the product on a free port, stopped on exit."""
+    import requests
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--timeout", "120", "--log-level", "warning"],
+        cwd=ROOT, env=bench_env(database_url),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(f"{url}/login/", timeout=1)
+            break
+        except requests.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the benchmark web server did not start") from None
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def progress(label: str, done: int, total: int) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r{label:<28} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
