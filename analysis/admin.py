@@ -1,0 +1,24 @@
+from django.contrib import admin
+
+from analysis.models import Baseline, Finding, TaskAnalysis
+
+
+@admin.register(Finding)
+class FindingAdmin(admin.ModelAdmin):
+    list_display = ["kind", "task", "wasted_ms", "severity", "summary", "task_started_at"]
+    list_filter = ["kind", "severity"]
+    raw_id_fields = ["task"]
+    show_full_result_count = False
+
+
+@admin.register(TaskAnalysis)
+class TaskAnalysisAdmin(admin.ModelAdmin):
+    list_display = ["task", "analyzed_at", "wasted_ms", "top_finding"]
+    raw_id_fields = ["task"]
+    show_full_result_count = False
+
+
+@admin.register(Baseline)
+class BaselineAdmin(admin.ModelAdmin):
+    list_display = ["kind", "key", "device", "count", "median_ms", "mad_ms", "p99_ms", "updated_at"]
+    list_filter = ["kind"]
