@@ -8,6 +8,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
 app = Celery("agentops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["analysis"])
+app.autodiscover_tasks(["analysis", "analysis.alerts"])
 
-app.conf.beat_schedule = {}
+app.conf.beat_schedule = {
+    "evaluate-alerts": {"task": "analysis.alerts.tasks.evaluate_alerts", "schedule": 60.0,
+                        "options": {"expires": 50}},
+}

@@ -183,6 +183,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["ingest.throttling.KeyRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "ingest.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -195,6 +196,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# Requests per key per web process ("N/second" or "N/minute"); 429 + Retry-After beyond it.
+AGENTOPS_KEY_RATE_LIMIT = env_str("AGENTOPS_KEY_RATE_LIMIT", "300/second")
+# Failed logins per username and client address before the login form refuses for a while.
+AGENTOPS_LOGIN_FAILURES = env_int("AGENTOPS_LOGIN_FAILURES", 10)
+AGENTOPS_LOGIN_LOCKOUT_SECONDS = env_int("AGENTOPS_LOGIN_LOCKOUT_SECONDS", 900)
 
 # Celery: the broker is Redis (embedded or CELERY_BROKER_URL) or RabbitMQ. No result backend:
 # analysis results live in Postgres.

@@ -1,0 +1,153 @@
+"""The metrics an alert rule can watch, each one query over a time window of a project's data.
+
+Every query is bounded by the window on an indexed time column (tasks: (project, started_at);
+steps: (project, kind, name, started_at), (project, model|device, started_at) and a BRIN on
+started_at; findings: (project, kind, task_started_at)), so evaluating a rule reads the
+window's rows, never the project's history. Percentiles are Postgres' `percentile_cont`
+(linear interpolation, the same definition as numpy's default), computed in the database.
+
+Units: latency metrics in milliseconds, rates and shares in percent (0–100), so "repeated
+tool calls in more than 5% of tasks" is `finding_rate > 5` with finding_kind
+`repeated_tool_call`.
+
+A task belongs to a window by its start time: a task is charged to the minute it started,
+which is what a user means by "traffic of the last 10 minutes" and what the index serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
+from django.db.models.functions import Cast
+
+from analysis.models import Finding
+from ingest.models import Project, Step, Task
+
+# metric name → (source, percentile or None, what it measures). Sources: task, step, ttft, tpot,
+# error, finding, wasted.
+METRICS: dict[str, tuple[str, float | None, str]] = {
+    "task_duration_p50": ("task", 0.50, "task duration p50 (ms)"),
+    "task_duration_p90": ("task", 0.90, "task duration p90 (ms)"),
+    "task_duration_p95": ("task", 0.95, "task duration p95 (ms)"),
+    "task_duration_p99": ("task", 0.99, "task duration p99 (ms)"),
+    "step_duration_p95": ("step", 0.95, "step duration p95 (ms)"),
+    "step_duration_p99": ("step", 0.99, "step duration p99 (ms)"),
+    "ttft_p95": ("ttft", 0.95, "time to first token p95 (ms)"),
+    "ttft_p99": ("ttft", 0.99, "time to first token p99 (ms)"),
+    "tpot_p95": ("tpot", 0.95, "time per output token p95 (ms/token)"),
+    "error_rate": ("error", None, "tasks ending in error or timeout (%)"),
+    "finding_rate": ("finding", None, "tasks with a finding of the kind (%)"),
+    "wasted_share": ("wasted", None, "wasted time as a share of task time (%)"),
+}
+LATENCY_METRICS = {name for name, (_, q, _) in METRICS.items() if q is not None}
+FINDING_METRICS = {"finding_rate", "wasted_share"}
+TASK_FILTERS = {"task_name": "name", "release": "release", "environment": "environment"}
+STEP_FILTERS = {"step_kind": "kind", "step_name": "name", "model": "model", "device": "device"}
+
+
+class PercentileCont(Aggregate):
+    """percentile_cont(q) WITHIN GROUP (ORDER BY expr): the interpolated percentile."""
+
+    function = "percentile_cont"
+    output_field = FloatField()
+
+    def __init__(self, expression, *, fraction: float, **extra):
+        # The fraction comes from METRICS, never from a request: safe to inline.
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What to measure: a metric, the rule's filters and, for finding metrics, the kind."""
+
+    metric: str
+    filters: dict
+    finding_kind: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    value: float | None
+    sample_count: int
+    start: datetime
+    end: datetime
+
+
+def _tasks(project: Project, spec: MetricSpec, start: datetime, end: datetime) -> QuerySet[Task]:
+    qs = Task.objects.filter(project=project, started_at__gte=start, started_at__lt=end)
+    for key, column in TASK_FILTERS.items():
+        if spec.filters.get(key):
+            qs = qs.filter(**{column: spec.filters[key]})
+    return qs
+
+
+def _steps(project: Project, spec: MetricSpec, start: datetime, end: datetime) -> QuerySet[Step]:
+    qs = Step.objects.filter(project=project, started_at__gte=start, started_at__lt=end)
+    for key, column in STEP_FILTERS.items():
+        if spec.filters.get(key):
+            qs = qs.filter(**{column: spec.filters[key]})
+    for key, column in TASK_FILTERS.items():
+        if spec.filters.get(key):
+            qs = qs.filter(**{f"task__{column}": spec.filters[key]})
+    return qs
+
+
+def _percentile_source(project, spec, start, end, source):
+    """The queryset and the expression whose percentile the metric is."""
+    if source == "task":
+        return _tasks(project, spec, start, end).filter(duration_ms__isnull=False), F("duration_ms")
+    steps = _steps(project, spec, start, end)
+    if source == "step":
+        return steps, F("duration_ms")
+    if source == "ttft":
+        return steps.filter(ttft_ms__isnull=False), F("ttft_ms")
+    # tpot: decode time per generated token, (duration − ttft) / output_tokens.
+    return (steps.filter(ttft_ms__isnull=False, output_tokens__gt=0),
+            (F("duration_ms") - F("ttft_ms")) / Cast("output_tokens", FloatField()))
+
+
+def _rate(numerator: int, denominator: int) -> float | None:
+    return 100.0 * numerator / denominator if denominator else None
+
+
+def measure(*, project: Project, spec: MetricSpec, start: datetime, end: datetime) -> Measurement:
+    """The metric over [start, end) and how many samples (tasks or steps) it rests on."""
+    source, fraction, _ = METRICS[spec.metric]
+    if fraction is not None:
+        qs, expression = _percentile_source(project, spec, start, end, source)
+        row = qs.aggregate(n=Count("pk"), value=PercentileCont(expression, fraction=fraction))
+        return Measurement(row["value"], row["n"], start, end)
+    tasks = _tasks(project, spec, start, end)
+    if source == "error":
+        row = tasks.aggregate(n=Count("pk"), bad=Count("pk", filter=Q(status__in=["error", "timeout"])))
+        return Measurement(_rate(row["bad"], row["n"]), row["n"], start, end)
+    findings = Finding.objects.filter(project=project, task_started_at__gte=start, task_started_at__lt=end)
+    if spec.finding_kind:
+        findings = findings.filter(kind=spec.finding_kind)
+    for key, column in TASK_FILTERS.items():
+        if spec.filters.get(key):
+            findings = findings.filter(**{f"task__{column}": spec.filters[key]})
+    if source == "finding":
+        total = tasks.count()
+        flagged = findings.values("task_id").distinct().count()
+        return Measurement(_rate(flagged, total), total, start, end)
+    # wasted: the findings' wasted time over the time of the tasks they belong to.
+    row = tasks.filter(duration_ms__isnull=False).aggregate(n=Count("pk"), total=Sum("duration_ms"))
+    wasted = findings.aggregate(total=Sum("wasted_ms"))["total"] or 0.0
+    value = 100.0 * wasted / row["total"] if row["total"] else None
+    return Measurement(value, row["n"], start, end)
+
+
+def series(*, project: Project, spec: MetricSpec, end: datetime, points: int,
+           step: timedelta) -> list[Measurement]:
+    """The metric over consecutive windows of length `step` ending at `end`, oldest first: the
+    chart of a rule and the live preview of the form. `points` queries, each one window."""
+    out = []
+    for i in range(points, 0, -1):
+        window_end = end - step * (i - 1)
+        out.append(measure(project=project, spec=spec, start=window_end - step, end=window_end))
+    return out
