@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 log = logging.getLogger("agentops.embedded")
@@ -38,6 +39,8 @@ def _file_lock(path: Path):
 
 def postgres_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL and return a URL to the agentops database."""
+    # pgserver keeps its lock file in the user runtime dir and warns when there is none.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     import pgserver
     import psycopg
 

@@ -13,7 +13,7 @@ from agentops import embedded
 def _redis(sock: str, *command: str) -> bytes:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(sock)
-        s.sendall(("*%d\r\n" % len(command) + "".join(f"${len(c)}\r\n{c}\r\n" for c in command)).encode())
+        s.sendall((f"*{len(command)}\r\n" + "".join(f"${len(c)}\r\n{c}\r\n" for c in command)).encode())
         return s.recv(1024)
 
 

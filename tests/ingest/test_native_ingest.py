@@ -221,3 +221,14 @@ def test_long_attribute_values_are_truncated_with_a_marker(post, project, ingest
     prompt = Task.objects.get(project=project).attributes["prompt"]
     assert prompt.endswith(limits.TRUNCATION_MARKER)
     assert len(prompt) < 20_000
+
+
+def test_a_key_over_its_rate_limit_gets_429_with_retry_after(post, ingest_key, settings):
+    from django.core.cache import cache
+    cache.clear()
+    settings.AGENTOPS_KEY_RATE_LIMIT = "3/minute"
+    codes = [post(ingest_key, {"events": []}) for _ in range(5)]
+    assert [r.status_code for r in codes[:3]] == [200, 200, 200]
+    assert codes[3].status_code == 429
+    assert int(codes[3].headers["Retry-After"]) > 0
+    cache.clear()
