@@ -3,6 +3,7 @@ the key, never from the payload."""
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from ingest.models import IngestKey
@@ -59,3 +60,15 @@ class HasIngestScope(permissions.BasePermission):
 
     def has_permission(self, request, view):
         return has_scope(request, IngestKey.SCOPE_INGEST)
+
+
+
+class IngestKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Documents the bearer key in the OpenAPI schema."""
+
+    target_class = "ingest.auth.IngestKeyAuthentication"
+    name = "projectKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "A project key: `ingest` scope to send, `read` to read, `admin` to manage."}
