@@ -372,3 +372,40 @@ def _histograms_upsert(cursor, *, project, histograms: list[HistogramRecord]) ->
         update="count = EXCLUDED.count, sum = EXCLUDED.sum, bounds = EXCLUDED.bounds, "
         "counts = EXCLUDED.counts, start = EXCLUDED.start",
     )
+
+
+# --- deletion ----------------------------------------------------------------------------
+
+
+def data_delete(*, project: Project | None = None, before=None, chunk: int = 5_000,
+                progress=None) -> dict[str, int]:
+    """Delete a project's data (everything, or only what started before `before`), or — with no
+    project — every project's data older than `before`. Tasks go in chunks so memory and lock
+    time stay bounded; their steps and everything derived from them go with them."""
+    from ingest.models import LatencyHistogram, Task
+
+    if project is None and before is None:
+        raise ValueError("name a project, a cut-off time, or both")
+    tasks = Task.objects.all()
+    samples = ResourceSample.objects.all()
+    histograms = LatencyHistogram.objects.all()
+    if project is not None:
+        tasks, samples, histograms = (qs.filter(project=project) for qs in (tasks, samples, histograms))
+    if before is not None:
+        tasks = tasks.filter(last_event_at__lt=before).exclude(started_at__gte=before)
+        samples = samples.filter(ts__lt=before)
+        histograms = histograms.filter(ts__lt=before)
+    deleted = {"tasks": 0, "samples": 0, "histograms": 0}
+    while True:
+        ids = list(tasks.values_list("pk", flat=True)[:chunk])
+        if not ids:
+            break
+        with transaction.atomic():
+            Task.objects.filter(pk__in=ids).delete()
+        deleted["tasks"] += len(ids)
+        if progress:
+            progress(deleted["tasks"])
+    deleted["samples"] = samples.delete()[0]
+    deleted["histograms"] = histograms.delete()[0]
+    log.info("ingest.deleted %s", deleted)
+    return deleted
