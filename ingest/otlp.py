@@ -1,0 +1,598 @@
+"""OTLP/HTTP decoding: ExportTraceServiceRequest / ExportMetricsServiceRequest bytes (protobuf
+or proto3 JSON) into the plain records of `ingest.records`, plus the replies. No Django.
+
+Traces: every span becomes a step (task_id = trace id hex, step_id = span id hex,
+parent_step_id = parent span id hex); a root span (no parent) also becomes the task. Release,
+environment and session come from the resource and ride on every step, so a task whose root
+span arrives last, or never, still gets them. Attribute meaning lives in `ingest.conventions`.
+
+One bad span never loses the others: its problem (bad id, end before start, a time outside
+2000..2200, nesting too deep) is counted and named in the reply's partialSuccess, as OTLP
+asks, and the client does not retry it. Only a body that cannot be decoded at all raises
+`OtlpDecodeError` (the view answers 400).
+
+Protobuf is walked directly (no MessageToDict): this is the hot path of every SDK exporter.
+Proto3 JSON is read span by span into the same protobuf classes (ids are hex in OTLP/JSON,
+not base64, so they are taken out first), which gives one mapping for both encodings.
+
+Metrics: gauges and sums of device metrics (hw.*, agentops.device.*, DCGM exporter names,
+see `conventions.DEVICE_METRICS`) whose data point or resource names a device become
+resource samples; `gen_ai.*` histograms become latency histograms per model. Other metrics
+are not about agents or devices and are ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from ingest import conventions, limits
+from ingest.records import (
+    Batch,
+    HistogramRecord,
+    RecordError,
+    SampleRecord,
+    StepRecord,
+    TaskRecord,
+    check_span,
+    check_time,
+    clean_attributes,
+    clean_json,
+    clean_text,
+)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_MEDIA_ALIASES = {PROTOBUF: PROTOBUF, "application/protobuf": PROTOBUF, JSON: JSON}
+
+STATUS_CODE_ERROR = 2
+# Span events kept per step: enough for streaming markers and exceptions; a span that logs
+# every chunk as an event would otherwise put megabytes into one row.
+MAX_SPAN_EVENTS = 128
+# Problems named in partialSuccess.errorMessage; the count covers all of them.
+MAX_REPORTED_PROBLEMS = 10
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_JSON_ERRORS = (json_format.ParseError, ValueError, TypeError, AttributeError, KeyError,
+                IndexError, RecursionError)
+
+
+class OtlpDecodeError(ValueError):
+    """The body as a whole cannot be decoded; the message says what and where."""
+
+
+def media_type(content_type: str) -> str | None:
+    """The OTLP encoding a Content-Type header names (parameters such as charset ignored)."""
+    return _MEDIA_ALIASES.get(content_type.split(";", 1)[0].strip().lower())
+
+
+@dataclass(slots=True)
+class Decoded:
+    """Records decoded from one request, and what was refused in it."""
+
+    batch: Batch = field(default_factory=Batch)
+    rejected: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def reject(self, path: str, problem: str) -> None:
+        self.rejected += 1
+        if len(self.problems) < MAX_REPORTED_PROBLEMS:
+            self.problems.append(f"{path}: {problem}")
+
+    def error_message(self) -> str:
+        if not self.rejected:
+            return ""
+        more = self.rejected - len(self.problems)
+        return "; ".join(self.problems) + (f"; and {more} more" if more > 0 else "")
+
+
+# --- bodies ------------------------------------------------------------------------------
+
+
+def _parse_protobuf(message_class, body: bytes):
+    message = message_class()
+    try:
+        message.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        hint = " (it looks like JSON: send Content-Type: application/json)" if body.lstrip()[:1] in (b"{", b"[") else ""
+        raise OtlpDecodeError(
+            f"body: not a valid {message_class.DESCRIPTOR.name} protobuf message ({exc}){hint}") from None
+    return message
+
+
+def _parse_json(body: bytes) -> dict:
+    if not body.strip():
+        return {}
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise OtlpDecodeError(f"body: malformed JSON at line {exc.lineno} column {exc.colno} "
+                              f"(char {exc.pos}): {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise OtlpDecodeError(f"body: not UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise OtlpDecodeError("body: JSON nested too deeply") from None
+    if not isinstance(payload, dict):
+        raise OtlpDecodeError("body: must be a JSON object")
+    return payload
+
+
+def _json_list(obj: dict, keys: tuple[str, ...], path: str) -> list:
+    for key in keys:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise OtlpDecodeError(f"{path}.{key}: must be an array")
+        return value
+    return []
+
+
+def _json_object(value: object, path: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OtlpDecodeError(f"{path}: must be an object")
+    return value
+
+
+def _json_message(message_class, value: dict, path: str):
+    try:
+        return json_format.ParseDict(value, message_class(), ignore_unknown_fields=True)
+    except _JSON_ERRORS as exc:
+        raise OtlpDecodeError(f"{path}: {_parse_error(exc)}") from None
+
+
+def _parse_error(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return clean_text(str(exc), limit=300)
+
+
+# --- values ------------------------------------------------------------------------------
+
+
+def _value(any_value, depth: int = 0) -> object:
+    """An AnyValue as a plain Python value (bytes as base64 text)."""
+    which = any_value.WhichOneof("value")
+    if which == "string_value":
+        return any_value.string_value
+    if which == "int_value":
+        return any_value.int_value
+    if which == "double_value":
+        return any_value.double_value
+    if which == "bool_value":
+        return any_value.bool_value
+    if depth >= limits.MAX_JSON_DEPTH:
+        raise RecordError(f"attributes: nested deeper than {limits.MAX_JSON_DEPTH} levels")
+    if which == "array_value":
+        return [_value(v, depth + 1) for v in any_value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _value(kv.value, depth + 1) for kv in any_value.kvlist_value.values}
+    if which == "bytes_value":
+        return base64.b64encode(any_value.bytes_value).decode()
+    return None
+
+
+def _attributes(key_values) -> dict:
+    return {kv.key: _value(kv.value) for kv in key_values}
+
+
+def _time(nanos: int, *, path: str) -> datetime:
+    if not nanos:
+        raise RecordError(f"{path}: is missing (0)")
+    return check_time(_EPOCH + timedelta(microseconds=nanos // 1000), path=path)
+
+
+def _iso(nanos: int) -> str | None:
+    try:
+        return _time(nanos, path="").isoformat()
+    except RecordError:
+        return None
+
+
+def _short(value: str, limit: int = limits.MAX_NAME_LENGTH) -> str:
+    """Cleaned text that fits a column of `limit` characters (marker included)."""
+    value = clean_text(value, limit=10**9)
+    if len(value) <= limit:
+        return value
+    return value[: limit - len(limits.TRUNCATION_MARKER)] + limits.TRUNCATION_MARKER
+
+
+def _id(raw: bytes, size: int, *, path: str) -> str:
+    if len(raw) != size:
+        raise RecordError(f"{path}: must be {size} bytes ({2 * size} hex digits), got {len(raw)}")
+    if not any(raw):
+        raise RecordError(f"{path}: all zeros is not a valid id")
+    return raw.hex()
+
+
+# --- traces ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Resource:
+    """What a resource contributes to each of its spans, computed once."""
+
+    attributes: dict
+    release: str = ""
+    environment: str = ""
+    session_id: str = ""
+    task_attributes: dict = field(default_factory=dict)
+    error: str = ""
+
+    @classmethod
+    def of(cls, resource) -> _Resource:
+        try:
+            attributes = _attributes(resource.attributes)
+            task_attributes = clean_attributes({
+                k: v for k, v in attributes.items()
+                if k != conventions.RELEASE_KEY and k not in conventions.ENVIRONMENT_KEYS
+            }, path="resource.attributes")
+        except RecordError as exc:
+            return cls(attributes={}, error=str(exc))
+        return cls(
+            attributes=attributes,
+            release=_short(conventions.resource_release(attributes)),
+            environment=_short(conventions.resource_environment(attributes), 100),
+            session_id=_short(conventions.resource_session(attributes)),
+            task_attributes=task_attributes,
+        )
+
+
+def _events(span) -> tuple[list[dict], float | None, str]:
+    """The span's events as JSON, the TTFT (ms) a first-token event marks, the exception text."""
+    events: list[dict] = []
+    ttft_ms = None
+    exception = ""
+    start = span.start_time_unix_nano
+    for event in span.events[:MAX_SPAN_EVENTS]:
+        attributes = _attributes(event.attributes)
+        if ttft_ms is None and conventions.is_first_token_event(event.name) and event.time_unix_nano >= start:
+            ttft_ms = (event.time_unix_nano - start) / 1e6
+        if event.name == "exception" and not exception:
+            parts = [str(attributes.get(k, "")) for k in ("exception.type", "exception.message")]
+            exception = ": ".join(p for p in parts if p)
+        events.append({"name": event.name, "ts": _iso(event.time_unix_nano), "attributes": attributes})
+    if len(span.events) > MAX_SPAN_EVENTS:
+        events.append({"name": "agentops.dropped_events", "ts": None,
+                       "attributes": {"count": len(span.events) - MAX_SPAN_EVENTS}})
+    return events, ttft_ms, exception
+
+
+def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepRecord]:
+    """One span as a step, and as the task too when it is a root span. Raises RecordError."""
+    if resource.error:
+        raise RecordError(f"resource: {resource.error}")
+    trace_id = _id(span.trace_id, 16, path="traceId")
+    span_id = _id(span.span_id, 8, path="spanId")
+    parent_id = _id(span.parent_span_id, 8, path="parentSpanId") if span.parent_span_id else ""
+    started_at = _time(span.start_time_unix_nano, path="startTimeUnixNano")
+    ended_at = _time(span.end_time_unix_nano, path="endTimeUnixNano")
+    check_span(started_at, ended_at, what="span")
+    attributes = _attributes(span.attributes)
+    facts = conventions.span_facts(attributes, resource=resource.attributes)
+    events, event_ttft_ms, exception = _events(span)
+    kind = facts.kind
+    if not parent_id and kind == "other":
+        kind = "framework"  # an unclassified root span is the orchestration around the steps
+    ttft_ms = facts.ttft_ms if facts.ttft_ms is not None else event_ttft_ms
+    streamed = facts.streamed if facts.streamed is not None else (True if event_ttft_ms is not None else None)
+    failed = span.status.code == STATUS_CODE_ERROR
+    error = (span.status.message or exception or "error") if failed else ""
+    session_id = _short(facts.session_id) or resource.session_id
+    name = _short(span.name)
+    step = StepRecord(
+        step_id=span_id,
+        task_id=trace_id,
+        parent_step_id=parent_id,
+        kind=kind,
+        name=name,
+        started_at=started_at,
+        ended_at=ended_at,
+        status="error" if failed else "ok",
+        error=clean_text(error, limit=limits.MAX_ERROR_CHARS),
+        attributes=clean_attributes({k: v for k, v in attributes.items() if k not in facts.used}),
+        events=clean_json(events, path="events"),
+        model=_short(facts.model),
+        provider=_short(facts.provider, 100),
+        device=_short(facts.device),
+        input_tokens=facts.input_tokens,
+        output_tokens=facts.output_tokens,
+        cached_tokens=facts.cached_tokens,
+        ttft_ms=ttft_ms,
+        streamed=streamed,
+        tool_name=_short(facts.tool_name),
+        tool_args=clean_json(facts.tool_args, path="tool_args") if facts.tool_args is not None else None,
+        release=resource.release,
+        environment=resource.environment,
+        session_id=session_id,
+    )
+    if parent_id:
+        return None, step
+    agent_name = attributes.get("agent.name")
+    task = TaskRecord(
+        task_id=trace_id,
+        name=_short(facts.task_name) or name or (_short(agent_name) if isinstance(agent_name, str) else ""),
+        release=resource.release,
+        environment=resource.environment,
+        session_id=session_id,
+        started_at=started_at,
+        ended_at=ended_at,
+        status="error" if failed else "ok",
+        attributes=resource.task_attributes,
+    )
+    return task, step
+
+
+def _add_span(decoded: Decoded, span, resource: _Resource, *, path: str) -> None:
+    try:
+        task, step = span_records(span, resource)
+    except RecordError as exc:
+        decoded.reject(path, str(exc))
+        return
+    decoded.batch.steps.append(step)
+    if task is not None:
+        decoded.batch.tasks.append(task)
+
+
+def _json_id(value: object, size: int, *, path: str) -> bytes:
+    """OTLP/JSON ids are hex; base64 (what a generic proto3 JSON encoder writes) is tolerated."""
+    if value is None or value == "":
+        return b""
+    if not isinstance(value, str):
+        raise RecordError(f"{path}: must be a hex string")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        pass
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) == size:
+        return raw
+    raise RecordError(f"{path}: {clean_text(value, limit=40)!r} is not {2 * size} hex digits")
+
+
+def _json_span(value: object) -> Span:
+    if not isinstance(value, dict):
+        raise RecordError("must be an object")
+    value = dict(value)
+    value.pop("links", None)  # links carry hex ids too, and agentops does not use them
+    ids = {key: value.pop(key, None) for key in ("traceId", "spanId", "parentSpanId")}
+    try:
+        span = json_format.ParseDict(value, Span(), ignore_unknown_fields=True)
+    except _JSON_ERRORS as exc:
+        raise RecordError(_parse_error(exc)) from None
+    span.trace_id = _json_id(ids["traceId"], 16, path="traceId")
+    span.span_id = _json_id(ids["spanId"], 8, path="spanId")
+    span.parent_span_id = _json_id(ids["parentSpanId"], 8, path="parentSpanId")
+    return span
+
+
+def decode_traces(body: bytes, *, media: str) -> Decoded:
+    """An ExportTraceServiceRequest body as records; raises OtlpDecodeError if undecodable."""
+    decoded = Decoded()
+    if media == PROTOBUF:
+        request = _parse_protobuf(ExportTraceServiceRequest, body)
+        for ri, resource_spans in enumerate(request.resource_spans):
+            resource = _Resource.of(resource_spans.resource)
+            for si, scope_spans in enumerate(resource_spans.scope_spans):
+                for pi, span in enumerate(scope_spans.spans):
+                    _add_span(decoded, span, resource,
+                              path=f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]")
+        return decoded
+    payload = _parse_json(body)
+    for ri, resource_spans in enumerate(_json_list(payload, ("resourceSpans",), "body")):
+        rpath = f"resourceSpans[{ri}]"
+        resource_spans = _json_object(resource_spans, rpath)
+        resource = _Resource.of(_json_message(
+            Resource, _json_object(resource_spans.get("resource"), f"{rpath}.resource"), f"{rpath}.resource"))
+        scopes = _json_list(resource_spans, ("scopeSpans", "instrumentationLibrarySpans"), rpath)
+        for si, scope_spans in enumerate(scopes):
+            spath = f"{rpath}.scopeSpans[{si}]"
+            for pi, value in enumerate(_json_list(_json_object(scope_spans, spath), ("spans",), spath)):
+                path = f"{spath}.spans[{pi}]"
+                try:
+                    span = _json_span(value)
+                except RecordError as exc:
+                    decoded.reject(path, str(exc))
+                    continue
+                _add_span(decoded, span, resource, path=path)
+    return decoded
+
+
+# --- metrics -----------------------------------------------------------------------------
+
+
+def _number(point) -> float | None:
+    which = point.WhichOneof("value")
+    if which == "as_double":
+        value = point.as_double
+        return value if value == value and abs(value) != float("inf") else None
+    if which == "as_int":
+        return float(point.as_int)
+    return None
+
+
+def _device_points(decoded: Decoded, samples: dict, metric, points, resource: dict, *, path: str) -> None:
+    target = conventions.device_metric(metric.name)
+    if target is None:
+        return
+    column, factor = target
+    for di, point in enumerate(points):
+        try:
+            attributes = _attributes(point.attributes)
+            device = conventions.device_id(attributes, resource)
+            if not device:
+                raise RecordError(f"{metric.name}: no hw.id on the data point or its resource")
+            value = _number(point)
+            if value is None:
+                raise RecordError(f"{metric.name}: the data point has no finite value")
+            ts = _time(point.time_unix_nano, path="timeUnixNano")
+        except RecordError as exc:
+            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            continue
+        key = (_short(device), ts)
+        sample = samples.get(key)
+        if sample is None:
+            sample = samples[key] = SampleRecord(device=key[0], ts=ts)
+        sample.metrics[_short(column, 100)] = value * factor
+        sample.vendor = sample.vendor or _short(conventions.device_vendor(attributes, resource, metric=metric.name), 50)
+        sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
+
+
+def _histogram_point(point, metric_name: str, resource: dict) -> HistogramRecord:
+    attributes = _attributes(point.attributes)
+    bounds = list(point.explicit_bounds)
+    counts = list(point.bucket_counts)
+    if counts and len(counts) != len(bounds) + 1:
+        raise RecordError(f"{metric_name}: {len(counts)} bucket counts for {len(bounds)} bounds")
+    return HistogramRecord(
+        metric=_short(metric_name),
+        ts=_time(point.time_unix_nano, path="timeUnixNano"),
+        count=point.count,
+        model=_short(conventions.histogram_model(attributes)),
+        device=_short(conventions.device_id(attributes, resource)),
+        start=_time(point.start_time_unix_nano, path="startTimeUnixNano") if point.start_time_unix_nano else None,
+        sum=point.sum if point.HasField("sum") else None,
+        bounds=bounds,
+        counts=counts,
+        attributes=clean_attributes(attributes),
+    )
+
+
+def _histogram_points(decoded: Decoded, histograms: dict, metric, resource: dict, *, path: str) -> None:
+    for di, point in enumerate(metric.histogram.data_points):
+        try:
+            record = _histogram_point(point, metric.name, resource)
+        except RecordError as exc:
+            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            continue
+        key = (record.metric, record.model, record.device, record.ts)
+        known = histograms.get(key)
+        if known is not None and known.bounds == record.bounds and len(known.counts) == len(record.counts):
+            # Series that differ only in attributes agentops does not key on (operation,
+            # server address) are one histogram per model and device: add them up.
+            known.count += record.count
+            known.counts = [a + b for a, b in zip(known.counts, record.counts, strict=True)]
+            known.sum = None if known.sum is None or record.sum is None else known.sum + record.sum
+            continue
+        histograms[key] = record
+
+
+def decode_metrics(body: bytes, *, media: str) -> Decoded:
+    """An ExportMetricsServiceRequest body as samples and histograms; rejected data points are
+    counted. Raises OtlpDecodeError if undecodable."""
+    if media == PROTOBUF:
+        request = _parse_protobuf(ExportMetricsServiceRequest, body)
+    else:
+        payload = _parse_json(body)
+        _drop_exemplars(payload)
+        request = _json_message(ExportMetricsServiceRequest, payload, "body")
+    decoded = Decoded()
+    samples: dict = {}
+    histograms: dict = {}
+    for ri, resource_metrics in enumerate(request.resource_metrics):
+        try:
+            resource = _attributes(resource_metrics.resource.attributes)
+        except RecordError as exc:
+            raise OtlpDecodeError(f"resourceMetrics[{ri}].resource: {exc}") from None
+        for si, scope_metrics in enumerate(resource_metrics.scope_metrics):
+            for mi, metric in enumerate(scope_metrics.metrics):
+                path = f"resourceMetrics[{ri}].scopeMetrics[{si}].metrics[{mi}]"
+                which = metric.WhichOneof("data")
+                if which in ("gauge", "sum"):
+                    _device_points(decoded, samples, metric, getattr(metric, which).data_points,
+                                   resource, path=path)
+                elif which == "histogram" and metric.name.startswith("gen_ai."):
+                    _histogram_points(decoded, histograms, metric, resource, path=path)
+                elif which == "exponential_histogram" and metric.name.startswith("gen_ai."):
+                    decoded.reject(path, f"{metric.name}: exponential histograms are not supported; "
+                                         "use explicit bucket boundaries")
+    decoded.batch.samples = list(samples.values())
+    decoded.batch.histograms = list(histograms.values())
+    return decoded
+
+
+def _drop_exemplars(payload: object, depth: int = 0) -> None:
+    """Exemplars carry hex span/trace ids that proto3 JSON would read as base64; unused here."""
+    if depth > 12:
+        return
+    if isinstance(payload, dict):
+        payload.pop("exemplars", None)
+        for value in payload.values():
+            _drop_exemplars(value, depth + 1)
+    elif isinstance(payload, list):
+        for value in payload:
+            _drop_exemplars(value, depth + 1)
+
+
+# --- replies -----------------------------------------------------------------------------
+
+
+def _encode(message, media: str) -> bytes:
+    if media == PROTOBUF:
+        return message.SerializeToString()
+    return json.dumps(json_format.MessageToDict(message)).encode()
+
+
+def trace_response(decoded: Decoded, *, media: str) -> bytes:
+    """ExportTraceServiceResponse; partialSuccess only when spans were refused (OTLP spec)."""
+    response = ExportTraceServiceResponse()
+    if decoded.rejected:
+        response.partial_success.rejected_spans = decoded.rejected
+        response.partial_success.error_message = decoded.error_message()
+    return _encode(response, media)
+
+
+def metrics_response(decoded: Decoded, *, media: str) -> bytes:
+    response = ExportMetricsServiceResponse()
+    if decoded.rejected:
+        response.partial_success.rejected_data_points = decoded.rejected
+        response.partial_success.error_message = decoded.error_message()
+    return _encode(response, media)
+
+
+# google.rpc.Code for the HTTP statuses OTLP/HTTP answers with.
+GRPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 413: 8, 415: 3, 429: 8, 503: 14}
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def status_body(http_status: int, message: str, *, media: str) -> bytes:
+    """The google.rpc.Status OTLP/HTTP puts in a failure reply, in the request's encoding.
+
+    Encoded by hand (two fields) so the product needs no googleapis-common-protos."""
+    code = GRPC_CODES.get(http_status, 2)
+    if media == PROTOBUF:
+        text = message.encode()
+        return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+    return json.dumps({"code": code, "message": message, "error": message}).encode()
