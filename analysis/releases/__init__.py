@@ -1,0 +1,1 @@
+"""Release comparison: statistics, the comparison selector, its API, charts and pages."""
