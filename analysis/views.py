@@ -1,15 +1,406 @@
-"""Dashboard pages: short functions that call selectors and render."""
+"""Dashboard pages, their chart JSON and the CSV exports: short functions that call selectors
+(`analysis.selectors`, `analysis.dashboard`) and render.
+
+Every view requires a login and resolves the project through `analysis.access`: a project the
+user may not see is a 404, whatever its name. Filters live in the URL (the same parameters as
+the read API), so every view is linkable and a bad value answers 400 naming the parameter.
+Pages render containers; `static/js/<page>.js` fetches the chart JSON and draws it.
+"""
+
+from __future__ import annotations
+
+import csv
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.gzip import gzip_page
 
-from analysis.access import project_for_user, projects_for_user
+from analysis import charts, dashboard, selectors
+from analysis.access import project_for_user
+from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters
+
+GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
+TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
+                               "finding", "device", "session_id")
+LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device")
+CSV_DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
+PAGE_SIZE = 50
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def keep(params, keys=TASK_PARAMS, **override) -> dict[str, str]:
+    """The query parameters among `keys` that are set, with overrides (None removes)."""
+    out = {k: params.get(k) for k in keys if params.get(k)}
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def _project(request):
+    """The project of this request; Http404 for a project the user may not see. None when the
+    user has no project at all (the page then explains how to get one)."""
+    name = request.GET.get("project")
+    project = project_for_user(request.user, name)
+    if project is None and name:
+        raise Http404("no such project")
+    return project
+
+
+def _scope(request) -> tuple[object, TaskFilters | None, str]:
+    project = _project(request)
+    try:
+        return project, parse_task_filters(request.GET), ""
+    except FilterError as exc:
+        return project, None, str(exc)
+
+
+def _page(request, template: str, project, error: str = "", **context):
+    context.update({
+        "project": project, "error": error,
+        "global_query": urlencode(keep(request.GET, GLOBAL_PARAMS)),
+        "has_data": project is not None and dashboard.project_has_data(project=project),
+        "ingest_endpoint": request.build_absolute_uri("/"),
+    })
+    return render(request, template, context, status=400 if error else 200)
+
+
+def _json_scope(request):
+    project = _project(request)
+    if project is None:
+        raise Http404("no project")
+    try:
+        return project, parse_task_filters(request.GET)
+    except FilterError as exc:
+        raise _BadRequest(str(exc)) from None
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _json_view(func):
+    """login + gzip + bad filters → 400 {"error": ...} for the chart JSON endpoints."""
+    @login_required
+    @gzip_page
+    def wrapper(request, *args, **kwargs):
+        try:
+            return JsonResponse(func(request, *args, **kwargs))
+        except _BadRequest as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def _task_or_404(project, task_id: str):
+    task = selectors.task_get(project=project, task_id=task_id) if project else None
+    if task is None:
+        raise Http404("no such task")
+    return task
+
+
+# --- overview --------------------------------------------------------------------------------
 
 
 @login_required
 def overview(request):
-    project = project_for_user(request.user, request.GET.get("project"))
-    return render(request, "analysis/overview.html", {
-        "project": project,
-        "projects": projects_for_user(request.user),
-    })
+    project, filters, error = _scope(request)
+    totals = None
+    if project and filters:
+        totals = dashboard.overview_totals(project=project, filters=filters)
+    return _page(request, "analysis/overview.html", project, error, totals=totals,
+                 tasks_query=urlencode(keep(request.GET)),
+                 config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
+                         "tasks": reverse("tasks"), "params": keep(request.GET)})
+
+
+@_json_view
+def overview_charts(request):
+    project, filters = _json_scope(request)
+    series = dashboard.overview_series(project=project, filters=filters)
+    return {
+        "volume": charts.volume_figure(series),
+        "errors": charts.error_rate_figure(series),
+        "percentiles": charts.percentile_figure(series),
+        "findings": charts.top_findings_figure(dashboard.top_findings(project=project, filters=filters)),
+        "budget": charts.budget_figure(dashboard.budget_by_release(project=project, filters=filters),
+                                       title="Latency budget: mean ms per task, by release"),
+    }
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@login_required
+def task_list(request):
+    project, filters, error = _scope(request)
+    sort = request.GET.get("sort", "-started_at")
+    if sort not in SORTS:
+        error = error or f"sort: must be one of {', '.join(sorted(SORTS))}"
+    tasks, next_cursor = [], None
+    if project and not error:
+        try:
+            tasks, next_cursor = selectors.task_list(project=project, filters=filters, limit=PAGE_SIZE,
+                                                     cursor=request.GET.get("cursor", ""), sort=sort)
+        except FilterError as exc:
+            error = str(exc)
+    params = keep(request.GET, TASK_PARAMS + ("sort",))
+    return _page(
+        request, "analysis/tasks.html", project, error, tasks=tasks, sort=sort,
+        next_query=urlencode({**params, "cursor": next_cursor}) if next_cursor else "",
+        first_query=urlencode(params) if request.GET.get("cursor") else "",
+        sort_queries={s: urlencode({**keep(request.GET), "sort": s}) for s in SORTS},
+        export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
+        values=params, statuses=["ok", "error", "timeout"], finding_kinds=dashboard.FINDING_KINDS,
+        devices=dashboard.project_devices(project=project) if project else [],
+    )
+
+
+@login_required
+def task_detail(request, task_id: str):
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    analysis = selectors.task_analysis(task=task)
+    findings = selectors.task_findings(task=task)
+    base = reverse("task-detail", args=[task.task_id])
+    return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
+                 findings=findings, whatif=_whatif_rows(analysis.whatif if analysis else {}),
+                 budget=sorted((analysis.budget or {}).items()) if analysis else [],
+                 config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
+                         "step": base + "/steps/", "project": project.name,
+                         "mode": request.GET.get("mode", ""), "steps": task.step_count})
+
+
+def _whatif_rows(whatif) -> list[tuple[str, str]]:
+    """What-if projections as (scenario, description) rows, whatever shape the analysis gives
+    each scenario: a number of ms, or an object of named numbers and text."""
+    if not isinstance(whatif, dict):
+        return []
+    rows = []
+    for scenario, value in whatif.items():
+        if isinstance(value, (int, float)):
+            rows.append((scenario, charts.fmt_ms(float(value))))
+        elif isinstance(value, dict):
+            parts = []
+            for k, v in value.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_ms"):
+                    parts.append(f"{k.removesuffix('_ms').replace('_', ' ')}: {charts.fmt_ms(float(v))}")
+                elif isinstance(v, (str, int, float)):
+                    parts.append(f"{k.replace('_', ' ')}: {v}")
+            rows.append((scenario, " · ".join(parts)))
+        else:
+            rows.append((scenario, str(value)[:500]))
+    return rows
+
+
+@_json_view
+def task_waterfall(request, task_id: str):
+    """The waterfall figure; `mode` (all|top) and `toggle` (comma-separated step ids) say
+    which subtrees are open."""
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    mode = request.GET.get("mode") or None
+    if mode not in (None, "all", "top"):
+        raise _BadRequest("mode: must be all or top")
+    toggled = [t for t in request.GET.get("toggle", "").split(",") if t][:500]
+    rows = dashboard.task_waterfall_rows(task=task)
+    analysis = selectors.task_analysis(task=task)
+    findings = selectors.task_findings(task=task)
+    samples = dashboard.task_lane_samples(task=task, devices={r.device for r in rows})
+    figure = charts.waterfall_figure(
+        rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
+        findings=dashboard.task_findings_by_step(findings), samples=samples)
+    has_children = {r.parent_step_id for r in rows if r.parent_step_id}
+    budget = [("this task", analysis.budget)] if analysis and analysis.budget else []
+    return {"waterfall": figure, "budget": charts.budget_figure(budget, title="Latency budget"),
+            "parents": sorted(has_children)}
+
+
+@_json_view
+def step_detail(request, task_id: str, step_id: str):
+    """All stored fields of one step (rendered as text by the page)."""
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    step = dashboard.step_detail(task=task, step_id=step_id)
+    if step is None:
+        raise Http404("no such step")
+    fields = ["step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
+              "status", "error", "depends_on", "model", "provider", "device", "input_tokens",
+              "output_tokens", "cached_tokens", "ttft_ms", "streamed", "tool_name", "tool_args",
+              "attributes", "events"]
+    return {f: (getattr(step, f).isoformat() if f.endswith("_at") else getattr(step, f)) for f in fields}
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+@login_required
+def latency(request):
+    project, filters, error = _scope(request)
+    group_by = request.GET.get("group_by", "kind")
+    if group_by not in LATENCY_GROUPS:
+        error = error or f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"
+    task_rows, group_rows = [], []
+    if project and not error:
+        task_rows = dashboard.duration_percentiles(project=project, filters=filters)
+        if group_by != "task":
+            group_rows = dashboard.duration_percentiles(project=project, filters=filters, group_by=group_by)
+    params = keep(request.GET)
+    chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
+    return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
+                 group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
+                 group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),
+                 tail_queries={k: urlencode({**params, "min_duration_ms": task_rows[0][k], "sort": "-duration_ms"})
+                               for k in ("p50", "p90", "p95", "p99", "max") if task_rows and task_rows[0][k] is not None},
+                 group_queries={r["group"]: urlencode({**params, "group_by": group_by, "group": r["group"]})
+                                for r in group_rows},
+                 config={"charts": reverse("latency-charts") + "?" + urlencode(chart_params),
+                         "tasks": reverse("tasks"), "params": params})
+
+
+@_json_view
+def latency_charts(request):
+    project, filters = _json_scope(request)
+    group_by = request.GET.get("group_by", "kind")
+    if group_by not in LATENCY_GROUPS:
+        raise _BadRequest(f"group_by: must be one of {', '.join(LATENCY_GROUPS)}")
+    group = request.GET.get("group", "")
+    out = {
+        "task_histogram": charts.histogram_figure(
+            dashboard.duration_histogram(project=project, filters=filters), title="Task duration"),
+        "task_ecdf": charts.ecdf_figure(dashboard.duration_quantiles(project=project, filters=filters),
+                                        title="Task duration ECDF"),
+    }
+    if group_by != "task":
+        top = [r["group"] for r in dashboard.duration_percentiles(project=project, filters=filters,
+                                                                  group_by=group_by, limit=8)]
+        label = f"Step duration: {group_by} = {group}" if group else f"Step duration (all {group_by}s)"
+        out["group_histogram"] = charts.histogram_figure(
+            dashboard.duration_histogram(project=project, filters=filters, group_by=group_by, group=group),
+            title=label, clickable=False)
+        out["group_ecdf"] = charts.ecdf_figure(
+            dashboard.duration_quantiles(project=project, filters=filters, group_by=group_by,
+                                         groups=[group] if group else top),
+            title=f"Step duration ECDF by {group_by}")
+    return out
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+@login_required
+def devices(request):
+    project, filters, error = _scope(request)
+    rows, findings = [], []
+    vendor, device = request.GET.get("vendor", ""), request.GET.get("device", "")
+    if project and not error:
+        rows = dashboard.device_table(project=project, filters=filters, vendor=vendor, device=device)
+        findings = dashboard.hardware_findings(project=project, filters=filters)
+    params = keep(request.GET, TASK_PARAMS + ("vendor",))
+    all_devices = dashboard.project_devices(project=project) if project else []
+    return _page(request, "analysis/devices.html", project, error, rows=rows, findings=findings,
+                 vendor=vendor, device=device, hidden=keep(request.GET, GLOBAL_PARAMS),
+                 vendors=sorted({d.vendor for d in all_devices if d.vendor}),
+                 all_devices=all_devices, global_params=keep(request.GET, GLOBAL_PARAMS),
+                 config={"charts": reverse("devices-charts") + "?" + urlencode(params)})
+
+
+@_json_view
+def devices_charts(request):
+    project, filters = _json_scope(request)
+    rows = dashboard.device_table(project=project, filters=filters, vendor=request.GET.get("vendor", ""),
+                                  device=request.GET.get("device", ""))
+    names = [r["device"] for r in rows][:12]
+    return {
+        "ttft": charts.ecdf_figure(dashboard.device_quantiles(project=project, filters=filters, metric="ttft",
+                                                              devices=names), title="TTFT by device"),
+        "tpot": charts.ecdf_figure(dashboard.device_quantiles(project=project, filters=filters, metric="tpot",
+                                                              devices=names), title="TPOT (ms per output token) by device"),
+        "telemetry": charts.device_timeseries_figure(
+            dashboard.device_series(project=project, filters=filters, devices=names), title="Device telemetry"),
+    }
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+def csv_cell(value) -> object:
+    """A cell a spreadsheet will not run: text starting with = + - @ (or tab/CR) gets a '."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(CSV_DANGEROUS):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def _csv_response(filename: str, header: list[str], rows) -> StreamingHttpResponse:
+    writer = csv.writer(_Echo())
+
+    def lines():
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow([csv_cell(v) for v in row])
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _export_scope(request):
+    project = _project(request)
+    if project is None:
+        raise Http404("no project")
+    try:
+        return project, parse_task_filters(request.GET), ""
+    except FilterError as exc:
+        return project, None, str(exc)
+
+
+@login_required
+def tasks_csv(request):
+    project, filters, error = _export_scope(request)
+    sort = request.GET.get("sort", "-started_at")
+    if sort not in SORTS:
+        error = error or f"sort: must be one of {', '.join(sorted(SORTS))}"
+    if error:
+        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+
+    def rows():
+        for t in dashboard.tasks_for_export(project=project, filters=filters, sort=sort):
+            analysis = getattr(t, "analysis", None) if hasattr(t, "analysis") else None
+            yield [t.task_id, t.name, t.release, t.environment, t.started_at.isoformat() if t.started_at else "",
+                   t.duration_ms, t.status, t.step_count, t.input_tokens, t.output_tokens,
+                   analysis.top_finding if analysis else "", analysis.wasted_ms if analysis else ""]
+
+    return _csv_response(f"{project.name}-tasks.csv",
+                         ["task_id", "name", "release", "environment", "started_at", "duration_ms", "status",
+                          "steps", "input_tokens", "output_tokens", "top_finding", "wasted_ms"], rows())
+
+
+@login_required
+def findings_csv(request):
+    project, filters, error = _export_scope(request)
+    if error:
+        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+
+    def rows():
+        for f in dashboard.findings_for_export(project=project, filters=filters):
+            yield [f.task.task_id, f.task.name, f.release, f.task_started_at.isoformat() if f.task_started_at else "",
+                   f.kind, f.severity, f.wasted_ms, " ".join(f.step_ids), f.summary]
+
+    return _csv_response(f"{project.name}-findings.csv",
+                         ["task_id", "task_name", "release", "task_started_at", "kind", "severity",
+                          "wasted_ms", "step_ids", "summary"], rows())

@@ -1,0 +1,536 @@
+"""Chart builders: pure functions from plain rows to Plotly figure dicts ({"data", "layout"}).
+
+The views serve these as JSON and one small JS file per page draws them with the vendored
+plotly.min.js. Nothing here touches Django or the database, so every chart is tested on its
+dict.
+
+Escaping: Plotly renders a pseudo-HTML subset (<b>, <br>, <a href>, <span style>) in trace
+names, hover text, tick labels and annotations, and decodes entities. Trace content (task and
+step names, tool arguments, releases, device names) is hostile, so every user-supplied string
+that ends up in a rendered field goes through `esc` first. `customdata` carries raw values for
+click handlers only; no hovertemplate here ever references it.
+
+Thresholds: the waterfall draws one SVG bar per step up to BAR_LIMIT visible rows (SVG stays
+responsive up to a couple of thousand shapes); beyond that it switches to WebGL (`scattergl`,
+one marker per step with a horizontal error bar spanning the step), which draws 50,000 steps
+in about a second. Tasks above BIG_TASK_STEPS steps open with only the first level expanded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+BAR_LIMIT = 1500
+BIG_TASK_STEPS = 2000
+LABEL_LIMIT = 250  # rows above which the waterfall drops its per-row tick labels
+
+KIND_COLORS = {
+    "llm": "#3556d8", "tool": "#e07b00", "retrieval": "#0f9d76", "agent": "#7a4cc2",
+    "framework": "#8a94a6", "queue": "#c4320a", "other": "#b0b7c3",
+}
+BUDGET_CATEGORIES = ["prefill", "decode", "tool", "retrieval", "framework", "queue"]
+BUDGET_COLORS = {"prefill": "#3556d8", "decode": "#7d9bff", "tool": "#e07b00",
+                 "retrieval": "#0f9d76", "framework": "#8a94a6", "queue": "#c4320a"}
+PALETTE = ["#3556d8", "#e07b00", "#0f9d76", "#c4320a", "#7a4cc2", "#8a6d00", "#d6457a",
+           "#2a9fd6", "#5b6b00", "#6b4f3a"]
+PERCENTILE_DASH = {"p50": "dot", "p95": "dash", "p99": "solid"}
+LANE_METRICS = [("queue_depth", "queue"), ("utilization", "util"),
+                ("temperature_c", "temp °C"), ("throttled", "throttled")]
+
+
+def esc(value: object) -> str:
+    """Text safe for any Plotly text field: the three characters Plotly's pseudo-HTML parses."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _layout(**extra) -> dict:
+    layout = {
+        "margin": {"l": 60, "r": 20, "t": 36, "b": 40},
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+        "hovermode": "closest",
+        "paper_bgcolor": "#fff",
+        "plot_bgcolor": "#fff",
+        "legend": {"orientation": "h", "y": -0.18},
+    }
+    layout.update(extra)
+    return layout
+
+
+def _title(text: str) -> dict:
+    return {"text": esc(text), "x": 0, "xanchor": "left", "font": {"size": 14}}
+
+
+def empty_figure(message: str) -> dict:
+    return {"data": [], "layout": _layout(
+        xaxis={"visible": False}, yaxis={"visible": False}, height=220,
+        annotations=[{"text": esc(message), "showarrow": False, "xref": "paper", "yref": "paper",
+                      "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "#667085"}}])}
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    if ms >= 60_000:
+        return f"{ms / 60_000:.1f} min"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.1f} ms"
+
+
+def _colors(labels: Iterable[str]) -> dict[str, str]:
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One time bucket of one release: task volume, errors and duration percentiles."""
+    bucket: str          # ISO start of the bucket
+    bucket_end: str      # ISO end of the bucket
+    release: str
+    count: int
+    errors: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+def _by_release(points: Sequence[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
+    out: dict[str, list[SeriesPoint]] = {}
+    for p in points:
+        out.setdefault(p.release, []).append(p)
+    return out
+
+
+def _release_label(release: str) -> str:
+    return esc(release) if release else "(no release)"
+
+
+def volume_figure(points: Sequence[SeriesPoint]) -> dict:
+    if not points:
+        return empty_figure("No tasks in this range")
+    groups = _by_release(points)
+    colors = _colors(groups)
+    data = [{
+        "type": "bar", "name": _release_label(release), "marker": {"color": colors[release]},
+        "x": [p.bucket for p in rows], "y": [p.count for p in rows],
+        "hovertext": [f"{_release_label(release)}<br>{p.count} tasks" for p in rows],
+        "hoverinfo": "text+x",
+    } for release, rows in groups.items()]
+    return {"data": data, "layout": _layout(title=_title("Tasks"), barmode="stack", height=260,
+                                            yaxis={"title": {"text": "tasks"}})}
+
+
+def error_rate_figure(points: Sequence[SeriesPoint]) -> dict:
+    if not points:
+        return empty_figure("No tasks in this range")
+    groups = _by_release(points)
+    colors = _colors(groups)
+    data = []
+    for release, rows in groups.items():
+        rates = [round(100 * p.errors / p.count, 2) if p.count else None for p in rows]
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": _release_label(release),
+            "line": {"color": colors[release]}, "x": [p.bucket for p in rows], "y": rates,
+            "hovertext": [f"{_release_label(release)}<br>{p.errors} of {p.count} failed"
+                          for p in rows],
+            "hoverinfo": "text+x+y",
+        })
+    return {"data": data, "layout": _layout(title=_title("Error rate"), height=260,
+                                            yaxis={"title": {"text": "% errors"},
+                                                   "rangemode": "tozero"})}
+
+
+def percentile_figure(points: Sequence[SeriesPoint]) -> dict:
+    """p50/p95/p99 task duration over time, one colour per release, one dash per percentile.
+    customdata = [release, bucket start, bucket end, value]: a click lists the tasks of that
+    bucket and release at or above the value (the tail behind the point)."""
+    if not points:
+        return empty_figure("No tasks in this range")
+    groups = _by_release(points)
+    colors = _colors(groups)
+    data = []
+    for release, rows in groups.items():
+        for pct in ("p99", "p95", "p50"):
+            values = [getattr(p, pct) for p in rows]
+            data.append({
+                "type": "scatter", "mode": "lines+markers",
+                "name": f"{_release_label(release)} {pct}", "legendgroup": release,
+                "line": {"color": colors[release], "dash": PERCENTILE_DASH[pct]},
+                "x": [p.bucket for p in rows], "y": values,
+                "customdata": [[release, p.bucket, p.bucket_end, v] for p, v in zip(rows, values, strict=True)],
+                "hovertext": [f"{_release_label(release)} {pct} {fmt_ms(v)}<br>{p.count} tasks"
+                              "<br>click: list the tasks at or above" for p, v in zip(rows, values, strict=True)],
+                "hoverinfo": "text+x",
+            })
+    return {"data": data, "layout": _layout(
+        title=_title("Task duration p50 / p95 / p99"), height=320,
+        yaxis={"title": {"text": "ms"}, "type": "log"})}
+
+
+@dataclass(frozen=True)
+class FindingTotal:
+    kind: str
+    findings: int
+    tasks: int
+    wasted_ms: float
+
+
+def top_findings_figure(rows: Sequence[FindingTotal]) -> dict:
+    """Finding kinds by total wasted time; customdata = kind (a click lists those tasks)."""
+    if not rows:
+        return empty_figure("No findings in this range")
+    ordered = sorted(rows, key=lambda r: r.wasted_ms)
+    return {"data": [{
+        "type": "bar", "orientation": "h", "marker": {"color": "#c4320a"},
+        "y": [esc(r.kind) for r in ordered], "x": [round(r.wasted_ms / 1000, 3) for r in ordered],
+        "customdata": [r.kind for r in ordered],
+        "hovertext": [f"{esc(r.kind)}: {fmt_ms(r.wasted_ms)} wasted<br>{r.findings} findings in "
+                      f"{r.tasks} tasks<br>click: list those tasks" for r in ordered],
+        "hoverinfo": "text",
+    }], "layout": _layout(title=_title("Top findings by wasted time"), height=80 + 28 * len(rows),
+                          xaxis={"title": {"text": "seconds wasted"}}, margin={"l": 160, "r": 20, "t": 36, "b": 40})}
+
+
+def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str) -> dict:
+    """Latency budget as a horizontal stacked bar per row (release, or one task)."""
+    rows = [(label, budget) for label, budget in rows if budget]
+    if not rows:
+        return empty_figure("No analysed tasks yet")
+    categories = list(BUDGET_CATEGORIES)
+    for _, budget in rows:
+        categories += [c for c in budget if c not in categories]
+    labels = [esc(label) if label else "(no release)" for label, _ in rows]
+    data = []
+    for i, cat in enumerate(categories):
+        values = [float(budget.get(cat) or 0) for _, budget in rows]
+        if not any(values):
+            continue
+        data.append({
+            "type": "bar", "orientation": "h", "name": esc(cat), "y": labels, "x": values,
+            "marker": {"color": BUDGET_COLORS.get(cat, PALETTE[i % len(PALETTE)])},
+            "hovertext": [f"{lab}<br>{esc(cat)}: {fmt_ms(v)}" for lab, v in zip(labels, values, strict=True)],
+            "hoverinfo": "text",
+        })
+    return {"data": data, "layout": _layout(title=_title(title), barmode="stack",
+                                            height=110 + 34 * len(rows),
+                                            xaxis={"title": {"text": "ms"}},
+                                            margin={"l": 110, "r": 20, "t": 36, "b": 40})}
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def log_edges(*, per_decade: int = 10, low_exp: int = -1, high_exp: int = 7) -> list[float]:
+    """Histogram edges evenly spaced on a log axis, rounded so the same numbers go into SQL
+    and into the drill-down URL (a task exactly on an edge lands in one bucket on both)."""
+    return [float(f"{10 ** (k / per_decade):.4g}")
+            for k in range(low_exp * per_decade, high_exp * per_decade + 1)]
+
+
+def histogram_figure(buckets: Sequence[tuple[float, float, int]], *, title: str,
+                     clickable: bool = True) -> dict:
+    """Bars on a log10(ms) axis labelled in ms; customdata = [low, high] of each bucket."""
+    if not buckets:
+        return empty_figure("No durations in this range")
+    lows = [math.log10(max(lo, 1e-3)) for lo, _, _ in buckets]
+    highs = [math.log10(max(hi, 1e-3)) for _, hi, _ in buckets]
+    decades = range(math.floor(min(lows)), math.ceil(max(highs)) + 1)
+    hint = "<br>click: list these tasks" if clickable else ""
+    return {"data": [{
+        "type": "bar", "marker": {"color": "#3556d8"},
+        "x": [(a + b) / 2 for a, b in zip(lows, highs, strict=True)], "width": [b - a for a, b in zip(lows, highs, strict=True)],
+        "y": [n for _, _, n in buckets],
+        "customdata": [[lo, hi] for lo, hi, _ in buckets],
+        "hovertext": [f"{fmt_ms(lo)} – {fmt_ms(hi)}: {n}{hint}" for lo, hi, n in buckets],
+        "hoverinfo": "text",
+    }], "layout": _layout(
+        title=_title(title), height=300, bargap=0.05,
+        xaxis={"title": {"text": "duration (log scale)"}, "tickvals": list(decades),
+               "ticktext": [fmt_ms(10 ** d) for d in decades]},
+        yaxis={"title": {"text": "count"}})}
+
+
+def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], *,
+                title: str) -> dict:
+    """ECDF per series from quantiles: (label, fractions, values at those fractions)."""
+    series = [(label, fr, vals) for label, fr, vals in series if any(v is not None for v in vals)]
+    if not series:
+        return empty_figure("No durations in this range")
+    colors = _colors(label for label, _, _ in series)
+    data = [{
+        "type": "scatter", "mode": "lines", "name": esc(label) or "(none)",
+        "line": {"color": colors[label], "shape": "hv"},
+        "x": [max(v, 1e-3) for v in values if v is not None],
+        "y": [f for f, v in zip(fractions, values, strict=True) if v is not None],
+        "hovertext": [f"{esc(label)}<br>p{100 * f:g}: {fmt_ms(v)}"
+                      for f, v in zip(fractions, values, strict=True) if v is not None],
+        "hoverinfo": "text",
+    } for label, fractions, values in series]
+    return {"data": data, "layout": _layout(
+        title=_title(title), height=300, xaxis={"title": {"text": "duration (ms, log scale)"}, "type": "log"},
+        yaxis={"title": {"text": "fraction ≤ x"}, "range": [0, 1.02]})}
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplePoint:
+    device: str
+    x: object           # a bucket timestamp (devices page) or ms since task start (lane)
+    values: Mapping[str, float | None]
+
+
+def device_timeseries_figure(points: Sequence[SamplePoint], *, title: str,
+                             metrics=LANE_METRICS) -> dict:
+    """One subplot per metric on a shared x axis, one line per device."""
+    if not points:
+        return empty_figure("No device telemetry in this range")
+    devices = list(dict.fromkeys(p.device for p in points))
+    colors = _colors(devices)
+    data, layout = _lane_traces(points, devices, colors, metrics, first_axis=1)
+    n = len(metrics)
+    for i in range(n):
+        top = 1 - i / n
+        layout[_axis_key(i + 1)] = {"domain": [top - 1 / n + 0.06, top],
+                                    "title": {"text": metrics[i][1]}, "rangemode": "tozero"}
+    layout = _layout(title=_title(title), height=120 + 130 * n,
+                     xaxis={"anchor": _axis_ref(n), "type": "date"}, **layout)
+    return {"data": data, "layout": layout}
+
+
+def _axis_key(i: int) -> str:
+    return "yaxis" if i == 1 else f"yaxis{i}"
+
+
+def _axis_ref(i: int) -> str:
+    return "y" if i == 1 else f"y{i}"
+
+
+def _lane_traces(points, devices, colors, metrics, *, first_axis: int):
+    data = []
+    for i, (metric, label) in enumerate(metrics):
+        for device in devices:
+            rows = [p for p in points if p.device == device and p.values.get(metric) is not None]
+            if not rows:
+                continue
+            data.append({
+                "type": "scatter", "mode": "lines", "name": esc(device), "legendgroup": device,
+                "showlegend": i == 0, "line": {"color": colors[device], "shape": "hv", "width": 1.5},
+                "x": [p.x for p in rows], "y": [p.values[metric] for p in rows],
+                "yaxis": _axis_ref(first_axis + i),
+                "hovertext": [f"{esc(device)} {label}: {p.values[metric]:g}" for p in rows],
+                "hoverinfo": "text+x",
+            })
+    return data, {}
+
+
+# --- the task waterfall ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A step as the waterfall needs it, in tree order; times are ms since the task started."""
+    step_id: str
+    parent_step_id: str
+    depth: int
+    kind: str
+    name: str
+    start_ms: float
+    duration_ms: float
+    status: str = "ok"
+    model: str = ""
+    device: str = ""
+    ttft_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tool_name: str = ""
+    tool_args: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class VisibleRow:
+    row: StepRow
+    descendants: int          # steps below it in the tree
+    collapsed: bool           # its subtree is hidden
+    finding_summaries: tuple[str, ...] = field(default=())  # on it or on hidden descendants
+
+
+def default_mode(step_count: int) -> str:
+    return "all" if step_count <= BIG_TASK_STEPS else "top"
+
+
+def subtree_sizes(rows: Sequence[StepRow]) -> list[int]:
+    """Descendant count of each row; rows are in tree order, so a subtree is the run of rows
+    after it that are deeper. Linear, whatever the depth."""
+    sizes = [0] * len(rows)
+    stack: list[int] = []
+    for i, row in enumerate(rows):
+        while stack and rows[stack[-1]].depth >= row.depth:
+            j = stack.pop()
+            sizes[j] = i - j - 1
+        stack.append(i)
+    for j in stack:
+        sizes[j] = len(rows) - j - 1
+    return sizes
+
+
+def visible_rows(rows: Sequence[StepRow], *, mode: str, toggled: Iterable[str] = (),
+                 findings: Mapping[str, Sequence[str]] | None = None) -> list[VisibleRow]:
+    """The rows to draw. `mode` "all" expands everything, "top" collapses every step below the
+    first level that has children; `toggled` step ids flip that default. Findings on hidden
+    steps move to the nearest visible ancestor, so a collapsed subtree still shows its problem."""
+    findings = findings or {}
+    flipped = set(toggled)
+    sizes = subtree_sizes(rows)
+    out: list[VisibleRow] = []
+    i = 0
+    while i < len(rows):
+        row = rows[i]
+        has_children = sizes[i] > 0
+        collapsed = has_children and ((mode == "top" and row.depth >= 1) != (row.step_id in flipped))
+        summaries = list(findings.get(row.step_id, ()))
+        if collapsed:
+            for hidden in rows[i + 1: i + 1 + sizes[i]]:
+                summaries += findings.get(hidden.step_id, ())
+        out.append(VisibleRow(row, sizes[i], collapsed, tuple(summaries)))
+        i += 1 + (sizes[i] if collapsed else 0)
+    return out
+
+
+def step_hover(row: StepRow, *, critical: bool, hidden: int = 0) -> str:
+    parts = [f"<b>{esc(truncate(row.name or row.kind, 80))}</b>",
+             f"{esc(row.kind)} · {fmt_ms(row.duration_ms)} · {esc(row.status or 'ok')}"
+             f" · starts +{fmt_ms(row.start_ms)}"]
+    if row.model or row.device:
+        parts.append(" · ".join(esc(truncate(v, 60)) for v in (row.model, row.device) if v))
+    if row.ttft_ms is not None or row.input_tokens is not None or row.output_tokens is not None:
+        tokens = f"tokens {row.input_tokens or 0} in → {row.output_tokens or 0} out"
+        ttft = f"TTFT {fmt_ms(row.ttft_ms)} · " if row.ttft_ms is not None else ""
+        parts.append(ttft + tokens)
+    if row.tool_name or row.tool_args:
+        parts.append(f"tool {esc(truncate(row.tool_name, 60))}({esc(truncate(row.tool_args, 120))})")
+    if row.error:
+        parts.append(f"error: {esc(truncate(row.error, 120))}")
+    if critical:
+        parts.append("on the critical path")
+    if hidden:
+        parts.append(f"{hidden} steps hidden: click, then Expand")
+    return "<br>".join(parts)
+
+
+def _row_label(v: VisibleRow) -> str:
+    marker = "▸ " if v.collapsed else ""
+    return "\u2003" * min(v.row.depth, 12) + marker + esc(truncate(v.row.name or v.row.kind, 40))
+
+
+def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = (),
+                     findings: Mapping[str, Sequence[str]] | None = None, mode: str | None = None,
+                     toggled: Iterable[str] = (), samples: Sequence[SamplePoint] = ()) -> dict:
+    """The task waterfall with its device lane below on the same x axis (ms since task start).
+
+    One bar per visible step, coloured by kind (WebGL beyond BAR_LIMIT rows); the critical path
+    is outlined and marked ▶; findings are red diamonds at the end of their step (or of the
+    collapsed ancestor that hides it). customdata = step id for the click handler."""
+    if not rows:
+        return empty_figure("This task has no steps")
+    mode = mode or default_mode(len(rows))
+    critical = set(critical_path)
+    visible = visible_rows(rows, mode=mode, toggled=toggled, findings=findings)
+    use_gl = len(visible) > BAR_LIMIT
+    by_kind: dict[str, list[int]] = {}
+    for i, v in enumerate(visible):
+        by_kind.setdefault(v.row.kind if v.row.kind in KIND_COLORS else "other", []).append(i)
+    data = []
+    for kind, idx in by_kind.items():
+        rs = [visible[i] for i in idx]
+        hover = [step_hover(v.row, critical=v.row.step_id in critical,
+                            hidden=v.descendants if v.collapsed else 0) for v in rs]
+        ids = [v.row.step_id for v in rs]
+        if use_gl:
+            data.append({
+                "type": "scattergl", "mode": "markers", "name": esc(kind),
+                "x": [round(v.row.start_ms + v.row.duration_ms / 2, 3) for v in rs], "y": idx,
+                "error_x": {"type": "data", "symmetric": True, "width": 0, "thickness": 5,
+                            "color": KIND_COLORS[kind],
+                            "array": [round(v.row.duration_ms / 2, 3) for v in rs]},
+                "marker": {"color": KIND_COLORS[kind], "size": 3},
+                "customdata": ids, "hovertext": hover, "hoverinfo": "text",
+            })
+        else:
+            data.append({
+                "type": "bar", "orientation": "h", "name": esc(kind),
+                "y": idx, "base": [round(v.row.start_ms, 3) for v in rs],
+                "x": [max(round(v.row.duration_ms, 3), 0.001) for v in rs],
+                "marker": {"color": KIND_COLORS[kind],
+                           "line": {"color": "#111827",
+                                    "width": [2 if v.row.step_id in critical else 0 for v in rs]}},
+                "customdata": ids, "hovertext": hover, "hoverinfo": "text",
+            })
+    scatter = "scattergl" if use_gl else "scatter"
+    crit = [i for i, v in enumerate(visible) if v.row.step_id in critical]
+    if crit:
+        data.append({
+            "type": scatter, "mode": "markers", "name": "critical path",
+            "x": [visible[i].row.start_ms for i in crit], "y": crit,
+            "marker": {"symbol": "triangle-right", "color": "#111827", "size": 8},
+            "customdata": [visible[i].row.step_id for i in crit],
+            "hovertext": [f"critical path: {esc(truncate(visible[i].row.name, 80))}" for i in crit],
+            "hoverinfo": "text",
+        })
+    flagged = [i for i, v in enumerate(visible) if v.finding_summaries]
+    if flagged:
+        data.append({
+            "type": scatter, "mode": "markers", "name": "findings",
+            "x": [visible[i].row.start_ms + visible[i].row.duration_ms for i in flagged], "y": flagged,
+            "marker": {"symbol": "diamond", "color": "#c4320a", "size": 11,
+                       "line": {"color": "#fff", "width": 1}},
+            "customdata": [visible[i].row.step_id for i in flagged],
+            "hovertext": ["<br>".join(esc(truncate(s, 160)) for s in visible[i].finding_summaries[:5])
+                          for i in flagged],
+            "hoverinfo": "text",
+        })
+    n = len(visible)
+    plot_height = max(220, min(n * 20, 900))
+    yaxis = {"autorange": "reversed", "zeroline": False, "showgrid": False, "fixedrange": False}
+    if n <= LABEL_LIMIT:
+        yaxis.update(tickmode="array", tickvals=list(range(n)),
+                     ticktext=[_row_label(v) for v in visible], automargin=True)
+    else:
+        yaxis.update(showticklabels=False, title={"text": f"{n} steps"})
+    layout = _layout(barmode="overlay", bargap=0.25, dragmode="zoom", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+                     margin={"l": 20, "r": 20, "t": 30, "b": 40})
+    layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl}
+    if samples:
+        devices = list(dict.fromkeys(p.device for p in samples))
+        lane_data, _ = _lane_traces(samples, devices, _colors(devices), LANE_METRICS, first_axis=2)
+        data += lane_data
+        lane_h = 70 * len(LANE_METRICS)
+        total = plot_height + lane_h + 70
+        top_of_lane = lane_h / total
+        yaxis["domain"] = [top_of_lane + 0.03, 1]
+        layout["yaxis"] = yaxis
+        band = top_of_lane / len(LANE_METRICS)
+        for i, (_, label) in enumerate(LANE_METRICS):
+            low = top_of_lane - (i + 1) * band
+            layout[_axis_key(i + 2)] = {"domain": [low + band * 0.15, low + band],
+                                        "title": {"text": label, "font": {"size": 10}},
+                                        "rangemode": "tozero", "nticks": 3}
+        layout["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1),
+                           "title": {"text": "ms since task start"}, "zeroline": False}
+        layout["height"] = total
+    else:
+        layout["yaxis"] = yaxis
+        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False}
+        layout["height"] = plot_height + 70
+    return {"data": data, "layout": layout}

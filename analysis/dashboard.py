@@ -1,0 +1,429 @@
+"""Reads for the dashboard pages: the aggregations behind the overview, latency and devices
+pages and the task waterfall. Every selector takes the project first and the shared
+TaskFilters, and builds on `selectors.task_queryset`, so a filter means the same thing on a
+page, in the API and in the CSV export, and one project's rows never reach another's page.
+
+Aggregation happens in Postgres (percentile_cont, date_bin, width_bucket) so a page costs one
+scan of the filtered rows whatever their number, and only a few hundred numbers come back.
+
+Time buckets: the overview aims at about BUCKETS_TARGET points per series: enough to see a
+regression, few enough to draw a readable line per release.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import connection
+from django.db.models import (
+    Aggregate,
+    Avg,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Func,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    TextField,
+)
+from django.db.models.functions import Cast, Left
+
+from analysis import selectors
+from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
+from analysis.filters import TaskFilters
+from analysis.models import Finding, TaskAnalysis
+from ingest.models import Device, Project, Release, ResourceSample, Step, Task
+
+BUCKETS_TARGET = 60
+BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
+FAILED = [Task.STATUS_ERROR, Task.STATUS_TIMEOUT]
+PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
+GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
+FINDING_KINDS = ["slow_step", "repeated_tool_call", "serial_gap", "parallelizable_calls",
+                 "context_growth", "hardware_queueing", "hardware_throttling"]
+HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling"]
+LANE_PAD = timedelta(seconds=30)
+
+
+class PercentileCont(Aggregate):
+    """percentile_cont(ARRAY[fractions]) WITHIN GROUP (ORDER BY expr) → an array of floats.
+    The fractions are our own constants, formatted as numbers, never user input."""
+
+    function = "percentile_cont"
+    template = "%(function)s(ARRAY[%(fractions)s]::float8[]) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression, fractions: Sequence[float], **extra):
+        text = ",".join(repr(float(f)) for f in fractions)
+        super().__init__(expression, fractions=text, output_field=ArrayField(FloatField()), **extra)
+
+
+class DateBin(Func):
+    """date_bin(stride, ts, origin): buckets of any width (date_trunc only knows units)."""
+
+    function = "date_bin"
+
+    def __init__(self, expression, *, seconds: int):
+        super().__init__(expression, output_field=DateTimeField())
+        self.template = f"date_bin(INTERVAL '{int(seconds)} seconds', %(expressions)s, TIMESTAMPTZ '2000-01-01')"
+
+
+# --- shared helpers --------------------------------------------------------------------------
+
+
+def bucket_seconds(*, span: timedelta) -> int:
+    """The smallest bucket width giving at most BUCKETS_TARGET buckets over `span`."""
+    for step in BUCKET_STEPS:
+        if span.total_seconds() / step <= BUCKETS_TARGET:
+            return step
+    return BUCKET_STEPS[-1]
+
+
+def time_span(*, project: Project, filters: TaskFilters) -> tuple[datetime, datetime] | None:
+    """The time range a chart covers: the filter's, else first to last task in the project."""
+    start, end = filters.since, filters.until
+    if start is None or end is None:
+        qs = selectors.task_queryset(project=project, filters=filters)
+        bounds = qs.aggregate(first=Min("started_at"), last=Max("started_at"))
+        if bounds["first"] is None:
+            return None
+        start = start or bounds["first"]
+        end = end or bounds["last"] + timedelta(seconds=1)
+    return start, end
+
+
+def _percentiles(values: Sequence[float | None] | None) -> dict[str, float | None]:
+    values = values or [None] * len(PERCENTILES)
+    return {f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, values, strict=True)}
+
+
+def project_releases(*, project: Project) -> list[str]:
+    return list(Release.objects.filter(project=project).order_by("-last_seen").values_list("name", flat=True)[:200])
+
+
+def project_environments(*, project: Project) -> list[str]:
+    """Environments seen in the latest tasks: an index scan, not a DISTINCT over millions."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT environment FROM (SELECT environment FROM ingest_task WHERE project_id = %s"
+            " ORDER BY started_at DESC NULLS LAST LIMIT 5000) recent WHERE environment <> ''"
+            " ORDER BY environment", [project.pk])
+        return [row[0] for row in cur.fetchall()]
+
+
+def project_devices(*, project: Project) -> list[Device]:
+    return list(Device.objects.filter(project=project).order_by("vendor", "name"))
+
+
+def project_has_data(*, project: Project) -> bool:
+    return Task.objects.filter(project=project).exists()
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
+    qs = selectors.task_queryset(project=project, filters=filters)
+    row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                       pcts=PercentileCont("duration_ms", PERCENTILES))
+    return {"count": row["count"], "errors": row["errors"], **_percentiles(row["pcts"])}
+
+
+def overview_series(*, project: Project, filters: TaskFilters, max_releases: int = 6) -> list[SeriesPoint]:
+    """Per time bucket and release: volume, errors, p50/p95/p99 of task duration. Releases past
+    the `max_releases` busiest are folded into "(other)" so the chart stays readable."""
+    span = time_span(project=project, filters=filters)
+    if span is None:
+        return []
+    step = bucket_seconds(span=span[1] - span[0])
+    qs = selectors.task_queryset(project=project, filters=filters)
+    top = list(qs.values("release").annotate(n=Count("pk")).order_by("-n").values_list("release", flat=True)[:max_releases + 1])
+    rows = (qs.annotate(bucket=DateBin("started_at", seconds=step))
+              .values("bucket", "release")
+              .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                        pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
+              .order_by("bucket", "release"))
+    fold = len(top) > max_releases
+    keep = set(top[:max_releases])
+    points = []
+    for r in rows:
+        p50, p95, p99 = r["pcts"] or (None, None, None)
+        release = r["release"] if not fold or r["release"] in keep else "(other)"
+        points.append(SeriesPoint(
+            bucket=r["bucket"].isoformat(), bucket_end=(r["bucket"] + timedelta(seconds=step)).isoformat(),
+            release=release, count=r["count"], errors=r["errors"], p50=p50, p95=p95, p99=p99))
+    if fold:  # "(other)" percentiles cannot be merged; keep its volume and errors only
+        merged: dict[tuple[str, str], SeriesPoint] = {}
+        for p in points:
+            key = (p.bucket, p.release)
+            if key in merged and p.release == "(other)":
+                old = merged[key]
+                merged[key] = SeriesPoint(p.bucket, p.bucket_end, p.release, old.count + p.count,
+                                          old.errors + p.errors, None, None, None)
+            else:
+                merged[key] = p if p.release != "(other)" else SeriesPoint(
+                    p.bucket, p.bucket_end, p.release, p.count, p.errors, None, None, None)
+        points = list(merged.values())
+    return points
+
+
+def _finding_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Finding]:
+    tasks = selectors.task_queryset(project=project, filters=filters)
+    return Finding.objects.filter(project=project, task__in=tasks.values("pk"))
+
+
+def top_findings(*, project: Project, filters: TaskFilters, limit: int = 10) -> list[FindingTotal]:
+    rows = (_finding_queryset(project=project, filters=filters).values("kind")
+            .annotate(n=Count("pk"), tasks=Count("task", distinct=True), wasted=Sum("wasted_ms"))
+            .order_by("-wasted")[:limit])
+    return [FindingTotal(r["kind"], r["n"], r["tasks"], r["wasted"] or 0.0) for r in rows]
+
+
+def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8) -> list[tuple[str, dict[str, float]]]:
+    """Mean ms per budget category per task, by release (the busiest `limit` releases)."""
+    tasks = selectors.task_queryset(project=project, filters=filters)
+    analyses = TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
+    sql, params = analyses.values("task_id", "budget").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(
+            f"WITH a AS ({sql}),"
+            f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id"
+            f"         WHERE a.budget <> '{{}}'::jsonb GROUP BY t.release ORDER BY n DESC LIMIT {int(limit)})"
+            f" SELECT t.release, b.key, sum(b.value::float8) / per.n"
+            f" FROM a JOIN ingest_task t ON t.id = a.task_id JOIN per ON per.release = t.release,"
+            f" jsonb_each_text(a.budget) b"
+            f" WHERE jsonb_typeof(a.budget) = 'object' AND b.value ~ '^-?[0-9.eE+-]+$'"
+            f" GROUP BY t.release, b.key, per.n ORDER BY t.release", params)
+        out: dict[str, dict[str, float]] = defaultdict(dict)
+        for release, key, mean in cur.fetchall():
+            out[release][key] = round(mean, 3)
+    return sorted(out.items())
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def _step_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Step]:
+    tasks = selectors.task_queryset(project=project, filters=filters)
+    return Step.objects.filter(project=project, task__in=tasks.values("pk"))
+
+
+def _group_queryset(*, project: Project, filters: TaskFilters, group_by: str, group: str = ""):
+    """(queryset, column) of the durations a latency chart shows: tasks, or steps of a group."""
+    if group_by == "task":
+        return selectors.task_queryset(project=project, filters=filters).filter(duration_ms__isnull=False), None
+    column = GROUPS[group_by]
+    qs = _step_queryset(project=project, filters=filters).exclude(**{column: ""})
+    if group_by == "tool":
+        qs = qs.filter(kind="tool")
+    if group:
+        qs = qs.filter(**{column: group})
+    return qs, column
+
+
+def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                       group: str = "") -> list[tuple[float, float, int]]:
+    """Counts per log-spaced bucket: (low ms inclusive, high ms exclusive, count)."""
+    qs, _ = _group_queryset(project=project, filters=filters, group_by=group_by, group=group)
+    edges = log_edges()
+    sql, params = qs.values("duration_ms").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
+                    f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
+        counts = dict(cur.fetchall())
+    out = []
+    for b, n in counts.items():
+        low = edges[b - 1] if b >= 1 else 0.0
+        high = edges[b] if b < len(edges) else edges[-1] * 10
+        out.append((low, high, n))
+    return out
+
+
+def duration_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                         limit: int = 30) -> list[dict]:
+    """count, p50/p90/p95/p99 and max per group (one row for tasks), busiest groups first."""
+    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
+    aggregates = {"count": Count("pk"), "max": Max("duration_ms"),
+                  "pcts": PercentileCont("duration_ms", PERCENTILES)}
+    if column is None:
+        row = qs.aggregate(**aggregates)
+        return [{"group": "", "count": row["count"], "max": row["max"], **_percentiles(row["pcts"])}] if row["count"] else []
+    rows = qs.values(column).annotate(**aggregates).order_by("-count")[:limit]
+    return [{"group": r[column], "count": r["count"], "max": r["max"], **_percentiles(r["pcts"])} for r in rows]
+
+
+def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                       groups: Iterable[str] = ()) -> list[tuple[str, Sequence[float], list[float | None]]]:
+    """ECDF points: (label, fractions, durations at those fractions) for tasks or each group."""
+    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
+    agg = PercentileCont("duration_ms", ECDF_FRACTIONS)
+    if column is None:
+        values = qs.aggregate(q=agg)["q"]
+        return [("tasks", ECDF_FRACTIONS, values)] if values else []
+    groups = list(groups)
+    rows = qs.filter(**{f"{column}__in": groups}).values(column).annotate(q=agg)
+    found = {r[column]: r["q"] for r in rows}
+    return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "") -> list[dict]:
+    """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range."""
+    devices = {d.name: d for d in project_devices(project=project)
+               if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
+    steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
+    tpot = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
+    rows = {r["device"]: r for r in steps.values("device").annotate(
+        steps=Count("pk"),
+        ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
+        tpot=PercentileCont(tpot, (0.5, 0.95), filter=Q(ttft_ms__isnull=False, output_tokens__gt=1)),
+    )}
+    hardware = hardware_finding_counts(project=project, filters=filters)
+    out = []
+    for name, d in devices.items():
+        r = rows.get(name, {})
+        ttft = r.get("ttft") or (None, None)
+        tpot_v = r.get("tpot") or (None, None)
+        out.append({"device": name, "vendor": d.vendor, "hardware": d.hardware, "steps": r.get("steps", 0),
+                    "ttft_p50": ttft[0], "ttft_p95": ttft[1], "tpot_p50": tpot_v[0], "tpot_p95": tpot_v[1],
+                    "hardware_findings": hardware.get(name, 0)})
+    return sorted(out, key=lambda r: (-r["steps"], r["device"]))
+
+
+def hardware_finding_counts(*, project: Project, filters: TaskFilters) -> dict[str, int]:
+    """Hardware findings per device of the step they were raised on."""
+    findings = _finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
+    sql, params = findings.values("task_id", "step_ids").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT s.device, count(*) FROM ({sql}) f JOIN ingest_step s"
+                    f" ON s.task_id = f.task_id AND s.step_id = ANY(f.step_ids)"
+                    f" WHERE s.device <> '' GROUP BY s.device", params)
+        return dict(cur.fetchall())
+
+
+def hardware_findings(*, project: Project, filters: TaskFilters, limit: int = 50) -> list[Finding]:
+    return list(_finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
+                .select_related("task").order_by("-wasted_ms")[:limit])
+
+
+def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, devices: Sequence[str]):
+    """ECDF points of TTFT ("ttft") or TPOT ("tpot") per device."""
+    steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices), ttft_ms__isnull=False)
+    if metric == "tpot":
+        steps = steps.filter(output_tokens__gt=1)
+        value = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
+    else:
+        value = F("ttft_ms")
+    found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}
+    return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
+
+
+def device_series(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> list[SamplePoint]:
+    """Mean utilization / queue depth / temperature and max throttled per device per bucket.
+    Samples are filtered by the time range only (they belong to devices, not tasks)."""
+    span = _sample_span(project=project, filters=filters, devices=devices)
+    if span is None:
+        return []
+    step = bucket_seconds(span=span[1] - span[0])
+    qs = ResourceSample.objects.filter(project=project, device__in=list(devices), ts__gte=span[0], ts__lt=span[1])
+    rows = (qs.annotate(bucket=DateBin("ts", seconds=step)).values("device", "bucket")
+            .annotate(utilization=Avg("utilization"), queue_depth=Avg("queue_depth"),
+                      temperature_c=Avg("temperature_c"), throttled=Max("throttled"))
+            .order_by("device", "bucket"))
+    return [SamplePoint(r["device"], r["bucket"].isoformat(),
+                        {k: r[k] for k in ("utilization", "queue_depth", "temperature_c", "throttled")})
+            for r in rows]
+
+
+def _sample_span(*, project: Project, filters: TaskFilters, devices: Sequence[str]):
+    start, end = filters.since, filters.until
+    if start is None or end is None:
+        bounds = ResourceSample.objects.filter(project=project, device__in=list(devices)).aggregate(
+            first=Min("ts"), last=Max("ts"))
+        if bounds["first"] is None:
+            return None
+        start = start or bounds["first"]
+        end = end or bounds["last"] + timedelta(seconds=1)
+    return start, end
+
+
+# --- the task page ---------------------------------------------------------------------------
+
+
+WATERFALL_FIELDS = ("step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
+                    "status", "model", "device", "ttft_ms", "input_tokens", "output_tokens", "tool_name")
+
+
+def task_waterfall_rows(*, task: Task) -> list[StepRow]:
+    """The task's steps in tree order as StepRows. Reads only the columns the waterfall draws
+    (tool arguments and errors cut to 200 characters in SQL): a 50,000-step task stays cheap."""
+    steps = (Step.objects.filter(task=task)
+             .annotate(args_text=Left(Cast("tool_args", TextField()), 200), error_text=Left("error", 200))
+             .values_list(*WATERFALL_FIELDS, "args_text", "error_text", named=True))
+    ordered = selectors.tree_order(list(steps))
+    origin = task.started_at or (ordered[0][0].started_at if ordered else None)
+    out = []
+    for s, depth in ordered:
+        out.append(StepRow(
+            step_id=s.step_id, parent_step_id=s.parent_step_id, depth=depth, kind=s.kind, name=s.name,
+            start_ms=(s.started_at - origin).total_seconds() * 1000, duration_ms=s.duration_ms,
+            status=s.status, model=s.model, device=s.device, ttft_ms=s.ttft_ms,
+            input_tokens=s.input_tokens, output_tokens=s.output_tokens, tool_name=s.tool_name,
+            tool_args=s.args_text or "", error=s.error_text or ""))
+    return out
+
+
+def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint]:
+    """Samples of the task's devices from shortly before it started to shortly after it ended,
+    as ms since the task started (the waterfall's axis)."""
+    devices = sorted(set(d for d in devices if d))
+    if not devices or task.started_at is None:
+        return []
+    end = task.ended_at or task.started_at
+    qs = (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices,
+                                        ts__gte=task.started_at - LANE_PAD, ts__lte=end + LANE_PAD)
+          .order_by("device", "ts").values_list("device", "ts", "queue_depth", "utilization",
+                                                  "temperature_c", "throttled")[:20000])
+    return [SamplePoint(device, round((ts - task.started_at).total_seconds() * 1000, 3),
+                        {"queue_depth": q, "utilization": u, "temperature_c": t, "throttled": th})
+            for device, ts, q, u, t, th in qs]
+
+
+def task_findings_by_step(findings: Iterable[Finding]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for f in findings:
+        for step_id in f.step_ids:
+            out[step_id].append(f"{f.kind}: {f.summary}")
+    return out
+
+
+def step_detail(*, task: Task, step_id: str) -> Step | None:
+    return Step.objects.filter(task=task, step_id=step_id).first()
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+def tasks_for_export(*, project: Project, filters: TaskFilters, sort: str = "-started_at"):
+    field = sort.lstrip("-")
+    order = [sort, "-pk" if sort.startswith("-") else "pk"]
+    qs = selectors.task_queryset(project=project, filters=filters).select_related("analysis")
+    if field == "duration_ms":
+        qs = qs.filter(duration_ms__isnull=False)
+    return qs.order_by(*order).iterator(chunk_size=2000)
+
+
+def findings_for_export(*, project: Project, filters: TaskFilters):
+    qs = _finding_queryset(project=project, filters=filters).select_related("task")
+    if filters.finding:
+        qs = qs.filter(kind=filters.finding)
+    return qs.order_by("-task_started_at", "-id").iterator(chunk_size=2000)

@@ -1,0 +1,55 @@
+"""Template tags of the dashboard layout: the top bar (navigation, project switcher, global
+filters) works on every page, including pages whose views know nothing about it."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+
+from analysis import dashboard
+from analysis.access import project_for_user, projects_for_user
+from analysis.charts import fmt_ms
+from analysis.filters import RANGE_PRESETS
+
+register = template.Library()
+
+GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
+NAV = [("overview", "Overview"), ("tasks", "Tasks"), ("latency", "Latency"), ("devices", "Devices"),
+       ("releases", "Releases"), ("alerts", "Alerts")]
+
+
+def _url(name: str) -> str | None:
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return None
+
+
+@register.inclusion_tag("analysis/_topbar.html", takes_context=True)
+def topbar(context):
+    request = context["request"]
+    user = request.user
+    params = request.GET
+    project = context.get("project")
+    if project is None and user.is_authenticated:
+        project = project_for_user(user, params.get("project"))
+    query = urlencode({k: params[k] for k in GLOBAL_PARAMS if params.get(k)})
+    nav = [(label, url, request.path == url) for name, label in NAV if (url := _url(name))]
+    return {
+        "request": request, "project": project, "query": query, "nav": nav,
+        "projects": projects_for_user(user) if user.is_authenticated else [],
+        "presets": list(RANGE_PRESETS), "values": {k: params.get(k, "") for k in GLOBAL_PARAMS},
+        "releases": dashboard.project_releases(project=project) if project else [],
+        "environments": dashboard.project_environments(project=project) if project else [],
+        # Page-specific parameters ride along when the global filters change (minus the cursor:
+        # a new filter starts from the first page).
+        "carry": [(k, v) for k in params if k not in GLOBAL_PARAMS and k != "cursor"
+                  for v in params.getlist(k)],
+    }
+
+
+@register.filter
+def ms(value):
+    return fmt_ms(value)
