@@ -1,0 +1,611 @@
+"""Release comparison: did release B make tasks faster or slower than release A, how sure are we,
+and where did the time change? One selector, `release_compare`, builds everything the Releases
+page, the API and `manage.py compare_releases` show; `release_list` feeds the releases list.
+
+How it stays fast on millions of tasks (see docs/releases.md for measured figures):
+- Exact counts and p50/p90/p95/p99 per task name come from one grouped SQL query
+  (`percentile_cont` over GROUPING SETS), never from Python.
+- The bootstrap interval, the Mann-Whitney test and the ECDF/histogram need raw durations: at most
+  `SAMPLE_CAP` per (release, task name) are fetched, drawn uniformly at random in SQL
+  (`random() < cap / count`, one pass, no sort). Below the cap every task is used. The interval
+  is centred on the exact SQL difference and scaled to the true counts (see stats.py).
+- "Where it changed" works on at most `ATTRIBUTION_TASKS` tasks per release, drawn the same
+  way, and their steps, findings and analyses. Means and rates from 20,000 tasks are within a
+  few percent of the full data; every figure carries the sample size it came from.
+
+Attribution method: a task's duration splits into the self time of each of its steps (its
+duration minus its children's, floored at zero, so nested steps are not counted twice) plus the
+rest (idle gaps, framework time outside any step, minus overlap of parallel steps). For every
+group (step kind + name, step kind, tool, model) the contribution is
+    Δ(mean self time per task) = Σ self_B / tasks_B − Σ self_A / tasks_A,
+so contributions over all steps plus the rest add up to Δ(mean task duration). Rows are sorted
+by contribution in the direction of the overall change: when B is slower, the top row is what
+made it slower.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+import numpy as np
+from django.db import connection
+from django.db.models import Exists, OuterRef, QuerySet
+
+from analysis.filters import FilterError, TaskFilters, parse_task_filters
+from analysis.releases import stats
+from analysis.selectors import task_queryset
+from ingest.models import Device, Project, Release, Step, Task
+
+SAMPLE_CAP = 20_000
+ATTRIBUTION_TASKS = 20_000
+SPARKLINE_BUCKETS = 20
+ERROR_STATUSES = ("error", "timeout")
+_FAILED_SQL = "IN (" + ", ".join(f"'{s}'" for s in ERROR_STATUSES) + ")"
+REST_KEY = "(time outside steps)"
+
+
+class UnknownRelease(ValueError):
+    """A release parameter names no release of the project. `param` is `a` or `b`."""
+
+    def __init__(self, param: str, name: str):
+        self.param = param
+        self.name = name
+        super().__init__(f"{param}: no release {name!r} in this project" if name
+                         else f"{param}: required (the name of a release)")
+
+
+@dataclass(frozen=True)
+class CompareFilters:
+    """What both releases are narrowed to: task name, environment, device or device vendor,
+    time range. Same meaning as the task list's filters."""
+
+    name: str = ""
+    environment: str = ""
+    device: str = ""
+    vendor: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def task_filters(self, release: str = "") -> TaskFilters:
+        return TaskFilters(release=release, name=self.name, environment=self.environment,
+                           device=self.device, since=self.since, until=self.until)
+
+    def as_query(self) -> dict[str, str]:
+        out = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in asdict(self).items()}
+        return {k: v for k, v in out.items() if v not in (None, "")}
+
+
+def parse_compare_filters(params) -> CompareFilters:
+    """Filters from query parameters (environment, name, device, vendor, since, until, range);
+    raises FilterError naming a bad parameter."""
+    base = parse_task_filters(params)
+    vendor = params.get("vendor", "").strip()
+    if len(vendor) > 50:
+        raise FilterError("vendor: at most 50 characters")
+    return CompareFilters(name=base.name, environment=base.environment, device=base.device,
+                          vendor=vendor, since=base.since, until=base.until)
+
+
+def parse_threshold(params) -> tuple[float, float]:
+    """threshold_pct (≥ 0) and alpha (0 < alpha < 1) from query parameters."""
+    def number(key: str, default: float) -> float:
+        raw = params.get(key)
+        if raw in (None, ""):
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise FilterError(f"{key}: {raw!r} is not a number") from None
+        if value != value:
+            raise FilterError(f"{key}: {raw!r} is not a number")
+        return value
+
+    threshold = number("threshold_pct", stats.DEFAULT_THRESHOLD_PCT)
+    if not 0 <= threshold <= 10_000:
+        raise FilterError("threshold_pct: must be between 0 and 10000")
+    alpha = number("alpha", stats.DEFAULT_ALPHA)
+    if not 0 < alpha < 1:
+        raise FilterError("alpha: must be between 0 and 1 (exclusive), e.g. 0.05")
+    return threshold, alpha
+
+
+def compared_tasks(*, project: Project, releases: list[str], filters: CompareFilters) -> QuerySet[Task]:
+    """Ended tasks of the given releases that pass the filters."""
+    qs = task_queryset(project=project, filters=filters.task_filters()).filter(
+        release__in=releases, duration_ms__isnull=False)
+    if filters.vendor:
+        devices = Device.objects.filter(project=project, vendor__iexact=filters.vendor).values("name")
+        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device__in=devices)))
+    return qs
+
+
+def _base_sql(qs: QuerySet, *columns: str) -> tuple[str, tuple]:
+    sql, params = qs.values(*columns).query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _fetch(sql: str, params) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def release_exists(*, project: Project, name: str) -> bool:
+    return bool(name) and (Release.objects.filter(project=project, name=name).exists()
+                           or Task.objects.filter(project=project, release=name).exists())
+
+
+# --- per task name: exact percentiles, sampled durations, statistics --------------------------
+
+def _task_stats(base: tuple[str, tuple]) -> dict[tuple[str, str | None], dict]:
+    """Exact figures per (release, task name) and per release (name None)."""
+    qs = ", ".join(str(q / 100) for q in stats.PERCENTILES)
+    sql = f"""
+        SELECT release, name, GROUPING(name) AS whole, count(*),
+               percentile_cont(ARRAY[{qs}]) WITHIN GROUP (ORDER BY duration_ms),
+               avg(duration_ms), avg(step_count), avg(input_tokens + output_tokens),
+               avg((status {_FAILED_SQL})::int)
+        FROM ({base[0]}) t
+        GROUP BY GROUPING SETS ((release, name), (release))"""
+    out = {}
+    for release, name, whole, n, pcts, mean, steps, tokens, errors in _fetch(
+            sql, base[1]):
+        out[(release, None if whole else name)] = {
+            "n": n, "percentiles": dict(zip(stats.PERCENTILES, pcts, strict=True)), "mean": mean,
+            "steps_per_task": float(steps), "tokens_per_task": float(tokens),
+            "error_rate": float(errors)}
+    return out
+
+
+def _duration_samples(base: tuple[str, tuple], counts: dict[tuple[str, str | None], dict]
+                      ) -> dict[tuple[str, str | None], np.ndarray]:
+    """Uniform random samples of at most SAMPLE_CAP durations per (release, name) and per release,
+    from one pass: a row is kept when its uniform draw is under either probability."""
+    probs = []
+    for (release, name), row in counts.items():
+        if name is not None:
+            whole = counts[(release, None)]["n"]
+            probs.append((release, name, min(1.0, SAMPLE_CAP / row["n"]), min(1.0, SAMPLE_CAP / whole)))
+    if not probs:
+        return {}
+    values = ", ".join(["(%s, %s, %s::float8, %s::float8)"] * len(probs))
+    sql = f"""
+        SELECT s.release, s.name, s.duration_ms, s.u < p.p_name, s.u < p.p_release
+        FROM (SELECT release, name, duration_ms, random() AS u FROM ({base[0]}) t) s
+        JOIN (VALUES {values}) p(release, name, p_name, p_release)
+          ON p.release = s.release AND p.name = s.name
+        WHERE s.u < greatest(p.p_name, p.p_release)"""
+    collected: dict[tuple[str, str | None], list[float]] = defaultdict(list)
+    for release, name, duration, in_name, in_release in _fetch(
+            sql, base[1] + tuple(v for row in probs for v in row)):
+        if in_name:
+            collected[(release, name)].append(duration)
+        if in_release:
+            collected[(release, None)].append(duration)
+    return {key: np.sort(np.asarray(v, dtype=float)) for key, v in collected.items()}
+
+
+def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
+                 threshold_pct: float, alpha: float, seed: int) -> dict:
+    empty = np.empty(0)
+    ra = ra or {"n": 0, "percentiles": {q: None for q in stats.PERCENTILES}, "mean": None,
+                "error_rate": None}
+    rb = rb or {"n": 0, "percentiles": {q: None for q in stats.PERCENTILES}, "mean": None,
+                "error_rate": None}
+    sa = sa if sa is not None else empty
+    sb = sb if sb is not None else empty
+    both = ra["n"] > 0 and rb["n"] > 0
+    estimate = [(rb["percentiles"][q] - ra["percentiles"][q]) if both else np.nan
+                for q in stats.PERCENTILES]
+    ci = (stats.bootstrap_percentile_diff(sa, sb, level=1 - alpha, seed=seed,
+                                          population_a=ra["n"], population_b=rb["n"],
+                                          estimate=estimate)
+          if both and sa.size and sb.size else np.full((len(stats.PERCENTILES), 2), np.nan))
+    p_value = stats.mann_whitney_p(sa, sb)
+    rows = []
+    for i, q in enumerate(stats.PERCENTILES):
+        a_value, b_value = ra["percentiles"][q], rb["percentiles"][q]
+        delta = (b_value - a_value) if both else None
+        rows.append({
+            "q": q, "a_ms": a_value, "b_ms": b_value, "delta_ms": delta,
+            "delta_pct": (100 * delta / a_value) if delta is not None and a_value else None,
+            "ci_low_ms": None if np.isnan(ci[i, 0]) else float(ci[i, 0]),
+            "ci_high_ms": None if np.isnan(ci[i, 1]) else float(ci[i, 1]),
+        })
+    head = rows[stats.PERCENTILES.index(stats.HEADLINE_PERCENTILE)]
+    verdict = stats.verdict(
+        n_a=ra["n"], n_b=rb["n"], before=head["a_ms"], after=head["b_ms"],
+        ci=(head["ci_low_ms"], head["ci_high_ms"]) if head["ci_low_ms"] is not None else None,
+        p_value=p_value, threshold_pct=threshold_pct, alpha=alpha)
+    return {
+        "name": name, "n_a": ra["n"], "n_b": rb["n"], "mean_a_ms": ra["mean"], "mean_b_ms": rb["mean"],
+        "error_rate_a": ra["error_rate"], "error_rate_b": rb["error_rate"],
+        "percentiles": rows, "p_value": p_value, "label": verdict.label, "verdict": verdict.text,
+        "regressed": verdict.regressed, "improved": verdict.improved,
+        "significant": verdict.significant, "warnings": verdict.warnings,
+        "sampled_a": int(sa.size), "sampled_b": int(sb.size),
+    }
+
+
+# --- where it changed ----------------------------------------------------------------------------
+
+def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]
+                        ) -> dict[str, list[int]]:
+    sql = f"""SELECT id, release FROM ({base[0]}) t
+              WHERE random() < CASE release WHEN %s THEN %s::float8 ELSE %s::float8 END"""
+    probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
+    ids: dict[str, list[int]] = {a: [], b: []}
+    for pk, release in _fetch(sql, base[1] + (a, *probs)):
+        ids[release].append(pk)
+    return ids
+
+
+_STEP_GROUPS_SQL = """
+    WITH st AS (
+        SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
+               s.duration_ms, (s.status {failed}) AS failed,
+               coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens, t.release
+        FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id
+        WHERE s.task_id = ANY(%s::bigint[])
+    ), kids AS (
+        SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
+        FROM st WHERE parent_step_id <> '' GROUP BY 1, 2
+    ), own AS (
+        SELECT st.*, greatest(st.duration_ms - coalesce(kids.child_ms, 0), 0) AS self_ms
+        FROM st LEFT JOIN kids USING (task_id, step_id)
+    )
+    SELECT release, kind, name, tool_name, model,
+           GROUPING(kind) AS no_kind, GROUPING(name) AS no_name,
+           GROUPING(tool_name) AS no_tool, GROUPING(model) AS no_model,
+           count(*), sum(self_ms), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY duration_ms),
+           avg(failed::int), sum(tokens), count(DISTINCT task_id)
+    FROM own
+    GROUP BY GROUPING SETS ((release), (release, kind), (release, kind, name), (release, tool_name),
+                            (release, model))"""
+
+
+def _dimension(no_kind, no_name, no_tool, no_model) -> str | None:
+    if not no_kind and not no_name:
+        return "steps"
+    if not no_kind:
+        return "kinds"
+    if not no_tool:
+        return "tools"
+    if not no_model:
+        return "models"
+    return None
+
+
+def _group_key(dimension: str, kind, name, tool, model) -> str | None:
+    if dimension == "steps":
+        return f"{kind}:{name}" if name else f"{kind}:(unnamed)"
+    if dimension == "kinds":
+        return kind
+    if dimension == "tools":
+        return tool or None
+    return model or None
+
+
+def _step_attribution(ids: dict[str, list[int]], a: str, b: str, task_totals: dict[str, dict]) -> dict:
+    all_ids = ids[a] + ids[b]
+    groups: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
+    labels: dict[tuple[str, str], dict] = {}
+    totals: dict[str, dict] = {}
+    for (release, kind, name, tool, model, no_kind, no_name, no_tool, no_model, count, self_ms,
+         pcts, error_rate, tokens, tasks) in _fetch(_STEP_GROUPS_SQL.format(failed=_FAILED_SQL), (all_ids,)):
+        figures = {"count": count, "self_ms": float(self_ms or 0), "p50_ms": pcts[0],
+                   "p95_ms": pcts[1], "error_rate": float(error_rate), "tokens": int(tokens or 0),
+                   "tasks": tasks}
+        dimension = _dimension(no_kind, no_name, no_tool, no_model)
+        if dimension is None:
+            totals[release] = figures
+            continue
+        key = _group_key(dimension, kind, name, tool, model)
+        if key is None:
+            continue
+        groups[dimension][key][release] = figures
+        labels[(dimension, key)] = {"kind": kind if dimension in ("steps", "kinds") else "",
+                                    "name": name if dimension == "steps" else ""}
+    n = {r: max(len(ids[r]), 1) for r in (a, b)}
+    overall_delta = task_totals[b]["mean_ms"] - task_totals[a]["mean_ms"]
+    direction = -1 if overall_delta < 0 else 1
+
+    def row(dimension: str, key: str, per_release: dict[str, dict]) -> dict:
+        fa, fb = per_release.get(a, {}), per_release.get(b, {})
+        mean_a = fa.get("self_ms", 0.0) / n[a]
+        mean_b = fb.get("self_ms", 0.0) / n[b]
+        return {
+            "key": key, **labels.get((dimension, key), {"kind": "", "name": ""}),
+            "contribution_ms": mean_b - mean_a,
+            "contribution_share": ((mean_b - mean_a) / overall_delta) if overall_delta else None,
+            "mean_a_ms": mean_a, "mean_b_ms": mean_b,
+            "share_a": _ratio(fa.get("self_ms", 0.0), task_totals[a]["sum_ms"]),
+            "share_b": _ratio(fb.get("self_ms", 0.0), task_totals[b]["sum_ms"]),
+            "p50_a_ms": fa.get("p50_ms"), "p50_b_ms": fb.get("p50_ms"),
+            "p95_a_ms": fa.get("p95_ms"), "p95_b_ms": fb.get("p95_ms"),
+            "calls_per_task_a": fa.get("count", 0) / n[a], "calls_per_task_b": fb.get("count", 0) / n[b],
+            "tokens_per_task_a": fa.get("tokens", 0) / n[a], "tokens_per_task_b": fb.get("tokens", 0) / n[b],
+            "error_rate_a": fa.get("error_rate"), "error_rate_b": fb.get("error_rate"),
+        }
+
+    out: dict[str, list[dict]] = {}
+    for dimension in ("steps", "kinds", "tools", "models"):
+        rows = [row(dimension, key, per) for key, per in groups[dimension].items()]
+        if dimension == "steps":
+            rest = {r: {"self_ms": task_totals[r]["sum_ms"] - totals.get(r, {}).get("self_ms", 0.0)}
+                    for r in (a, b)}
+            rows.append(row("steps", REST_KEY, rest) | {"kind": "", "name": REST_KEY})
+        rows.sort(key=lambda r: (-direction * r["contribution_ms"], r["key"]))
+        out[dimension] = rows
+    tool_rows = {r: groups["kinds"].get("tool", {}).get(r, {}) for r in (a, b)}
+    out["totals"] = {
+        r: {"steps_per_task": totals.get(r, {}).get("count", 0) / n[r],
+            "tool_calls_per_task": tool_rows[r].get("count", 0) / n[r],
+            "tokens_per_task": totals.get(r, {}).get("tokens", 0) / n[r],
+            "step_error_rate": totals.get(r, {}).get("error_rate")}
+        for r in (a, b)}
+    return out
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _sample_task_totals(ids: dict[str, list[int]]) -> dict[str, dict]:
+    sql = """SELECT release, count(*), sum(duration_ms), count(a.task_id)
+             FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+             WHERE t.id = ANY(%s::bigint[]) GROUP BY release"""
+    out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0} for r in ids}
+    for release, n, total, analyzed in _fetch(sql, ([i for v in ids.values() for i in v],)):
+        out[release] = {"tasks": n, "sum_ms": float(total), "mean_ms": float(total) / n,
+                        "analyzed": analyzed}
+    return out
+
+
+def _finding_rates(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+    """Share of analysed tasks with at least one finding of each kind, and wasted ms per task."""
+    sql = """SELECT t.release, f.kind, count(DISTINCT f.task_id), sum(f.wasted_ms)
+             FROM analysis_finding f JOIN ingest_task t ON t.id = f.task_id
+             WHERE f.task_id = ANY(%s::bigint[]) GROUP BY 1, 2"""
+    figures: dict[str, dict[str, tuple[int, float]]] = defaultdict(dict)
+    for release, kind, tasks, wasted in _fetch(sql, (ids[a] + ids[b],)):
+        figures[kind][release] = (tasks, float(wasted or 0))
+    rows = []
+    for kind, per in figures.items():
+        row = {"kind": kind}
+        for side, r in (("a", a), ("b", b)):
+            tasks, wasted = per.get(r, (0, 0.0))
+            analyzed = totals[r]["analyzed"]
+            row[f"rate_{side}"] = _ratio(tasks, analyzed)
+            row[f"wasted_per_task_{side}_ms"] = _ratio(wasted, analyzed)
+        row["delta_rate"] = (row["rate_b"] or 0) - (row["rate_a"] or 0)
+        row["delta_wasted_ms"] = (row["wasted_per_task_b_ms"] or 0) - (row["wasted_per_task_a_ms"] or 0)
+        row["summary"] = (f"{kind} went from {100 * (row['rate_a'] or 0):.0f}% to "
+                          f"{100 * (row['rate_b'] or 0):.0f}% of tasks")
+        rows.append(row)
+    rows.sort(key=lambda r: (-r["delta_wasted_ms"], -r["delta_rate"], r["kind"]))
+    return rows
+
+
+def _budget(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+    """Mean ms per analysed task in each latency-budget category, and its share of the budget."""
+    sql = """SELECT t.release, kv.key, sum((kv.value)::text::float8)
+             FROM analysis_taskanalysis ta JOIN ingest_task t ON t.id = ta.task_id,
+                  jsonb_each(CASE jsonb_typeof(ta.budget) WHEN 'object' THEN ta.budget
+                             ELSE '{}'::jsonb END) kv
+             WHERE ta.task_id = ANY(%s::bigint[]) AND jsonb_typeof(kv.value) = 'number'
+             GROUP BY 1, 2"""
+    sums: dict[str, dict[str, float]] = defaultdict(dict)
+    for release, key, total in _fetch(sql, (ids[a] + ids[b],)):
+        sums[key][release] = float(total)
+    whole = {r: sum(per.get(r, 0.0) for per in sums.values()) for r in (a, b)}
+    rows = []
+    for key, per in sums.items():
+        mean_a = _ratio(per.get(a, 0.0), totals[a]["analyzed"])
+        mean_b = _ratio(per.get(b, 0.0), totals[b]["analyzed"])
+        rows.append({"category": key, "mean_a_ms": mean_a, "mean_b_ms": mean_b,
+                     "delta_ms": (mean_b or 0) - (mean_a or 0),
+                     "share_a": _ratio(per.get(a, 0.0), whole[a]),
+                     "share_b": _ratio(per.get(b, 0.0), whole[b])})
+    rows.sort(key=lambda r: (-abs(r["delta_ms"]), r["category"]))
+    return rows
+
+
+_PROJECTED_KEYS = ("projected_ms", "duration_ms", "total_ms", "ms", "value")
+
+
+def whatif_scenarios(whatif) -> dict[str, float]:
+    """Projected task duration (ms) per what-if scenario, from whichever shape the analysis
+    stores: {"name": ms}, {"name": {"projected_ms": ms, ...}}, a list of
+    {"name"|"scenario": ..., "projected_ms": ...}, or any of these under "scenarios"."""
+    if isinstance(whatif, dict) and "scenarios" in whatif:
+        whatif = whatif["scenarios"]
+    items: list[tuple[str, object]] = []
+    if isinstance(whatif, dict):
+        items = list(whatif.items())
+    elif isinstance(whatif, list):
+        for entry in whatif:
+            if isinstance(entry, dict):
+                label = entry.get("name") or entry.get("scenario") or entry.get("label")
+                if isinstance(label, str):
+                    items.append((label, entry))
+    out = {}
+    for label, value in items:
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out[str(label)] = float(value)
+        elif isinstance(value, dict):
+            for key in _PROJECTED_KEYS:
+                number = value.get(key)
+                if isinstance(number, int | float) and not isinstance(number, bool):
+                    out[str(label)] = float(number)
+                    break
+    return out
+
+
+def _whatif(ids: dict[str, list[int]], a: str, b: str) -> list[dict]:
+    """Mean projected duration and saving per scenario, over the analysed tasks that have it."""
+    sql = """SELECT t.release, t.duration_ms, ta.whatif FROM analysis_taskanalysis ta
+             JOIN ingest_task t ON t.id = ta.task_id WHERE ta.task_id = ANY(%s::bigint[])"""
+    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
+    for release, duration, whatif in _fetch(sql, (ids[a] + ids[b],)):
+        if isinstance(whatif, str):  # Django's psycopg setup hands jsonb back as text
+            whatif = json.loads(whatif)
+        for label, projected in whatif_scenarios(whatif).items():
+            acc = sums[label][release]
+            acc[0] += projected
+            acc[1] += duration - projected
+            acc[2] += 1
+    rows = []
+    for label, per in sums.items():
+        row = {"scenario": label}
+        for side, r in (("a", a), ("b", b)):
+            projected, saved, n = per.get(r, [0.0, 0.0, 0])
+            row[f"projected_{side}_ms"] = projected / n if n else None
+            row[f"saved_{side}_ms"] = saved / n if n else None
+            row[f"tasks_{side}"] = n
+        rows.append(row)
+    rows.sort(key=lambda r: (-(r["saved_b_ms"] or 0), r["scenario"]))
+    return rows
+
+
+# --- the comparison ----------------------------------------------------------------------------
+
+@dataclass
+class ReleaseComparison:
+    """`report` is the JSON the API returns; `durations` holds the sampled task durations of each
+    release (all task names) for the ECDF and histogram."""
+
+    report: dict
+    durations: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters | None = None,
+                    threshold_pct: float = stats.DEFAULT_THRESHOLD_PCT,
+                    alpha: float = stats.DEFAULT_ALPHA, seed: int = 0) -> ReleaseComparison:
+    """Compare release `b` against baseline `a` in `project`. Raises UnknownRelease when a
+    release is missing or not one of the project's."""
+    filters = filters or CompareFilters()
+    for param, name in (("a", a), ("b", b)):
+        if not release_exists(project=project, name=name):
+            raise UnknownRelease(param, name)
+    qs = compared_tasks(project=project, releases=[a, b], filters=filters)
+    base = _base_sql(qs, "id", "release", "name", "duration_ms", "status", "step_count",
+                     "input_tokens", "output_tokens")
+    exact = _task_stats(base)
+    samples = _duration_samples(base, exact)
+    names = sorted({name for (_, name) in exact if name is not None})
+    common = dict(threshold_pct=threshold_pct, alpha=alpha)
+    overall = _compare_row(None, exact.get((a, None)), exact.get((b, None)),
+                           samples.get((a, None)), samples.get((b, None)), seed=seed, **common)
+    tasks = [_compare_row(name, exact.get((a, name)), exact.get((b, name)), samples.get((a, name)),
+                          samples.get((b, name)), seed=seed + i + 1, **common)
+             for i, name in enumerate(names)]
+    tasks.sort(key=lambda r: (not r["regressed"], -_headline_delta_pct(r), r["name"]))
+
+    counts = {r: exact.get((r, None), {}).get("n", 0) for r in (a, b)}
+    ids = _attribution_sample(base, a, b, counts)
+    totals = _sample_task_totals(ids)
+    attribution = _step_attribution(ids, a, b, totals)
+    step_totals = attribution.pop("totals")
+    summary = _summary(exact.get((a, None)), exact.get((b, None)), step_totals[a], step_totals[b])
+    report = {
+        "project": project.name, "a": a, "b": b, "filters": filters.as_query(),
+        "threshold_pct": threshold_pct, "alpha": alpha,
+        "headline_percentile": stats.HEADLINE_PERCENTILE,
+        "regressed": any(r["regressed"] for r in tasks),
+        "overall": overall, "tasks": tasks, "summary": summary,
+        "attribution": {
+            "method": "contribution = change in mean self time per task (ms); rows sorted by "
+                      "contribution in the direction of the overall change",
+            "sample": {"tasks_a": len(ids[a]), "tasks_b": len(ids[b]),
+                       "sampled": len(ids[a]) < counts[a] or len(ids[b]) < counts[b],
+                       "analyzed_a": totals[a]["analyzed"], "analyzed_b": totals[b]["analyzed"]},
+            "mean_delta_ms": totals[b]["mean_ms"] - totals[a]["mean_ms"],
+            **attribution,
+        },
+        "budget": _budget(ids, a, b, totals),
+        "findings": _finding_rates(ids, a, b, totals),
+        "whatif": _whatif(ids, a, b),
+    }
+    durations = {a: samples.get((a, None), np.empty(0)), b: samples.get((b, None), np.empty(0))}
+    return ReleaseComparison(report=report, durations=durations)
+
+
+def _headline_delta_pct(row: dict) -> float:
+    for p in row["percentiles"]:
+        if p["q"] == stats.HEADLINE_PERCENTILE and p["delta_pct"] is not None:
+            return p["delta_pct"]
+    return float("-inf")
+
+
+def _summary(ea: dict | None, eb: dict | None, sa: dict, sb: dict) -> list[dict]:
+    """Per-task figures side by side: steps, tool calls, tokens, error rates."""
+    ea, eb = ea or {}, eb or {}
+    pairs = [
+        ("tasks", ea.get("n", 0), eb.get("n", 0)),
+        ("mean duration (ms)", ea.get("mean"), eb.get("mean")),
+        ("steps per task", ea.get("steps_per_task"), eb.get("steps_per_task")),
+        ("tool calls per task", sa["tool_calls_per_task"], sb["tool_calls_per_task"]),
+        ("tokens per task", ea.get("tokens_per_task"), eb.get("tokens_per_task")),
+        ("task error rate", ea.get("error_rate"), eb.get("error_rate")),
+        ("step error rate", sa["step_error_rate"], sb["step_error_rate"]),
+    ]
+    rows = []
+    for metric, va, vb in pairs:
+        delta = (vb - va) if va is not None and vb is not None else None
+        rows.append({"metric": metric, "a": va, "b": vb, "delta": delta,
+                     "delta_pct": (100 * delta / va) if delta is not None and va else None})
+    return rows
+
+
+# --- the releases list -------------------------------------------------------------------------
+
+def release_list(*, project: Project, filters: CompareFilters | None = None) -> list[dict]:
+    """Every release of the project, newest first: first/last seen, task volume, p50/p95 and a
+    p95 sparkline over SPARKLINE_BUCKETS equal slices of the release's own time span."""
+    filters = filters or CompareFilters()
+    releases = list(Release.objects.filter(project=project).order_by("-first_seen", "name"))
+    names = [r.name for r in releases]
+    extra = sorted(set(Task.objects.filter(project=project).exclude(release="")
+                       .exclude(release__in=names).values_list("release", flat=True).distinct()))
+    names += extra
+    if not names:
+        return []
+    base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
+                     "release", "started_at", "duration_ms")
+    spans = {}
+    for release, lo, hi, n, p50, p95 in _fetch(f"""
+            SELECT release, min(started_at), max(started_at), count(*),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms)
+            FROM ({base[0]}) t GROUP BY release""", base[1]):
+        spans[release] = {"lo": lo, "hi": hi, "tasks": n, "p50_ms": p50, "p95_ms": p95}
+    sparks: dict[str, list] = defaultdict(list)
+    for release, bucket, p95, n in _fetch(f"""
+            WITH t AS ({base[0]}),
+                 span AS (SELECT release, extract(epoch FROM min(started_at)) AS lo,
+                                 extract(epoch FROM max(started_at)) + 0.001 AS hi
+                          FROM t GROUP BY release)
+            SELECT t.release, width_bucket(extract(epoch FROM t.started_at), span.lo, span.hi, %s),
+                   percentile_cont(0.95) WITHIN GROUP (ORDER BY t.duration_ms), count(*)
+            FROM t JOIN span USING (release) GROUP BY 1, 2 ORDER BY 1, 2""",
+            base[1] + (SPARKLINE_BUCKETS,)):
+        sparks[release].append({"bucket": bucket, "p95_ms": p95, "tasks": n})
+    by_name = {r.name: r for r in releases}
+    out = []
+    for name in names:
+        row = by_name.get(name)
+        span = spans.get(name, {})
+        out.append({
+            "name": name,
+            "first_seen": row.first_seen if row else span.get("lo"),
+            "last_seen": row.last_seen if row else span.get("hi"),
+            "tasks": span.get("tasks", 0), "p50_ms": span.get("p50_ms"), "p95_ms": span.get("p95_ms"),
+            "sparkline": sparks.get(name, []),
+        })
+    return out

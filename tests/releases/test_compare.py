@@ -1,0 +1,121 @@
+"""release_compare on rows built to a known answer: one tool got slower, and the comparison
+must say so, name it first, and leave the unchanged task name alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.releases.compare import (
+    REST_KEY,
+    CompareFilters,
+    UnknownRelease,
+    release_compare,
+    release_list,
+)
+from ingest.models import Device, Task
+from tests.releases.conftest import make_release
+
+pytestmark = pytest.mark.django_db
+
+
+def by_name(report):
+    return {row["name"]: row for row in report["tasks"]}
+
+
+def test_the_slower_task_name_is_flagged_and_the_unchanged_one_is_not(two_releases):
+    report = release_compare(project=two_releases, a="v1", b="v2").report
+    rows = by_name(report)
+    assert report["regressed"] is True
+    assert rows["checkout"]["regressed"] and rows["checkout"]["label"] == "regressed"
+    assert not rows["refund"]["regressed"]
+    assert rows["refund"]["label"] in ("no significant change", "slower", "faster")
+    assert report["tasks"][0]["name"] == "checkout"
+    p95 = next(p for p in rows["checkout"]["percentiles"] if p["q"] == 95)
+    assert p95["ci_low_ms"] > 0 and p95["ci_low_ms"] <= p95["delta_ms"] <= p95["ci_high_ms"]
+    assert rows["checkout"]["p_value"] < 1e-6
+
+
+def test_sql_percentiles_equal_numpy_on_the_same_tasks(two_releases):
+    report = release_compare(project=two_releases, a="v1", b="v2").report
+    durations = np.array(Task.objects.filter(release="v2", name="checkout")
+                         .values_list("duration_ms", flat=True))
+    for p in by_name(report)["checkout"]["percentiles"]:
+        assert p["b_ms"] == pytest.approx(np.percentile(durations, p["q"]))
+
+
+def test_top_attribution_row_names_the_tool_that_got_slower(two_releases):
+    attribution = release_compare(project=two_releases, a="v1", b="v2").report["attribution"]
+    top = attribution["steps"][0]
+    assert top["key"] == "tool:fetch_invoice"
+    # 140 tasks, 80 of which gained ~300 ms in fetch_invoice.
+    assert top["contribution_ms"] == pytest.approx(300 * 80 / 140, rel=0.15)
+    assert top["share_b"] > top["share_a"]
+    assert top["p50_b_ms"] == pytest.approx(2 * top["p50_a_ms"], rel=0.15)
+    assert attribution["tools"][0]["key"] == "fetch_invoice"
+    assert attribution["kinds"][0]["key"] == "tool"
+    # The wrapping agent step is not blamed for its children's time.
+    agent = next(r for r in attribution["steps"] if r["key"] == "agent:run")
+    assert abs(agent["contribution_ms"]) < 5
+    total = sum(r["contribution_ms"] for r in attribution["steps"])
+    assert total == pytest.approx(attribution["mean_delta_ms"])
+    assert any(r["key"] == REST_KEY for r in attribution["steps"])
+
+
+def test_finding_rates_budget_and_whatif_by_release(two_releases):
+    report = release_compare(project=two_releases, a="v1", b="v2").report
+    repeated = next(r for r in report["findings"] if r["kind"] == "repeated_tool_call")
+    # Only checkout tasks (80 per release) were analysed: 4 of them in v1, 16 in v2.
+    assert repeated["rate_a"] == pytest.approx(4 / 80)
+    assert repeated["rate_b"] == pytest.approx(16 / 80)
+    assert repeated["summary"] == "repeated_tool_call went from 5% to 20% of tasks"
+    budget = {r["category"]: r for r in report["budget"]}
+    assert report["budget"][0]["category"] == "tool"
+    assert budget["tool"]["delta_ms"] == pytest.approx(300, rel=0.15)
+    assert budget["framework"]["mean_a_ms"] == pytest.approx(20.0)
+    whatif = report["whatif"][0]
+    assert whatif["scenario"] == "groq-lpu" and whatif["tasks_a"] == 80
+    assert whatif["saved_a_ms"] == pytest.approx(200, rel=0.15)
+    summary = {r["metric"]: r for r in report["summary"]}
+    assert summary["tool calls per task"]["a"] == pytest.approx(2.0)
+    assert summary["tasks"]["a"] == 140
+
+
+def test_filters_narrow_both_releases(two_releases):
+    make_release(two_releases, "v2", 40, name="checkout", environment="staging", fetch_ms=5000.0, seed=9)
+    prod = release_compare(project=two_releases, a="v1", b="v2",
+                           filters=CompareFilters(environment="prod", name="checkout")).report
+    assert [r["name"] for r in prod["tasks"]] == ["checkout"]
+    assert prod["tasks"][0]["n_b"] == 80
+    staging = release_compare(project=two_releases, a="v1", b="v2",
+                              filters=CompareFilters(environment="staging")).report
+    assert staging["overall"]["n_a"] == 0 and staging["overall"]["label"] == "insufficient data"
+
+
+def test_vendor_filter_keeps_tasks_that_ran_on_that_vendor(project):
+    from datetime import UTC, datetime
+    now = datetime(2026, 11, 1, tzinfo=UTC)
+    Device.objects.create(project=project, name="groq-lpu-01", vendor="groq", first_seen=now, last_seen=now)
+    make_release(project, "v1", 30, seed=1, device="groq-lpu-01")
+    make_release(project, "v1", 30, seed=2, name="other", device="h100-01")
+    make_release(project, "v2", 30, seed=3, device="groq-lpu-01")
+    report = release_compare(project=project, a="v1", b="v2", filters=CompareFilters(vendor="groq")).report
+    assert report["overall"]["n_a"] == 30 and [r["name"] for r in report["tasks"]] == ["checkout"]
+
+
+def test_unknown_or_foreign_release_is_refused(two_releases, other_project):
+    with pytest.raises(UnknownRelease) as err:
+        release_compare(project=two_releases, a="v1", b="v9")
+    assert err.value.param == "b" and "v9" in str(err.value)
+    with pytest.raises(UnknownRelease) as err:
+        release_compare(project=other_project, a="v1", b="v2")
+    assert err.value.param == "a"
+
+
+def test_release_list_has_volume_p95_and_sparkline(two_releases):
+    rows = {r["name"]: r for r in release_list(project=two_releases)}
+    assert set(rows) == {"v1", "v2"}
+    assert rows["v2"]["tasks"] == 140
+    assert rows["v2"]["p95_ms"] > rows["v1"]["p95_ms"]
+    assert 1 <= len(rows["v1"]["sparkline"]) <= 20
+    assert sum(b["tasks"] for b in rows["v1"]["sparkline"]) == 140
