@@ -11,8 +11,10 @@ No data (fewer than min_samples in the window, or no baseline) either keeps the 
 (`keep`, the default: silence is not recovery) or counts as a breach (`alert`: for "tell me when
 the traffic stops").
 
-Safe to run twice: each rule is claimed with SELECT … FOR UPDATE SKIP LOCKED and skipped when it
-was evaluated less than half an interval ago, so two overlapping runs never notify twice.
+Safe to run twice: each rule is claimed with SELECT … FOR UPDATE SKIP LOCKED, so two overlapping
+runs never evaluate (or notify) one rule at once, and a rule evaluated less than
+DUPLICATE_SECONDS ago is skipped, so a beat message delivered twice counts once toward "for".
+(The state machine itself never notifies twice: a firing rule that breaches again stays firing.)
 Deliveries run after the transaction commits, in parallel threads (`channels.deliver_all`), so a
 slow or failing endpoint never delays other rules' evaluation or other deliveries.
 """
@@ -35,6 +37,7 @@ from analysis.alerts.models import AlertEvent, AlertRule
 log = logging.getLogger(__name__)
 
 EVALUATION_MINUTES = 1
+DUPLICATE_SECONDS = 5
 RECENT_VALUES_KEPT = 120  # evaluations shown by the sparkline (two hours at one a minute)
 # The release baseline looks this far back: an old release may have no traffic in the window.
 RELEASE_BASELINE_DAYS = 7
@@ -171,7 +174,7 @@ def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = 
     """Evaluate every enabled rule (or the given ones) and deliver what changed. Returns counts
     and timings for logs and the benchmark."""
     now = now or datetime.now(tz=UTC)
-    fresh = now - timedelta(minutes=EVALUATION_MINUTES) / 2
+    fresh = now - timedelta(seconds=DUPLICATE_SECONDS)
     ids = AlertRule.objects.filter(enabled=True)
     if rule_ids is not None:
         ids = ids.filter(pk__in=rule_ids)
