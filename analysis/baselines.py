@@ -1,0 +1,214 @@
+"""Baselines: robust statistics per (project, step kind, key[, device]) and each device's
+normal telemetry, over a trailing window, computed in SQL with percentile_cont.
+
+- Step baselines: key = model for LLM steps, tool name for tools, the step name otherwise.
+  LLM steps get one baseline per (model, device) and one per model across devices (the
+  fallback while a device has little history). Stored: count, median, MAD, p90, p99 of the
+  duration, and for LLM steps median/MAD of TTFT, of time per output token and of input
+  tokens (`stats`). Only successful steps count: a failure's duration is not "normal".
+- Device normals (`kind="device"`, key = device): median/MAD of each telemetry metric and
+  the median sampling interval.
+- The window is the WINDOW_DAYS before the key's newest step (not before "now"), so
+  back-filled or replayed data gets the same baselines as live data. Medians/MADs need at
+  least half the window's steps to be abnormal before they move: injected faults and
+  incidents do not poison them.
+- Refresh is incremental: `baselines_refresh` recomputes only keys whose tasks received
+  events since the last refresh (Task.last_event_at, indexed), over their window. A task
+  analysed before any refresh ran computes its missing keys on demand (`baselines_ensure`).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from analysis.models import Baseline
+from ingest.models import Project, Step
+
+log = logging.getLogger("agentops.analysis")
+
+WINDOW_DAYS = 7
+DEVICE = "device"
+
+_STEP_KEY = ("CASE WHEN s.kind = 'llm' THEN coalesce(nullif(s.model, ''), s.name) "
+             "WHEN s.kind = 'tool' THEN coalesce(nullif(s.tool_name, ''), s.name) ELSE s.name END")
+
+_STEP_SQL = f"""
+WITH base AS (
+    SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
+           s.input_tokens::float8 AS input_tokens,
+           CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1
+                THEN greatest(s.duration_ms - s.ttft_ms, 0) / (s.output_tokens - 1) END AS tpot
+    FROM ingest_step s
+    {{join}}
+    WHERE s.project_id = %(project)s AND s.status = 'ok'
+), expanded AS (
+    SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, tpot
+    FROM base WHERE kind = 'llm' AND device <> ''
+    UNION ALL
+    SELECT kind, key, '' AS device, started_at, duration_ms, ttft_ms, input_tokens, tpot FROM base
+), windowed AS (
+    SELECT * FROM (
+        SELECT e.*, max(started_at) OVER (PARTITION BY kind, key, device) AS latest FROM expanded e
+    ) x WHERE started_at > latest - make_interval(days => %(days)s)
+), med AS (
+    SELECT kind, key, device, count(*) AS n, min(started_at) AS w_start, max(started_at) AS w_end,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS d_med,
+           percentile_cont(0.9) WITHIN GROUP (ORDER BY duration_ms) AS d_p90,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS d_p99,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms) AS t_med,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot) AS p_med,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY input_tokens) AS i_med
+    FROM windowed GROUP BY kind, key, device
+)
+SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.duration_ms - m.d_med)) AS d_mad,
+       m.t_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.ttft_ms - m.t_med)) AS t_mad,
+       m.p_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.tpot - m.p_med)) AS p_mad,
+       m.i_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.input_tokens - m.i_med)) AS i_mad
+FROM windowed w JOIN med m USING (kind, key, device)
+GROUP BY m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.t_med, m.p_med, m.i_med
+"""
+
+_METRICS = ("utilization", "queue_depth", "batch_size", "power_w", "temperature_c", "mem_bw_util",
+            "kv_cache_hit_rate", "tokens_per_s", "throttled")
+
+_DEVICE_SQL = """
+WITH windowed AS (
+    SELECT * FROM (
+        SELECT r.*, max(ts) OVER (PARTITION BY device) AS latest,
+               extract(epoch FROM ts - lag(ts) OVER (PARTITION BY device ORDER BY ts)) * 1000 AS gap_ms
+        FROM ingest_resourcesample r WHERE r.project_id = %(project)s {devices}
+    ) x WHERE ts > latest - make_interval(days => %(days)s)
+), med AS (
+    SELECT device, count(*) AS n, min(ts) AS w_start, max(ts) AS w_end,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY gap_ms) AS interval_ms,
+           {medians}
+    FROM windowed GROUP BY device
+)
+SELECT m.*, {mads}
+FROM windowed w JOIN med m USING (device)
+GROUP BY {med_columns}
+"""
+
+
+def _touched_join(since: datetime | None) -> tuple[str, dict]:
+    if since is None:
+        return "", {}
+    return ("JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s", {"since": since})
+
+
+def _save(project: Project, rows: list[dict]) -> int:
+    if not rows:
+        return 0
+    objs = [Baseline(project=project, **row) for row in rows]
+    with transaction.atomic():
+        Baseline.objects.bulk_create(
+            objs, update_conflicts=True, unique_fields=["project", "kind", "key", "device"],
+            update_fields=["count", "median_ms", "mad_ms", "p90_ms", "p99_ms", "stats", "window_start",
+                           "window_end", "updated_at"])
+    return len(objs)
+
+
+def step_baselines_compute(*, project: Project, since: datetime | None = None,
+                           keys: list[tuple[str, str]] | None = None) -> int:
+    """Recompute step baselines: all keys, keys of tasks touched after `since`, or `keys`."""
+    params = {"project": project.pk, "days": WINDOW_DAYS}
+    where = ""
+    if keys is not None:
+        if not keys:
+            return 0
+        params.update(kinds=[k for k, _ in keys], names=[n for _, n in keys])
+        where = "JOIN unnest(%(kinds)s::text[], %(names)s::text[]) AS want(kind, key) ON want.kind = e.kind AND want.key = e.key"
+    join, extra = _touched_join(since)
+    params.update(extra)
+    sql = _STEP_SQL.format(join="")
+    if since is not None:
+        # Only keys that occur in touched tasks, but over their whole window.
+        sql = sql.replace("), windowed AS (", f"""), touched AS (
+    SELECT DISTINCT s.kind, {_STEP_KEY} AS key FROM ingest_step s {join}
+    WHERE s.project_id = %(project)s
+), windowed AS (""")
+        sql = sql.replace("FROM expanded e\n", "FROM expanded e JOIN touched USING (kind, key)\n")
+    elif where:
+        sql = sql.replace("FROM expanded e\n", f"FROM expanded e {where}\n")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        columns = [c.name for c in cursor.description]
+        found = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+    rows = [{
+        "kind": r["kind"], "key": r["key"][:200], "device": r["device"][:200], "count": r["n"],
+        "median_ms": r["d_med"], "mad_ms": r["d_mad"], "p90_ms": r["d_p90"], "p99_ms": r["d_p99"],
+        "stats": {"ttft_median": r["t_med"], "ttft_mad": r["t_mad"], "tpot_median": r["p_med"],
+                  "tpot_mad": r["p_mad"], "input_median": r["i_med"], "input_mad": r["i_mad"]},
+        "window_start": r["w_start"], "window_end": r["w_end"],
+    } for r in found]
+    return _save(project, rows)
+
+
+def device_normals_compute(*, project: Project, devices: list[str] | None = None) -> int:
+    params = {"project": project.pk, "days": WINDOW_DAYS}
+    if devices is not None:
+        if not devices:
+            return 0
+        params["devices"] = devices
+    sql = _DEVICE_SQL.format(
+        devices="AND r.device = ANY(%(devices)s)" if devices is not None else "",
+        medians=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}) AS {m}_med" for m in _METRICS),
+        mads=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.{m} - m.{m}_med)) AS {m}_mad"
+                       for m in _METRICS),
+        med_columns=", ".join(["m.device", "m.n", "m.w_start", "m.w_end", "m.interval_ms",
+                               *(f"m.{m}_med" for m in _METRICS)]),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        columns = [c.name for c in cursor.description]
+        found = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
+    rows = []
+    for r in found:
+        metrics = {m: {"median": r[f"{m}_med"], "mad": r[f"{m}_mad"]} for m in _METRICS
+                   if r[f"{m}_med"] is not None}
+        rows.append({"kind": DEVICE, "key": r["device"][:200], "device": r["device"][:200], "count": r["n"],
+                     "median_ms": None, "mad_ms": None, "p90_ms": None, "p99_ms": None,
+                     "stats": {"metrics": metrics, "interval_ms": r["interval_ms"]},
+                     "window_start": r["w_start"], "window_end": r["w_end"]})
+    return _save(project, rows)
+
+
+def baselines_refresh(*, project: Project, full: bool = False) -> int:
+    """Recompute the baselines of keys that got new data since the last refresh (all if
+    `full` or never refreshed). Returns the number of baselines written."""
+    started = timezone.now()
+    last = None if full else (Baseline.objects.filter(project=project).order_by("-updated_at")
+                              .values_list("updated_at", flat=True).first())
+    written = step_baselines_compute(project=project, since=last)
+    if last is None:
+        written += device_normals_compute(project=project)
+    else:
+        # Samples carry no ingest time: refresh the devices that steps of touched tasks ran on.
+        devices = list(Step.objects.filter(project=project, task__last_event_at__gt=last)
+                       .exclude(device="").values_list("device", flat=True).distinct())
+        written += device_normals_compute(project=project, devices=devices)
+    log.info("analysis.baselines_refreshed project=%s written=%d seconds=%.2f", project.pk, written,
+             (timezone.now() - started).total_seconds())
+    return written
+
+
+def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: set[str]) -> None:
+    """Compute on demand the baselines a task needs that do not exist yet."""
+    have = set(Baseline.objects.filter(project=project, kind__in={k for k, _ in keys} | {DEVICE})
+               .values_list("kind", "key"))
+    missing_keys = sorted(k for k in keys if k not in have)
+    missing_devices = sorted(d for d in devices if (DEVICE, d) not in have)
+    if missing_keys:
+        step_baselines_compute(project=project, keys=missing_keys)
+    if missing_devices:
+        device_normals_compute(project=project, devices=missing_devices)
+
+
+def all_projects_refresh() -> None:
+    for project in Project.objects.all():
+        baselines_refresh(project=project)

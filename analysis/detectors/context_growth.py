@@ -1,0 +1,63 @@
+"""context_growth: input tokens and TTFT climbing turn after turn in one task.
+
+Every agent loop appends to its context a little; this finding is for growth that costs real
+time. Over the task's LLM turns (in start order, at least 4 with token counts):
+- the climb is consistent: Kendall's τ between turn number and input tokens ≥ 0.7 and
+  between turn number and TTFT ≥ 0.6 (τ is rank-based, so one outlier turn neither makes
+  nor breaks a trend);
+- it is large: the last turn's prompt is ≥ 3× the first's, and its TTFT ≥ 2× (prefill cost
+  grows with the prompt; below 2× the slowdown is within normal TTFT spread);
+- it costs time: wasted = Σ over turns of TTFT above the first turns' TTFT (the median of
+  the first two), reported at ≥ 250 ms and ≥ 5 % of the task.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+from analysis.detectors.base import Finding, TaskContext, fmt_ms, register
+
+MIN_TURNS = 4
+MIN_TOKEN_TAU = 0.7
+MIN_TTFT_TAU = 0.6
+MIN_TOKEN_RATIO = 3.0
+MIN_TTFT_RATIO = 2.0
+MIN_WASTED_MS = 250.0
+MIN_WASTED_SHARE = 0.05
+
+
+def kendall_tau(values: list[float]) -> float:
+    """τ-a between position and value (O(n²), n = LLM turns of one task: small)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    score = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            score += (values[j] > values[i]) - (values[j] < values[i])
+    return score / (n * (n - 1) / 2)
+
+
+@register("context_growth")
+def detect(ctx: TaskContext):
+    turns = sorted((s for s in ctx.steps if s.kind == "llm" and s.input_tokens and s.ttft_ms is not None),
+                   key=lambda s: (s.start_ms, s.step_id))
+    if len(turns) < MIN_TURNS or len(turns) > 2000:
+        return
+    tokens = [float(s.input_tokens) for s in turns]
+    ttfts = [float(s.ttft_ms) for s in turns]
+    token_tau, ttft_tau = kendall_tau(tokens), kendall_tau(ttfts)
+    reference = median(ttfts[:2])
+    if (token_tau < MIN_TOKEN_TAU or ttft_tau < MIN_TTFT_TAU or tokens[-1] < MIN_TOKEN_RATIO * tokens[0]
+            or reference <= 0 or ttfts[-1] < MIN_TTFT_RATIO * reference):
+        return
+    excess = [(s, t - reference) for s, t in zip(turns, ttfts, strict=True) if t > reference]
+    wasted = sum(e for _, e in excess)
+    if wasted < max(MIN_WASTED_MS, MIN_WASTED_SHARE * ctx.duration_ms):
+        return
+    summary = (f"Prompt grew from {int(tokens[0]):,} to {int(tokens[-1]):,} tokens over {len(turns)} LLM turns "
+               f"and TTFT from {fmt_ms(reference)} to {fmt_ms(ttfts[-1])}; {fmt_ms(wasted)} spent on the growth.")
+    evidence = {"turns": len(turns), "input_tokens": [int(t) for t in tokens], "ttft_ms": [round(t, 1) for t in ttfts],
+                "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1)}
+    yield Finding("context_growth", tuple(s.step_id for s in turns), wasted, summary, evidence,
+                  tuple((s.start_ms + reference, s.start_ms + reference + e) for s, e in excess))

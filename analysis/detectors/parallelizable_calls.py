@@ -1,0 +1,78 @@
+"""parallelizable_calls: independent tool calls run one after another.
+
+Candidates are the tool/retrieval calls one LLM turn issued: consecutive tool or retrieval
+steps under the same parent with no LLM step between them. Calls are dependent when one
+lists the other in `depends_on` (the trace's own statement that it consumed that output);
+otherwise they are independent and could have run at once.
+
+The projected time of the group, run as parallel as its dependencies allow, is its longest
+dependency chain (earliest-finish over the group's DAG, linear in calls + links). wasted =
+the time the group actually occupied (union of its intervals) − that projection: for fully
+independent serial calls, sum − max. Reported at ≥ 100 ms (below that a user cannot tell).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from analysis.detectors.base import Finding, StepData, TaskContext, fmt_ms, register, union_length
+
+MIN_WASTED_MS = 100.0
+CALL_KINDS = ("tool", "retrieval")
+
+
+def turn_groups(steps: list[StepData]) -> list[list[StepData]]:
+    """Runs of consecutive tool/retrieval calls per parent, split by LLM steps."""
+    by_parent: dict[str, list[StepData]] = defaultdict(list)
+    for s in steps:
+        if s.kind in CALL_KINDS or s.kind == "llm":
+            by_parent[s.parent_step_id].append(s)
+    groups = []
+    for siblings in by_parent.values():
+        siblings.sort(key=lambda s: (s.start_ms, s.end_ms, s.step_id))
+        run: list[StepData] = []
+        for s in siblings:
+            if s.kind == "llm":
+                if len(run) >= 2:
+                    groups.append(run)
+                run = []
+            else:
+                run.append(s)
+        if len(run) >= 2:
+            groups.append(run)
+    return groups
+
+
+def parallel_ms(group: list[StepData]) -> float:
+    """Duration of the group's longest dependency chain (calls in start order)."""
+    finish: dict[str, float] = {}
+    for s in group:
+        ready = max((finish[d] for d in s.depends_on if d in finish), default=0.0)
+        finish[s.step_id] = ready + s.duration_ms
+    return max(finish.values(), default=0.0)
+
+
+@register("parallelizable_calls")
+def detect(ctx: TaskContext):
+    for group in turn_groups(ctx.steps):
+        ids = {s.step_id for s in group}
+        linked = {s.step_id for s in group if ids.intersection(s.depends_on)}
+        linked |= {d for s in group for d in s.depends_on if d in ids}
+        independent = [s for s in group if s.step_id not in linked]
+        if len(independent) < 2 and len(linked) == len(group):
+            continue
+        actual = union_length((s.start_ms, s.end_ms) for s in group)
+        projected = parallel_ms(group)
+        wasted = actual - projected
+        if wasted < MIN_WASTED_MS:
+            continue
+        end = max(s.end_ms for s in group)
+        names = ", ".join(dict.fromkeys(s.label for s in group))
+        summary = (f"{len(group)} calls ({names}) ran one after another though "
+                   f"{'none depends on another' if not linked else 'only some depend on others'}; "
+                   f"run in parallel they would take {fmt_ms(projected)} instead of {fmt_ms(actual)}.")
+        evidence = {"calls": len(group), "actual_ms": round(actual, 1), "parallel_ms": round(projected, 1),
+                    "sum_ms": round(sum(s.duration_ms for s in group), 1),
+                    "dependent_step_ids": sorted(linked)}
+        yield Finding("parallelizable_calls", tuple(s.step_id for s in group), wasted, summary, evidence,
+                      ((end - wasted, end),))

@@ -1,0 +1,57 @@
+"""slow_step: a step far above its own baseline.
+
+Non-LLM steps: modified z of the duration against the (kind, name) baseline > 3.5 and at
+least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
+median. LLM steps use the token-aware expectation of `hardware_correlation.llm_slowness`
+and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
+as hardware findings instead (the cause is known), so the same step is never counted twice.
+No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent).
+Failed steps are skipped: their duration measures the failure, not slowness.
+"""
+
+from __future__ import annotations
+
+from analysis.detectors.base import (
+    Z_OUTLIER,
+    Finding,
+    TaskContext,
+    fmt_ms,
+    register,
+    robust_z,
+)
+from analysis.hardware_correlation import MIN_EXCESS_MS, MIN_EXCESS_RATIO, RESOLUTION
+
+HARDWARE_VERDICTS = {"queueing", "throttling"}
+
+
+@register("slow_step")
+def detect(ctx: TaskContext):
+    for step in ctx.steps:
+        if step.status != "ok" or step.kind in ("agent",):
+            continue
+        if step.kind == "llm":
+            verdict = ctx.verdicts.get(step.step_id)
+            if verdict is None or verdict["verdict"] in HARDWARE_VERDICTS:
+                continue
+            wasted = verdict["excess_ms"]
+            why = {"prefill_bound": "the prompt was unusually long; the device was nominal",
+                   "nominal": "the device was nominal"}[verdict["verdict"]]
+            summary = (f"{step.label} on {step.device or 'its device'} took {fmt_ms(step.duration_ms)}, "
+                       f"{fmt_ms(wasted)} over the usual {fmt_ms(verdict['expected_ms'])}: {why}.")
+            yield Finding("slow_step", (step.step_id,), wasted, summary, {**verdict},
+                          ((step.end_ms - wasted, step.end_ms),))
+            continue
+        stats = ctx.baseline(step)
+        if stats is None:
+            continue
+        z = robust_z(step.duration_ms, stats.median_ms, stats.mad_ms, resolution=RESOLUTION["duration"])
+        wasted = step.duration_ms - stats.median_ms
+        if z <= Z_OUTLIER or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
+            continue
+        summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}, usually "
+                   f"{fmt_ms(stats.median_ms)}; {fmt_ms(wasted)} slower than its baseline.")
+        evidence = {"duration_ms": round(step.duration_ms, 1), "baseline_median_ms": round(stats.median_ms, 1),
+                    "baseline_mad_ms": round(stats.mad_ms, 1), "baseline_p99_ms": stats.p99_ms,
+                    "baseline_count": stats.count, "z": round(z, 2)}
+        yield Finding("slow_step", (step.step_id,), wasted, summary, evidence,
+                      ((step.end_ms - wasted, step.end_ms),))

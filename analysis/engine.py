@@ -1,0 +1,173 @@
+"""Analyse one task: load its steps, the baselines and the device telemetry around it, run
+every detector, compute the critical path, latency budget and what-if, and replace the
+task's findings and TaskAnalysis in one transaction (never duplicated, never partial).
+
+Total wasted time de-duplication: every finding says which part of the task's timeline its
+waste occupies (`Finding.intervals`); TaskAnalysis.wasted_ms is the measure of the union of
+those intervals clipped to the task, so a repeated call that is also part of a serialised
+group is counted once. A slow_step on an LLM turn that a context_growth finding already
+explains (verdict prefill_bound) is dropped for the same reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from analysis import whatif as whatif_module
+from analysis.baselines import DEVICE, baselines_ensure
+from analysis.budget import latency_budget
+from analysis.critical_path import critical_path, path_step_ids
+from analysis.detectors.base import (
+    BaselineStats,
+    DeviceNormal,
+    Finding,
+    MetricNormal,
+    Sample,
+    StepData,
+    TaskContext,
+    all_detectors,
+    union_length,
+)
+from analysis.hardware_correlation import step_verdicts
+from analysis.models import Baseline, TaskAnalysis
+from analysis.models import Finding as FindingRow
+from ingest.models import ResourceSample, Step, Task
+
+log = logging.getLogger("agentops.analysis")
+
+_STEP_FIELDS = ("step_id", "kind", "name", "started_at", "ended_at", "parent_step_id", "status", "depends_on",
+                "model", "device", "input_tokens", "output_tokens", "ttft_ms", "tool_name", "tool_args")
+_SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "throttled")
+# Telemetry loaded around the task: enough to cover one sampling period either side.
+SAMPLE_MARGIN = timedelta(seconds=60)
+
+
+class ClaimLost(Exception):
+    """Another worker owns the task now (our claim expired); our results are discarded."""
+
+
+def _ms(dt) -> float:
+    return dt.timestamp() * 1000.0
+
+
+def load_steps(task: Task) -> list[StepData]:
+    rows = Step.objects.filter(task=task).values_list(*_STEP_FIELDS)
+    return [StepData(step_id=r[0], kind=r[1], name=r[2], start_ms=_ms(r[3]), end_ms=_ms(r[4]),
+                     parent_step_id=r[5], status=r[6], depends_on=tuple(r[7] or ()), model=r[8], device=r[9],
+                     input_tokens=r[10], output_tokens=r[11], ttft_ms=r[12], tool_name=r[13], tool_args=r[14])
+            for r in rows.iterator(chunk_size=5000)]
+
+
+def load_context(task: Task, steps: list[StepData]) -> TaskContext:
+    start = _ms(task.started_at) if task.started_at else min((s.start_ms for s in steps), default=0.0)
+    end = _ms(task.ended_at) if task.ended_at else max((s.end_ms for s in steps), default=start)
+    keys = {(s.kind, s.key) for s in steps if s.kind != "agent"}
+    devices = {s.device for s in steps if s.device}
+    baselines_ensure(project=task.project, keys=keys, devices=devices)
+    ctx = TaskContext(task_id=task.task_id, start_ms=start, end_ms=max(end, start), steps=steps)
+    rows = Baseline.objects.filter(project_id=task.project_id, kind__in={k for k, _ in keys} | {DEVICE},
+                                   key__in={n for _, n in keys} | devices)
+    for b in rows:
+        if b.kind == DEVICE:
+            metrics = {m: MetricNormal(v["median"], v["mad"] or 0.0)
+                       for m, v in (b.stats.get("metrics") or {}).items() if v.get("median") is not None}
+            ctx.device_normals[b.key] = DeviceNormal(metrics, b.stats.get("interval_ms") or 1000.0, b.count)
+        elif (b.kind, b.key) in keys and b.median_ms is not None:
+            st = b.stats or {}
+            ctx.baselines[(b.kind, b.key, b.device)] = BaselineStats(
+                count=b.count, median_ms=b.median_ms, mad_ms=b.mad_ms or 0.0, p90_ms=b.p90_ms, p99_ms=b.p99_ms,
+                ttft_median=st.get("ttft_median"), ttft_mad=st.get("ttft_mad"), tpot_median=st.get("tpot_median"),
+                tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"))
+    if devices and steps:
+        first = min(s.start_ms for s in steps if s.device)
+        last = max(s.end_ms for s in steps if s.device)
+        lo = datetime.fromtimestamp(first / 1000, tz=UTC) - SAMPLE_MARGIN
+        hi = datetime.fromtimestamp(last / 1000, tz=UTC) + SAMPLE_MARGIN
+        per_device = defaultdict(list)
+        for row in (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices, ts__gte=lo, ts__lte=hi)
+                    .order_by("ts").values_list("device", "ts", *_SAMPLE_METRICS)):
+            metrics = {m: v for m, v in zip(_SAMPLE_METRICS, row[2:], strict=True) if v is not None}
+            per_device[row[0]].append(Sample(_ms(row[1]), metrics))
+        ctx.samples = dict(per_device)
+    return ctx
+
+
+def run_detectors(ctx: TaskContext) -> list[Finding]:
+    ctx.verdicts = step_verdicts(ctx)
+    findings: list[Finding] = []
+    for kind, detect in all_detectors().items():
+        try:
+            findings.extend(detect(ctx))
+        except Exception:
+            log.exception("analysis.detector_failed kind=%s task=%s", kind, ctx.task_id)
+    explained = {sid for f in findings if f.kind == "context_growth" for sid in f.step_ids}
+    findings = [f for f in findings if not (
+        f.kind == "slow_step" and f.step_ids[0] in explained and f.evidence.get("verdict") == "prefill_bound")]
+    return [f.with_severity(ctx.duration_ms) for f in findings if f.wasted_ms > 0]
+
+
+def total_wasted(ctx: TaskContext, findings: list[Finding]) -> float:
+    clipped = [(max(a, ctx.start_ms), min(b, ctx.end_ms)) for f in findings for a, b in f.intervals]
+    return union_length(clipped)
+
+
+def analyse(ctx: TaskContext) -> dict:
+    """Everything derived from one task, as plain data (no database)."""
+    findings = run_detectors(ctx)
+    segments = critical_path(ctx.steps, ctx.start_ms, ctx.end_ms)
+    queue_wait = {sid: v["ttft_split"]["queue_wait_ms"] for sid, v in ctx.verdicts.items() if "ttft_split" in v}
+    return {
+        "findings": findings,
+        "critical_path": path_step_ids(segments),
+        "budget": latency_budget(segments, queue_wait_ms=queue_wait),
+        "whatif": whatif_module.project(ctx, segments, findings),
+        "wasted_ms": total_wasted(ctx, findings),
+    }
+
+
+def analyse_task(task_pk: int, *, claim_token: str = "") -> dict | None:
+    """Analyse one task and store the results. With a `claim_token`, the results are only
+    written while this worker still holds the claim (checked under a row lock)."""
+    started = time.monotonic()
+    task = Task.objects.select_related("project").filter(pk=task_pk).first()
+    if task is None:
+        return None
+    seen_through = task.last_event_at
+    steps = load_steps(task)
+    ctx = load_context(task, steps)
+    result = analyse(ctx)
+    _store(task, result, seen_through=seen_through, claim_token=claim_token)
+    log.info("analysis.task_done task=%s steps=%d findings=%d seconds=%.3f", task.pk, len(steps),
+             len(result["findings"]), time.monotonic() - started)
+    return result
+
+
+def _store(task: Task, result: dict, *, seen_through, claim_token: str) -> None:
+    findings: list[Finding] = result["findings"]
+    totals: dict[str, float] = defaultdict(float)
+    for f in findings:
+        totals[f.kind] += f.wasted_ms
+    with transaction.atomic():
+        row = TaskAnalysis.objects.select_for_update().filter(task=task).first()
+        if claim_token and (row is None or row.claim_token != claim_token):
+            raise ClaimLost(f"task {task.pk}: claim lost")
+        FindingRow.objects.filter(task=task).delete()
+        FindingRow.objects.bulk_create([
+            FindingRow(project_id=task.project_id, task=task, kind=f.kind, step_ids=list(f.step_ids),
+                       wasted_ms=round(f.wasted_ms, 3), severity=f.severity, summary=f.summary,
+                       evidence=f.evidence, task_started_at=task.started_at, release=task.release)
+            for f in findings])
+        values = {
+            "project_id": task.project_id, "analyzed_at": timezone.now(), "analyzed_through": seen_through,
+            "critical_path": result["critical_path"], "budget": result["budget"], "whatif": result["whatif"],
+            "wasted_ms": round(result["wasted_ms"], 3),
+            "top_finding": max(totals, key=totals.get) if totals else "",
+            "finding_kinds": sorted(totals), "claimed_until": None, "claim_token": "",
+        }
+        TaskAnalysis.objects.update_or_create(task=task, defaults=values)

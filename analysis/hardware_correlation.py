@@ -1,0 +1,184 @@
+"""Is it the chip? A hardware verdict for every slow LLM step.
+
+An LLM step is *slow* when its TTFT or its time per output token (TPOT) is an outlier
+against the baseline of its model on its device (modified z > 3.5, see detectors.base) and
+the step as a whole took at least 20 % (and 100 ms) longer than expected. Expected duration
+is `TTFT_median + TPOT_median × (output_tokens − 1)`: a step that is long because it
+generated many tokens at the usual speed is not slow. 20 % is about the smallest change in
+a duration people notice (Weber fraction for time intervals is 10–20 %).
+
+The verdict compares the device's samples over the step's interval (padded by one sampling
+period, so a step shorter than the period still sees the nearest readings) with *that
+device's own* normal (median/MAD over its trailing window), never with a global constant:
+a Groq LPU and an H100 have different normal queue depths.
+
+- `throttling`: the device reports `throttled` ≥ 0.5 in the interval, or temperature is an
+  outlier upwards while tokens/s is an outlier downwards (the thermal signature). When both
+  queueing and throttling signals are present, throttling wins only if decode (TPOT) is the
+  slow part — throttling lowers clocks and so slows every token; queueing delays the start.
+- `queueing`: queue depth an outlier upwards (and at least one request above normal) or
+  utilisation an outlier upwards at ≥ 90 % (saturated).
+- `prefill_bound`: the device was nominal but the prompt was unusually long (input tokens an
+  outlier against the model's normal, or twice its median) and TTFT is the slow part.
+- `nominal`: the chip was fine; look at the workflow. `evidence["telemetry"]` says
+  `"missing"` when the device sent no samples around the step.
+
+TTFT is split into queue wait and compute where possible: compute ≈ the baseline TTFT scaled
+by the prompt length relative to normal (prefill cost grows ~linearly with input tokens);
+under a `queueing` verdict the rest of TTFT is queue wait.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from analysis.detectors.base import (
+    Z_OUTLIER,
+    BaselineStats,
+    StepData,
+    TaskContext,
+    robust_z,
+)
+
+MIN_EXCESS_MS = 100.0
+MIN_EXCESS_RATIO = 0.2
+# Resolutions used as MAD floors: below these a difference is measurement noise.
+RESOLUTION = {"ttft": 10.0, "tpot": 0.5, "duration": 5.0, "input": 50.0,
+              "queue_depth": 1.0, "utilization": 0.02, "temperature_c": 1.0, "tokens_per_s": 1.0,
+              "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02}
+
+
+def llm_slowness(step: StepData, stats: BaselineStats | None) -> dict | None:
+    """Expected duration, excess and z-scores for an LLM step; None when it is not slow or
+    there is no baseline to compare with."""
+    if stats is None:
+        return None
+    out = max((step.output_tokens or 0) - 1, 0)
+    ttft_z = tpot_z = None
+    if step.ttft_ms is not None and stats.ttft_median is not None and stats.tpot_median is not None:
+        expected = stats.ttft_median + stats.tpot_median * out
+        ttft_z = robust_z(step.ttft_ms, stats.ttft_median, stats.ttft_mad or 0.0,
+                          resolution=RESOLUTION["ttft"])
+        if out > 0:
+            tpot = max(step.duration_ms - step.ttft_ms, 0.0) / out
+            tpot_z = robust_z(tpot, stats.tpot_median, stats.tpot_mad or 0.0,
+                              resolution=RESOLUTION["tpot"])
+        outlier = ttft_z > Z_OUTLIER or (tpot_z is not None and tpot_z > Z_OUTLIER)
+    else:
+        expected = stats.median_ms
+        outlier = robust_z(step.duration_ms, stats.median_ms, stats.mad_ms,
+                           resolution=RESOLUTION["duration"]) > Z_OUTLIER
+    excess = step.duration_ms - expected
+    if not outlier or excess < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * expected):
+        return None
+    return {"expected_ms": round(expected, 1), "excess_ms": round(excess, 1),
+            "ttft_z": _r(ttft_z), "tpot_z": _r(tpot_z),
+            "slow_part": "decode" if (tpot_z or 0) > (ttft_z or 0) and (tpot_z or 0) > Z_OUTLIER
+            else "prefill" if ttft_z is not None else "whole"}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _window(samples, start: float, end: float):
+    times = [s.ts_ms for s in samples]
+    return samples[bisect_left(times, start): bisect_right(times, end)]
+
+
+def device_signals(ctx: TaskContext, step: StepData) -> dict:
+    """Peak robust z of each metric over the step's interval against the device's normal."""
+    normal = ctx.device_normals.get(step.device)
+    samples = ctx.samples.get(step.device, [])
+    pad = normal.interval_ms if normal else 1000.0
+    window = _window(samples, step.start_ms - pad, step.end_ms + pad)
+    if not window:
+        return {"samples": 0}
+    signals: dict = {"samples": len(window)}
+    for metric in ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "throttled"):
+        values = [s.metrics[metric] for s in window if s.metrics.get(metric) is not None]
+        if not values:
+            continue
+        worst = min(values) if metric == "tokens_per_s" else max(values)
+        entry = {"value": round(worst, 3)}
+        ref = normal.metrics.get(metric) if normal else None
+        if ref is not None:
+            entry["normal"] = round(ref.median, 3)
+            entry["z"] = round(robust_z(worst, ref.median, ref.mad, resolution=RESOLUTION[metric]), 2)
+        signals[metric] = entry
+    return signals
+
+
+def _z(signals: dict, metric: str) -> float:
+    return signals.get(metric, {}).get("z", 0.0)
+
+
+def verdict_for(ctx: TaskContext, step: StepData, slowness: dict) -> dict:
+    """The hardware verdict of one slow LLM step, with the numbers behind it."""
+    stats = ctx.baseline(step)
+    signals = device_signals(ctx, step) if step.device else {"samples": 0}
+    throttled = signals.get("throttled", {}).get("value", 0.0) >= 0.5 or (
+        _z(signals, "temperature_c") > Z_OUTLIER and _z(signals, "tokens_per_s") < -Z_OUTLIER)
+    queue = signals.get("queue_depth", {})
+    queued = (queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0) or (
+        _z(signals, "utilization") > Z_OUTLIER and signals.get("utilization", {}).get("value", 0.0) >= 0.9)
+    long_prompt = False
+    if step.input_tokens and stats and stats.input_median:
+        long_prompt = (robust_z(step.input_tokens, stats.input_median, stats.input_mad or 0.0,
+                                resolution=RESOLUTION["input"]) > Z_OUTLIER
+                       or step.input_tokens >= 2 * stats.input_median)
+    decode_slow = slowness.get("slow_part") == "decode"
+    if throttled and (decode_slow or not queued):
+        verdict = "throttling"
+    elif queued:
+        verdict = "queueing"
+    elif long_prompt and not decode_slow:
+        verdict = "prefill_bound"
+    else:
+        verdict = "nominal"
+    out = {"verdict": verdict, "device": step.device, "telemetry": "present" if signals["samples"] else "missing",
+           "signals": signals, **slowness}
+    if step.ttft_ms is not None and stats and stats.ttft_median is not None:
+        scale = max(1.0, (step.input_tokens or 0) / stats.input_median) if stats.input_median else 1.0
+        compute = min(step.ttft_ms, stats.ttft_median * scale)
+        queue_wait = step.ttft_ms - compute if verdict == "queueing" else 0.0
+        out["ttft_split"] = {"ttft_ms": round(step.ttft_ms, 1), "queue_wait_ms": round(queue_wait, 1),
+                             "compute_ms": round(step.ttft_ms - queue_wait, 1)}
+    return out
+
+
+def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
+    """step_id → verdict for every slow LLM step of the task."""
+    verdicts = {}
+    for step in ctx.steps:
+        if step.kind != "llm" or step.status != "ok":
+            continue
+        slowness = llm_slowness(step, ctx.baseline(step))
+        if slowness is not None:
+            verdicts[step.step_id] = verdict_for(ctx, step, slowness)
+    return verdicts
+
+
+_WHY = {"queueing": "its device {device} was saturated (queue depth {q} vs normal {qn})",
+        "throttling": "its device {device} was throttling (temperature {t} °C, throttled={th})"}
+
+
+def hardware_findings(ctx: TaskContext, verdict_name: str):
+    """Findings `hardware_<verdict_name>` for the task's slow LLM steps with that verdict."""
+    from analysis.detectors.base import Finding, fmt_ms
+
+    by_id = {s.step_id: s for s in ctx.steps}
+    for step_id, verdict in ctx.verdicts.items():
+        if verdict["verdict"] != verdict_name:
+            continue
+        step = by_id[step_id]
+        sig = verdict.get("signals", {})
+        why = _WHY[verdict_name].format(
+            device=step.device, q=sig.get("queue_depth", {}).get("value", "?"),
+            qn=sig.get("queue_depth", {}).get("normal", "?"),
+            t=sig.get("temperature_c", {}).get("value", "?"), th=sig.get("throttled", {}).get("value", "?"))
+        wasted = verdict["excess_ms"]
+        summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
+                   f"{fmt_ms(verdict['expected_ms'])}) because {why}.")
+        yield Finding(f"hardware_{verdict_name}", (step_id,), wasted, summary, dict(verdict),
+                      ((step.end_ms - wasted, step.end_ms),))

@@ -1,0 +1,59 @@
+"""`manage.py analyze [--all] [--task ID] [--project NAME] [--due]`: run the analysis
+synchronously, through the same claim-and-replace path the Celery workers use."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from analysis import baselines, pipeline
+from ingest.models import Project, Task
+
+
+class Command(BaseCommand):
+    help = "Analyse tasks now (findings, critical path, budget, what-if)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--all", action="store_true", help="every task (of --project, if given)")
+        parser.add_argument("--task", help="one task id (with --project when ids repeat across projects)")
+        parser.add_argument("--project", help="project name")
+        parser.add_argument("--due", action="store_true", help="only tasks that are due (ended and quiet)")
+
+    def handle(self, *args, **opts):
+        if not (opts["all"] or opts["task"] or opts["due"]):
+            raise CommandError("say what to analyse: --all, --due or --task ID")
+        tasks = Task.objects.all()
+        projects = Project.objects.all()
+        if opts["project"]:
+            project = Project.objects.filter(name=opts["project"]).first()
+            if project is None:
+                raise CommandError(f"no project named {opts['project']!r}")
+            tasks = tasks.filter(project=project)
+            projects = projects.filter(pk=project.pk)
+        if opts["task"]:
+            tasks = tasks.filter(task_id=opts["task"])
+            if not tasks.exists():
+                raise CommandError(f"no task {opts['task']!r}")
+        pks = list(tasks.order_by("started_at", "pk").values_list("pk", flat=True))
+        if not opts["task"]:  # one task computes what it lacks on demand
+            for project in projects.filter(pk__in=tasks.values("project_id")):
+                baselines.baselines_refresh(project=project, full=True)
+        started = time.monotonic()
+        counts: dict[str, int] = {}
+        steps = 0
+        for i, pk in enumerate(pks, 1):
+            outcome = pipeline.run(pk, force=not opts["due"])
+            counts[outcome] = counts.get(outcome, 0) + 1
+            if i % 100 == 0 or i == len(pks):
+                elapsed = time.monotonic() - started
+                sys.stderr.write(f"\ranalysed {i}/{len(pks)} tasks ({i / elapsed:.0f}/s)")
+                sys.stderr.flush()
+        if pks:
+            sys.stderr.write("\n")
+            steps = sum(Task.objects.filter(pk__in=pks).values_list("step_count", flat=True))
+        elapsed = time.monotonic() - started
+        summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing to do"
+        self.stdout.write(f"{len(pks)} tasks, {steps} steps in {elapsed:.1f}s "
+                          f"({steps / elapsed if elapsed else 0:.0f} steps/s): {summary}")

@@ -1,0 +1,78 @@
+"""What-if: the task's projected duration under changes, replayed along its critical path.
+
+Scenarios, alone and combined:
+- `hardware[family]`: every LLM step on the critical path takes what `analysis.hardware`'s
+  model of that family predicts for its input/output tokens (model size parsed from the model
+  name, e.g. "llama-3-70b" → 70 B; 70 B when absent), idle queue (the ideal device);
+- `parallel`: the waste of `parallelizable_calls` findings is removed;
+- `cached`: repeated tool calls return instantly (`repeated_tool_call` waste removed);
+- `parallel_cached` and `hardware[family].with_fixes_ms`: the combinations.
+
+First-order: only time on the current critical path is replaced or removed, and the path is
+not recomputed afterwards (another branch may become critical), so savings are an upper
+bound of what that change alone buys. Removed intervals are unioned before subtracting, so a
+call that is both repeated and serialised is not removed twice.
+"""
+
+from __future__ import annotations
+
+import re
+
+from analysis.critical_path import Segment
+from analysis.detectors.base import Finding, TaskContext
+from analysis.hardware import PROFILES
+
+_PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*b\b", re.IGNORECASE)
+_FIX_KINDS = {"parallel": ("parallelizable_calls",), "cached": ("repeated_tool_call",),
+              "parallel_cached": ("parallelizable_calls", "repeated_tool_call")}
+
+
+def model_params_b(model: str, default: float = 70.0) -> float:
+    match = _PARAMS.search(model.replace("-", " ").replace("_", " ") if model else "")
+    return float(match.group(1)) if match else default
+
+
+def _removed_on_path(segments: list[Segment], findings: list[Finding], kinds: tuple[str, ...]) -> float:
+    intervals = sorted(i for f in findings if f.kind in kinds for i in f.intervals)
+    merged: list[tuple[float, float]] = []
+    for a, b in intervals:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    total = 0.0
+    j = 0
+    for seg in segments:  # both sorted by time: one merge pass
+        while j < len(merged) and merged[j][1] <= seg.start_ms:
+            j += 1
+        k = j
+        while k < len(merged) and merged[k][0] < seg.end_ms:
+            total += max(0.0, min(seg.end_ms, merged[k][1]) - max(seg.start_ms, merged[k][0]))
+            k += 1
+    return total
+
+
+def project(ctx: TaskContext, segments: list[Segment], findings: list[Finding]) -> dict:
+    actual = sum(seg.length for seg in segments)
+    result = {"actual_ms": round(actual, 1)}
+    for name, kinds in _FIX_KINDS.items():
+        result[f"{name}_ms"] = round(actual - _removed_on_path(segments, findings, kinds), 1)
+    fixes_saved = actual - result["parallel_cached_ms"]
+    llm_path = [(seg, seg.step) for seg in segments if seg.step is not None and seg.step.kind == "llm"]
+    llm_ms = sum(seg.length for seg, _ in llm_path)
+    result["llm_path_ms"] = round(llm_ms, 1)
+    hardware = {}
+    for family, model in PROFILES.items():
+        projected = 0.0
+        for seg, step in llm_path:
+            if step.input_tokens is None or step.output_tokens is None or step.duration_ms <= 0:
+                projected += seg.length
+                continue
+            share = seg.length / step.duration_ms
+            projected += share * model.step_ms(step.input_tokens, step.output_tokens,
+                                               model_params_b=model_params_b(step.model))
+        ms = actual - llm_ms + projected
+        hardware[family] = {"ms": round(ms, 1), "llm_ms": round(projected, 1),
+                            "with_fixes_ms": round(max(ms - fixes_saved, 0.0), 1)}
+    result["hardware"] = hardware
+    return result

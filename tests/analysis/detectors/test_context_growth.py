@@ -1,0 +1,35 @@
+from analysis.detectors import context_growth
+
+from .builders import step, task
+
+
+def turns(tokens, ttfts):
+    steps, t = [], 0.0
+    for i, (tok, ttft) in enumerate(zip(tokens, ttfts, strict=True)):
+        steps.append(step(f"l{i}", "llm", t, t + ttft / 1000 + 1, model="m", input_tokens=tok, ttft_ms=ttft,
+                          output_tokens=50))
+        t += ttft / 1000 + 1.5
+    return task(steps)
+
+
+def test_prompt_and_ttft_climbing_every_turn_is_context_growth():
+    ctx = turns([1000, 3000, 6000, 11000, 18000], [150, 300, 600, 1100, 1800])
+    [finding] = context_growth.detect(ctx)
+    assert finding.step_ids == ("l0", "l1", "l2", "l3", "l4")
+    assert round(finding.wasted_ms) == (300 - 225) + (600 - 225) + (1100 - 225) + (1800 - 225)
+    assert "1,000 to 18,000 tokens over 5 LLM turns" in finding.summary
+
+
+def test_ordinary_mild_growth_does_not_fire():
+    ctx = turns([2000, 2300, 2600, 2900, 3200], [200, 210, 220, 235, 240])
+    assert list(context_growth.detect(ctx)) == []
+
+
+def test_a_big_prompt_without_a_trend_does_not_fire():
+    ctx = turns([8000, 1000, 9000, 1200, 8500], [900, 150, 1000, 160, 950])
+    assert list(context_growth.detect(ctx)) == []
+
+
+def test_too_few_turns_do_not_fire():
+    ctx = turns([1000, 10000, 30000], [150, 900, 2500])
+    assert list(context_growth.detect(ctx)) == []

@@ -1,0 +1,53 @@
+"""hardware_queueing / hardware_throttling and the verdict every slow LLM step carries."""
+
+from analysis.detectors import hardware_queueing, hardware_throttling, slow_step
+from analysis.hardware_correlation import step_verdicts
+
+from .builders import device_normal, llm_stats, samples, step, task
+
+
+def run(ctx):
+    ctx.verdicts = step_verdicts(ctx)
+    return (list(hardware_queueing.detect(ctx)), list(hardware_throttling.detect(ctx)),
+            list(slow_step.detect(ctx)))
+
+
+def ctx_with(llm_step, device_samples):
+    return task([llm_step], baselines={("llm", "m", "gpu-1"): llm_stats()},
+                device_normals={"gpu-1": device_normal()}, samples={"gpu-1": device_samples})
+
+
+def test_a_slow_ttft_while_the_queue_was_deep_is_queueing_with_the_ttft_split():
+    s = step("a", "llm", 10, 13.8, model="m", device="gpu-1", ttft_ms=2000, input_tokens=2000, output_tokens=91)
+    base = samples(0, 30)
+    spiky = [x if not 9 <= (x.ts_ms - base[0].ts_ms) / 1000 <= 14 else
+             type(x)(x.ts_ms, {**x.metrics, "queue_depth": 24, "utilization": 0.99}) for x in base]
+    queueing, throttling, slow = run(ctx_with(s, spiky))
+    assert [f.kind for f in queueing] == ["hardware_queueing"] and not throttling and not slow
+    evidence = queueing[0].evidence
+    assert evidence["verdict"] == "queueing"
+    assert evidence["ttft_split"]["queue_wait_ms"] == 1800 and evidence["ttft_split"]["compute_ms"] == 200
+    assert "saturated" in queueing[0].summary
+
+
+def test_slow_decode_while_throttled_is_throttling():
+    s = step("a", "llm", 10, 15, model="m", device="gpu-1", ttft_ms=260, input_tokens=2000, output_tokens=101)
+    hot = [x if not 9 <= (x.ts_ms - samples(0, 0)[0].ts_ms) / 1000 <= 16 else
+           type(x)(x.ts_ms, {**x.metrics, "throttled": 1.0, "temperature_c": 91, "tokens_per_s": 400})
+           for x in samples(0, 30)]
+    queueing, throttling, slow = run(ctx_with(s, hot))
+    assert [f.kind for f in throttling] == ["hardware_throttling"] and not queueing and not slow
+    assert throttling[0].evidence["slow_part"] == "decode"
+
+
+def test_a_busy_device_does_not_make_a_normal_step_a_finding():
+    s = step("a", "llm", 10, 12.2, model="m", device="gpu-1", ttft_ms=210, input_tokens=2000, output_tokens=100)
+    busy = [type(x)(x.ts_ms, {**x.metrics, "queue_depth": 30}) for x in samples(0, 30)]
+    assert run(ctx_with(s, busy)) == ([], [], [])
+
+
+def test_no_telemetry_is_nominal_and_says_telemetry_is_missing():
+    s = step("a", "llm", 10, 13.8, model="m", device="gpu-1", ttft_ms=2000, input_tokens=2000, output_tokens=91)
+    queueing, throttling, slow = run(ctx_with(s, []))
+    assert not queueing and not throttling
+    assert slow[0].evidence["verdict"] == "nominal" and slow[0].evidence["telemetry"] == "missing"

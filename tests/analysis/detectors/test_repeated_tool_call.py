@@ -1,0 +1,44 @@
+from analysis.detectors import repeated_tool_call
+from analysis.detectors.base import canonical_args
+
+from .builders import step, task
+
+
+def detect(ctx):
+    return list(repeated_tool_call.detect(ctx))
+
+
+def test_same_arguments_in_another_order_and_spacing_is_a_repeat():
+    ctx = task([
+        step("a", "tool", 0, 0.9, tool_name="search_order", tool_args={"order_id": "A-1", "full": True}),
+        step("b", "tool", 2, 2.6, tool_name="search_order", tool_args='{ "full": true,  "order_id": "A-1" }'),
+        step("c", "tool", 4, 4.4, tool_name="search_order", tool_args={"full": True, "order_id": " A-1"}),
+    ])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b", "c")
+    assert round(finding.wasted_ms) == 1000
+    assert "search_order called 3×" in finding.summary
+    assert finding.evidence["calls"] == 3
+
+
+def test_a_tool_called_twice_with_different_arguments_is_not_a_repeat():
+    ctx = task([step("a", "tool", 0, 1, tool_name="search_order", tool_args={"order_id": "A-1"}),
+                step("b", "tool", 2, 3, tool_name="search_order", tool_args={"order_id": "A-2"})])
+    assert detect(ctx) == []
+
+
+def test_a_retry_after_a_failure_is_not_waste():
+    ctx = task([step("a", "tool", 0, 1, tool_name="pay", tool_args={"id": 1}, status="error"),
+                step("b", "tool", 2, 3, tool_name="pay", tool_args={"id": 1})])
+    assert detect(ctx) == []
+
+
+def test_the_same_arguments_to_different_tools_are_not_a_repeat():
+    ctx = task([step("a", "tool", 0, 1, tool_name="get_user", tool_args={"id": 1}),
+                step("b", "tool", 2, 3, tool_name="get_order", tool_args={"id": 1})])
+    assert detect(ctx) == []
+
+
+def test_canonical_arguments_ignore_key_order_and_whitespace_but_not_values():
+    assert canonical_args({"b": 1, "a": "x  y"}) == canonical_args('{"a": "x y", "b": 1.0}')
+    assert canonical_args({"a": "xy"}) != canonical_args({"a": "x y"})

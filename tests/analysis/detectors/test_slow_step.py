@@ -1,0 +1,66 @@
+from analysis.detectors import slow_step
+from analysis.hardware_correlation import step_verdicts
+
+from .builders import device_normal, llm_stats, samples, stats, step, task
+
+
+def detect(ctx):
+    ctx.verdicts = step_verdicts(ctx)
+    return list(slow_step.detect(ctx))
+
+
+def test_a_tool_far_above_its_baseline_is_slow_and_wastes_the_excess():
+    ctx = task([step("a", "tool", 0, 2.4, tool_name="search_order")],
+               baselines={("tool", "search_order", ""): stats(400, 50)})
+    [finding] = detect(ctx)
+    assert round(finding.wasted_ms) == 2000
+    assert finding.evidence["baseline_median_ms"] == 400
+    assert "search_order took 2.4 s, usually 400 ms" in finding.summary
+
+
+def test_a_long_but_normal_step_does_not_fire():
+    # This tool is always slow (median 8 s, wide spread): 9.5 s is within its normal.
+    ctx = task([step("a", "tool", 0, 9.5, tool_name="report")],
+               baselines={("tool", "report", ""): stats(8000, 1000)})
+    assert detect(ctx) == []
+
+
+def test_cold_start_with_few_samples_does_not_fire():
+    ctx = task([step("a", "tool", 0, 5, tool_name="new_tool")],
+               baselines={("tool", "new_tool", ""): stats(100, 10, count=5)})
+    assert detect(ctx) == []
+
+
+def test_an_llm_step_long_because_it_wrote_many_tokens_is_not_slow():
+    # 2000 output tokens at the usual 20 ms/token and a usual TTFT: 40 s, and normal.
+    ctx = task([step("a", "llm", 0, 40.2, model="m", device="gpu-1", ttft_ms=200, input_tokens=2000,
+                     output_tokens=2001)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()})
+    assert detect(ctx) == []
+
+
+def test_a_slow_llm_step_on_a_nominal_device_says_so():
+    ctx = task([step("a", "llm", 0, 3.2, model="m", device="gpu-1", ttft_ms=1400, input_tokens=2100,
+                     output_tokens=91)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()}, device_normals={"gpu-1": device_normal()},
+               samples={"gpu-1": samples(-5, 10)})
+    [finding] = detect(ctx)
+    assert finding.evidence["verdict"] == "nominal"
+    assert finding.evidence["telemetry"] == "present"
+    assert round(finding.wasted_ms) == 1200  # 3200 - (200 + 20 × 90)
+
+
+def test_a_slow_llm_step_with_a_huge_prompt_is_prefill_bound():
+    ctx = task([step("a", "llm", 0, 4, model="m", device="gpu-1", ttft_ms=2200, input_tokens=30000,
+                     output_tokens=91)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()}, device_normals={"gpu-1": device_normal()},
+               samples={"gpu-1": samples(-5, 10)})
+    [finding] = detect(ctx)
+    assert finding.evidence["verdict"] == "prefill_bound"
+
+
+def test_the_device_baseline_falls_back_to_the_model_baseline_when_young():
+    ctx = task([step("a", "tool", 0, 3, tool_name="x", device="d")],
+               baselines={("tool", "x", "d"): stats(100, 10, count=3), ("tool", "x", ""): stats(500, 50)})
+    [finding] = detect(ctx)
+    assert finding.evidence["baseline_median_ms"] == 500

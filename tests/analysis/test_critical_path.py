@@ -1,0 +1,52 @@
+import time
+
+from analysis.budget import latency_budget
+from analysis.critical_path import critical_path, path_step_ids
+
+from .detectors.builders import T0, step
+
+
+def ids(steps, start=0.0, end=None):
+    end = end if end is not None else max(s.end_ms for s in steps) - T0
+    return path_step_ids(critical_path(steps, T0 + start * 1000, T0 + end))
+
+
+def test_the_longer_of_two_parallel_children_is_on_the_path():
+    steps = [step("root", "agent", 0, 6), step("a", "tool", 0, 5, parent_step_id="root"),
+             step("b", "tool", 0, 3, parent_step_id="root"), step("c", "llm", 5, 6, parent_step_id="root")]
+    assert ids(steps, end=6000) == ["a", "c"]
+
+
+def test_overlapping_steps_are_clipped_so_segments_tile_the_task():
+    steps = [step("a", "llm", 0, 4), step("b", "tool", 3, 6), step("c", "tool", 7, 8)]
+    segments = critical_path(steps, T0, T0 + 9000)
+    assert [(s.step.step_id if s.step else None, round(s.start_ms - T0), round(s.end_ms - T0)) for s in segments] == [
+        ("a", 0, 3000), ("b", 3000, 6000), (None, 6000, 7000), ("c", 7000, 8000), (None, 8000, 9000)]
+
+
+def test_budget_sums_to_the_task_duration_and_splits_ttft():
+    steps = [step("root", "agent", 0, 10), step("l", "llm", 0.5, 3, parent_step_id="root", ttft_ms=500),
+             step("t", "tool", 3, 5, parent_step_id="root"), step("r", "retrieval", 4, 6, parent_step_id="root"),
+             step("q", "queue", 6, 7, parent_step_id="root"), step("f", "framework", 7, 7.5, parent_step_id="root")]
+    segments = critical_path(steps, T0, T0 + 10000)
+    budget = latency_budget(segments, queue_wait_ms={"l": 200})
+    assert budget == {"prefill": 300, "decode": 2000, "tool": 1000, "retrieval": 2000, "queue": 1200,
+                      "framework": 3500}
+    assert sum(budget.values()) == 10000
+
+
+def test_a_step_that_runs_past_the_task_end_is_clipped():
+    steps = [step("a", "tool", 0, 12)]
+    budget = latency_budget(critical_path(steps, T0, T0 + 10000))
+    assert sum(budget.values()) == 10000
+
+
+def test_fifty_thousand_steps_with_a_deep_chain_take_well_under_a_second():
+    steps = [step(f"s{i}", "llm" if i % 3 == 0 else "tool", i * 0.1, i * 0.1 + 0.09,
+                  parent_step_id=f"s{i - 1}" if i % 2 and i else "", ttft_ms=20) for i in range(50_000)]
+    started = time.perf_counter()
+    segments = critical_path(steps, T0, T0 + 5_000_000)
+    budget = latency_budget(segments)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5, elapsed
+    assert abs(sum(budget.values()) - 5_000_000) < 1
