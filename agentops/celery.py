@@ -13,4 +13,8 @@ app.autodiscover_tasks(["analysis", "analysis.alerts"])
 app.conf.beat_schedule = {
     "evaluate-alerts": {"task": "analysis.alerts.tasks.evaluate_alerts", "schedule": 60.0,
                         "options": {"expires": 50}},
+    # Due tasks the ingest signal missed (broker down, worker killed, end never reported).
+    "analysis-sweep": {"task": "analysis.sweep", "schedule": 5.0, "options": {"expires": 5}},
+    "analysis-baselines": {"task": "analysis.refresh_baselines", "schedule": 300.0,
+                           "options": {"expires": 290}},
 }
