@@ -408,6 +408,25 @@ def visible_rows(rows: Sequence[StepRow], *, mode: str, toggled: Iterable[str] =
     return out
 
 
+def reveal(rows: Sequence[StepRow], *, mode: str, toggled: Iterable[str], step_id: str) -> list[str]:
+    """`toggled` plus whatever flips open every collapsed ancestor of `step_id`, so a step named
+    in a link (a finding, the URL) is drawn even when its subtree starts collapsed."""
+    flipped = set(toggled)
+    index = next((i for i, r in enumerate(rows) if r.step_id == step_id), None)
+    if index is None:
+        return sorted(flipped)
+    depth = rows[index].depth
+    for row in reversed(rows[:index]):
+        if row.depth < depth:
+            depth = row.depth
+            collapsed = (mode == "top" and row.depth >= 1) != (row.step_id in flipped)
+            if collapsed:
+                flipped ^= {row.step_id}
+        if depth == 0:
+            break
+    return sorted(flipped)
+
+
 def step_hover(row: StepRow, *, critical: bool, hidden: int = 0) -> str:
     parts = [f"<b>{esc(truncate(row.name or row.kind, 80))}</b>",
              f"{esc(row.kind)} · {fmt_ms(row.duration_ms)} · {esc(row.status or 'ok')}"
@@ -510,7 +529,9 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
         yaxis.update(showticklabels=False, title={"text": f"{n} steps"})
     layout = _layout(barmode="overlay", bargap=0.25, dragmode="zoom", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
                      margin={"l": 20, "r": 20, "t": 30, "b": 40})
-    layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl}
+    layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl,
+                      "toggled": sorted(set(toggled)),
+                      "collapsed": [v.row.step_id for v in visible if v.collapsed]}
     if samples:
         devices = list(dict.fromkeys(p.device for p in samples))
         lane_data, _ = _lane_traces(samples, devices, _colors(devices), LANE_METRICS, first_axis=2)

@@ -157,7 +157,8 @@ def task_list(request):
         request, "analysis/tasks.html", project, error, tasks=tasks, sort=sort,
         next_query=urlencode({**params, "cursor": next_cursor}) if next_cursor else "",
         first_query=urlencode(params) if request.GET.get("cursor") else "",
-        sort_queries={s: urlencode({**keep(request.GET), "sort": s}) for s in SORTS},
+        sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
+        sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
         export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
         values=params, statuses=["ok", "error", "timeout"], finding_kinds=dashboard.FINDING_KINDS,
         devices=dashboard.project_devices(project=project) if project else [],
@@ -212,6 +213,9 @@ def task_waterfall(request, task_id: str):
         raise _BadRequest("mode: must be all or top")
     toggled = [t for t in request.GET.get("toggle", "").split(",") if t][:500]
     rows = dashboard.task_waterfall_rows(task=task)
+    mode = mode or charts.default_mode(len(rows))
+    if request.GET.get("reveal"):
+        toggled = charts.reveal(rows, mode=mode, toggled=toggled, step_id=request.GET["reveal"])
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
     samples = dashboard.task_lane_samples(task=task, devices={r.device for r in rows})
@@ -255,13 +259,16 @@ def latency(request):
             group_rows = dashboard.duration_percentiles(project=project, filters=filters, group_by=group_by)
     params = keep(request.GET)
     chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
+    for r in group_rows:
+        r["query"] = urlencode({**params, "group_by": group_by, "group": r["group"]})
+        # Tasks filter by device; other step groups have no task filter to drill into.
+        r["tasks_query"] = urlencode({**params, "device": r["group"]}) if group_by == "device" else ""
     return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
                  group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
                  group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),
                  tail_queries={k: urlencode({**params, "min_duration_ms": task_rows[0][k], "sort": "-duration_ms"})
                                for k in ("p50", "p90", "p95", "p99", "max") if task_rows and task_rows[0][k] is not None},
-                 group_queries={r["group"]: urlencode({**params, "group_by": group_by, "group": r["group"]})
-                                for r in group_rows},
+                 all_groups_query=urlencode({**params, "group_by": group_by}),
                  config={"charts": reverse("latency-charts") + "?" + urlencode(chart_params),
                          "tasks": reverse("tasks"), "params": params})
 
@@ -305,6 +312,8 @@ def devices(request):
         rows = dashboard.device_table(project=project, filters=filters, vendor=vendor, device=device)
         findings = dashboard.hardware_findings(project=project, filters=filters)
     params = keep(request.GET, TASK_PARAMS + ("vendor",))
+    for r in rows:
+        r["tasks_query"] = urlencode({**keep(request.GET), "device": r["device"]})
     all_devices = dashboard.project_devices(project=project) if project else []
     return _page(request, "analysis/devices.html", project, error, rows=rows, findings=findings,
                  vendor=vendor, device=device, hidden=keep(request.GET, GLOBAL_PARAMS),
