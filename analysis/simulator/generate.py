@@ -1,0 +1,527 @@
+"""Generate a workload: ReAct-style agent tasks, device telemetry and the ground truth of the
+problems injected into them. Pure: no Django, no I/O; the same seed gives the same output.
+
+How it runs, in four phases (each drawing from its own seeded generator, so changing one task
+never reshuffles another):
+1. Arrivals: sessions of 1–4 tasks spread over [start, end] with a diurnal rhythm; each task
+   gets an agent, a release (releases roll out one after another over the period, with a
+   short canary overlap), a device, and — with probability `anomaly_rate` — one or two
+   injected problem kinds.
+2. Fault windows: a task chosen for `hardware_queueing`/`hardware_throttling` opens a
+   window of 2–5 minutes on its device around its start. Every LLM step of *any* task on that
+   device inside the window is slowed, and labelled.
+3. Tasks: a plan (turns, tool calls, arguments, token counts) is drawn, the chosen problems
+   are applied to the plan, then it is laid out in time: LLM turn → tool calls → LLM turn…
+4. Telemetry: each device's readings, consistent with the LLM steps it served and its
+   windows (see devices.py).
+
+Releases (by position, whatever their names): the first is the baseline; from the second on
+a result cache makes cacheable tools 25 % faster, prompts reuse the cached system prefix,
+and repeated tool calls become rarer; the third regresses one tool (`search_inventory`, 2×
+slower on every call) — a release-comparison effect, not a per-task label.
+
+Labels say what was injected and never reach the product: they are returned separately and
+written to a file by the command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.simulator.catalog import (
+    AGENTS,
+    CACHE_SPEEDUP,
+    REGRESSED_TOOL,
+    REGRESSION_FACTOR,
+    Agent,
+    Tool,
+)
+from analysis.simulator.devices import SimDevice, Window, device_samples, make_devices
+
+KINDS = ("slow_step", "repeated_tool_call", "serial_gap", "parallelizable_calls", "context_growth",
+         "hardware_queueing", "hardware_throttling")
+HARDWARE_KINDS = ("hardware_queueing", "hardware_throttling")
+KIND_WEIGHTS = {"slow_step": 0.22, "repeated_tool_call": 0.18, "serial_gap": 0.16,
+                "parallelizable_calls": 0.14, "context_growth": 0.12, "hardware_queueing": 0.09,
+                "hardware_throttling": 0.09}
+VERDICTS = {"hardware_queueing": "queueing", "hardware_throttling": "throttling"}
+
+# Injected magnitudes, chosen to sit well clear of normal variation (see docs/simulator.md).
+SLOW_FACTOR = (6.0, 12.0)          # × the tool's median; normal p99.99 is ≤ 4.4×
+GAP_MS = (1500.0, 6000.0)          # idle stall; normal gaps are 3–100 ms
+GROWTH_RESULT_TOKENS = (1500, 5000)  # raw tool output appended each turn; normal is 40–200
+QUEUE_EXTRA_TTFT_MS = (1200.0, 3000.0)
+WINDOW_S = (120.0, 300.0)
+ERROR_RATE = 0.012
+TIMEOUT_RATE = 0.004
+
+_ERRORS = ["HTTP 503 from upstream: service unavailable", "HTTP 429 from upstream: rate limited",
+           "ValidationError: field 'id' not found", "ConnectionResetError: peer closed connection"]
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    tasks: int
+    start_ms: float
+    end_ms: float
+    seed: int = 0
+    releases: tuple[str, ...] = ("v1", "v2", "v3")
+    devices: tuple[tuple[str, int], ...] = (("gpu", 2), ("dmatrix", 2), ("groq", 2))
+    anomaly_rate: float = 0.15
+    environment: str = "production"
+
+
+@dataclass
+class Simulation:
+    tasks: list[list[dict]]  # per task: its task event then its step events
+    samples: list[dict]
+    labels: list[dict]
+    step_count: int = 0
+
+    def events(self, *, chunk: int):
+        """Native events in batches of about `chunk` (a task and its steps stay together)."""
+        batch: list[dict] = []
+        for task_events in self.tasks:
+            if batch and len(batch) + len(task_events) > chunk:
+                yield batch
+                batch = []
+            batch.extend(task_events)
+        for sample in self.samples:
+            if len(batch) >= chunk:
+                yield batch
+                batch = []
+            batch.append(sample)
+        if batch:
+            yield batch
+
+    @property
+    def event_count(self) -> int:
+        return sum(len(t) for t in self.tasks) + len(self.samples)
+
+    def label_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(KINDS, 0)
+        for label in self.labels:
+            counts[label["kind"]] += 1
+        return counts
+
+
+# --- plans -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    tool: Tool
+    args: object
+    result_tokens: int
+    slow_factor: float = 1.0
+    status: str = "ok"
+    repeat_of: Call | None = None
+    step_id: str = ""
+    start_ms: float = 0.0
+    end_ms: float = 0.0
+
+
+@dataclass
+class Turn:
+    output_tokens: int
+    calls: list[Call] = field(default_factory=list)
+    serial: bool = False  # independent calls run one after another (injected)
+    gap_before_ms: float = 0.0  # injected stall before this turn's LLM step
+
+
+@dataclass
+class Arrival:
+    index: int
+    start_ms: float
+    agent: Agent
+    release_index: int
+    device: SimDevice
+    session_id: str
+    kinds: tuple[str, ...]
+
+
+def _hex(*parts: object, n: int) -> str:
+    return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=n // 2).hexdigest()
+
+
+def _canonical(args: object) -> str:
+    if isinstance(args, str):
+        args = json.loads(args)
+    return json.dumps(args, sort_keys=True)
+
+
+def _equivalent_variant(args: dict, rng: np.random.Generator) -> object:
+    """The same arguments written differently: keys reordered, a JSON string with other
+    spacing, or extra whitespace inside string values — what frameworks really send."""
+    reordered = dict(reversed(list(args.items())))
+    how = int(rng.integers(0, 3))
+    if how == 0 and list(reordered) != list(args):
+        return reordered
+    if how == 2:
+        spaced = {k: (f" {v.replace(' ', '  ')} " if isinstance(v, str) else v) for k, v in reordered.items()}
+        if spaced != args:
+            return spaced
+    return json.dumps(reordered, indent=int(rng.integers(1, 4)))
+
+
+def _plan(rng: np.random.Generator, agent: Agent, kinds: tuple[str, ...]) -> list[Turn]:
+    n_turns = int(rng.integers(agent.min_turns, agent.max_turns + 1))
+    if "context_growth" in kinds:
+        n_turns = max(n_turns, 5)
+    if {"repeated_tool_call", "serial_gap"} & set(kinds):
+        n_turns = max(n_turns, 3)
+    if {"slow_step", "parallelizable_calls"} & set(kinds):
+        n_turns = max(n_turns, 2)
+    seen: set[str] = set()
+    growth = "context_growth" in kinds
+    turns = []
+    for i in range(n_turns):
+        if i == n_turns - 1:
+            turns.append(Turn(output_tokens=int(rng.integers(*agent.final_tokens))))
+            break
+        n_calls = 1 + int(rng.choice(agent.max_calls, p=_call_weights(agent.max_calls)))
+        if agent.pattern == "parallel":
+            tools = [agent.tools[int(j)] for j in rng.choice(len(agent.tools), size=n_calls, replace=False)]
+        else:
+            tools = [agent.tools[int(j)] for j in rng.integers(0, len(agent.tools), size=n_calls)]
+        calls = [Call(tool, _unique_args(rng, tool, seen), _result_tokens(rng, growth)) for tool in tools]
+        turns.append(Turn(output_tokens=int(rng.integers(20, 120)) + 15 * n_calls, calls=calls))
+    return turns
+
+
+def _call_weights(n: int) -> list[float]:
+    weights = [0.5, 0.3, 0.2][:n]
+    return [w / sum(weights) for w in weights]
+
+
+def _unique_args(rng: np.random.Generator, tool: Tool, seen: set[str]) -> dict:
+    """Arguments no earlier call of this tool in the task used: normal traffic never repeats."""
+    for attempt in range(20):
+        args = tool.args(rng)
+        if attempt >= 10:
+            args["page"] = attempt
+        key = tool.name + _canonical(args)
+        if key not in seen:
+            seen.add(key)
+            return args
+    raise RuntimeError(f"could not draw fresh arguments for {tool.name}")
+
+
+def _result_tokens(rng: np.random.Generator, growth: bool) -> int:
+    return int(rng.integers(*GROWTH_RESULT_TOKENS)) if growth else int(rng.integers(40, 200))
+
+
+def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tuple[str, ...]) -> dict:
+    """Apply the chosen problems to a plan; returns what the labels need to know."""
+    marks: dict = {}
+    tool_turns = [t for t in turns if t.calls]
+    if "parallelizable_calls" in kinds:
+        candidates = [t for t in tool_turns if len(t.calls) >= 2]
+        if not candidates:
+            turn = tool_turns[int(rng.integers(0, len(tool_turns)))]
+            spare = [tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}]
+            seen = {c.tool.name + _canonical(c.args) for t in turns for c in t.calls}
+            for tool in spare[: int(rng.integers(1, 3))]:
+                turn.calls.append(Call(tool, _unique_args(rng, tool, seen), turn.calls[0].result_tokens))
+            candidates = [turn]
+        turn = candidates[int(rng.integers(0, len(candidates)))]
+        turn.serial = True
+        marks["parallelizable_calls"] = turn
+    if "repeated_tool_call" in kinds:
+        i = int(rng.integers(0, len(tool_turns) - 1))
+        j = int(rng.integers(i + 1, len(tool_turns)))
+        original = tool_turns[i].calls[int(rng.integers(0, len(tool_turns[i].calls)))]
+        repeat = Call(original.tool, _equivalent_variant(original.args, rng), original.result_tokens,
+                      repeat_of=original)
+        tool_turns[j].calls.append(repeat)
+        marks["repeated_tool_call"] = repeat
+    if "slow_step" in kinds:
+        calls = [c for t in tool_turns for c in t.calls if c.repeat_of is None]
+        call = calls[int(rng.integers(0, len(calls)))]
+        call.slow_factor = float(rng.uniform(*SLOW_FACTOR))
+        marks["slow_step"] = call
+    if "serial_gap" in kinds:
+        turn = turns[int(rng.integers(1, len(turns)))]
+        turn.gap_before_ms = float(rng.uniform(*GAP_MS))
+        marks["serial_gap"] = turn
+    return marks
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def simulate(config: SimulationConfig) -> Simulation:
+    if config.tasks < 0:
+        raise ValueError("tasks: must be 0 or more")
+    if config.end_ms - config.start_ms < 3_600_000:
+        raise ValueError("the simulated period must be at least one hour long")
+    rng = np.random.default_rng([config.seed, 0])
+    devices = make_devices(config.devices, rng)
+    if not devices:
+        raise ValueError("need at least one device")
+    arrivals = _arrivals(config, devices, rng)
+    _open_windows(arrivals, rng)
+    tasks: list[list[dict]] = []
+    labels: list[dict] = []
+    step_count = 0
+    for arrival in arrivals:
+        events, task_labels = _task(config, arrival, np.random.default_rng([config.seed, 1, arrival.index]))
+        tasks.append(events)
+        labels.extend(task_labels)
+        step_count += len(events) - 1
+    samples = []
+    for i, device in enumerate(devices):
+        params = 70.0
+        readings = device_samples(device, start_ms=config.start_ms, end_ms=config.end_ms,
+                                  rng=np.random.default_rng([config.seed, 2, i]), model_params_b=params)
+        samples.extend({"type": "resource", "device": device.name, "vendor": device.model.vendor,
+                        "hardware": device.model.hardware, "ts": _ns(t), "metrics": metrics}
+                       for t, metrics in readings)
+    return Simulation(tasks=tasks, samples=samples, labels=labels, step_count=step_count)
+
+
+def _arrivals(config: SimulationConfig, devices: list[SimDevice], rng: np.random.Generator) -> list[Arrival]:
+    span = config.end_ms - config.start_ms
+    weights = np.array([a.weight for a in AGENTS])
+    weights /= weights.sum()
+    arrivals: list[Arrival] = []
+    n_rel = max(len(config.releases), 1)
+    while len(arrivals) < config.tasks:
+        # Diurnal rhythm by rejection: busy afternoons, quiet nights (UTC).
+        t = config.start_ms + float(rng.uniform(0, span)) * 0.97
+        hour = (t / 3_600_000.0) % 24
+        if rng.random() > 0.35 + 0.65 * (0.5 - 0.5 * np.cos(2 * np.pi * (hour - 4) / 24)):
+            continue
+        agent = AGENTS[int(rng.choice(len(AGENTS), p=weights))]
+        conversational = agent.pattern == "parallel"
+        session = _hex(config.seed, "session", len(arrivals), n=16)
+        n_in_session = int(rng.integers(1, 5)) if conversational else 1
+        for k in range(n_in_session):
+            if len(arrivals) >= config.tasks:
+                break
+            start = t + k * float(rng.uniform(60_000, 300_000))
+            if start >= config.end_ms - 120_000:
+                break
+            fraction = (start - config.start_ms) / span
+            release = min(int(fraction * n_rel), n_rel - 1)
+            if release + 1 < n_rel and fraction * n_rel - release > 0.9 and rng.random() < 0.3:
+                release += 1  # canary: the next release already takes some traffic
+            kinds: tuple[str, ...] = ()
+            if rng.random() < config.anomaly_rate:
+                kinds = _choose_kinds(rng, agent, release)
+            arrivals.append(Arrival(index=len(arrivals), start_ms=start, agent=agent, release_index=release,
+                                    device=devices[int(rng.integers(0, len(devices)))],
+                                    session_id=session, kinds=kinds))
+    arrivals.sort(key=lambda a: (a.start_ms, a.index))
+    for i, a in enumerate(arrivals):
+        a.index = i
+    return arrivals
+
+
+def _choose_kinds(rng: np.random.Generator, agent: Agent, release: int) -> tuple[str, ...]:
+    weights = dict(KIND_WEIGHTS)
+    if agent.pattern != "parallel":
+        weights.pop("parallelizable_calls")
+    if release >= 1:
+        weights["repeated_tool_call"] *= 0.35  # the result cache removed most repeats
+    names = list(weights)
+    p = np.array([weights[n] for n in names])
+    n = 2 if rng.random() < 0.15 else 1
+    picked = rng.choice(len(names), size=n, replace=False, p=p / p.sum())
+    chosen = [names[int(i)] for i in picked]
+    if all(k in HARDWARE_KINDS for k in chosen) and len(chosen) == 2:
+        chosen = chosen[:1]  # one fault window per task
+    return tuple(sorted(chosen))
+
+
+def _open_windows(arrivals: list[Arrival], rng: np.random.Generator) -> None:
+    for a in arrivals:
+        hw = [k for k in a.kinds if k in HARDWARE_KINDS]
+        if not hw:
+            continue
+        start = a.start_ms - float(rng.uniform(5_000, 30_000))
+        end = a.start_ms + float(rng.uniform(*WINDOW_S)) * 1000
+        if a.device.overlaps(start, end, margin_ms=120_000):
+            # Already inside (or next to) another window on this device: do not stack faults;
+            # the task keeps its other problems, if any.
+            a.kinds = tuple(k for k in a.kinds if k not in HARDWARE_KINDS)
+            continue
+        depth = 0.0
+        if hw[0] == "hardware_queueing":
+            depth = round(float(rng.uniform(*QUEUE_EXTRA_TTFT_MS)) / a.device.model.queue_slot_ms)
+        a.device.add_window(Window(a.device.name, hw[0], start, end, depth))
+
+
+def _ns(t_ms: float) -> int:
+    return int(round(t_ms * 1000)) * 1000
+
+
+def _median_ms(tool: Tool, release: int) -> float:
+    median = tool.median_ms
+    if release >= 1 and tool.cacheable:
+        median *= CACHE_SPEEDUP
+    if release == 2 and tool.name == REGRESSED_TOOL:
+        median *= REGRESSION_FACTOR
+    return median
+
+
+def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
+    agent, device, hw = a.agent, a.device, a.device.model
+    task_id = _hex(config.seed, "task", a.index, n=32)
+    release = config.releases[a.release_index] if config.releases else ""
+    turns = _plan(rng, agent, a.kinds)
+    marks = _inject(rng, agent, turns, a.kinds)
+
+    status = "ok"
+    if not a.kinds and rng.random() < TIMEOUT_RATE and len(turns) >= 2:
+        turns = turns[:-1]  # the last tool turn times out and the framework gives up
+        call = turns[-1].calls[int(rng.integers(0, len(turns[-1].calls)))]
+        call.status = "timeout"
+        status = "timeout"
+    marked = {id(m) for m in marks.values() if isinstance(m, Call)}
+    marked |= {id(m.repeat_of) for m in marks.values() if isinstance(m, Call) and m.repeat_of}
+    for turn in turns:
+        for call in turn.calls:
+            if call.status == "ok" and id(call) not in marked and rng.random() < ERROR_RATE:
+                call.status = "error"
+                if turn is turns[-2] and status == "ok" and rng.random() < 0.5:
+                    status = "error"
+
+    root_id = _hex(task_id, 0, n=16)
+    steps: list[dict] = []
+    counter = [0]
+
+    def next_id() -> str:
+        counter[0] += 1
+        return _hex(task_id, counter[0], n=16)
+
+    t = a.start_ms + float(rng.uniform(2, 15))  # request parsing before the first turn
+    context = int(rng.integers(*agent.system_tokens)) + int(rng.integers(40, 300))
+    system = agent.system_tokens[0]
+    previous_tools: list[str] = []
+    last_step_id = ""
+    llm_steps: list[dict] = []
+    hw_hits: dict[str, list[tuple[str, float]]] = {}
+    labels: list[dict] = []
+
+    for turn in turns:
+        if turn.gap_before_ms:
+            gap_start = t
+            t += turn.gap_before_ms
+        elif previous_tools:
+            t += float(rng.lognormal(np.log(15.0), 0.5))  # framework: parse, append, re-prompt
+        # LLM turn
+        step_id = next_id()
+        window = device.window_at(t)
+        batch = device.batch(t) * float(rng.uniform(0.9, 1.1))
+        queue = float(rng.poisson(device.queue_mean(t)))
+        nominal = {"queue_depth": queue, "batch_size": batch, "model_params_b": agent.model_params_b}
+        state = dict(nominal)
+        if window is not None and window.kind == "hardware_queueing":
+            state.update(queue_depth=window.queue_depth * float(rng.uniform(0.9, 1.1)),
+                         batch_size=hw.max_batch * 0.9)
+        elif window is not None:
+            state["throttled"] = True
+        cached = min(system, context) if a.release_index >= 1 else 0
+        prefill_tokens = context - cached + cached // 10  # reusing a cached prefix is not free
+        ttft = hw.sample_ttft_ms(rng, prefill_tokens, **state)
+        tpot = hw.sample_tpot_ms(rng, **state)
+        duration = ttft + tpot * turn.output_tokens
+        step = {"type": "step", "task_id": task_id, "step_id": step_id, "parent_step_id": root_id,
+                "kind": "llm", "name": f"chat {agent.model}", "started_at": _ns(t), "ended_at": _ns(t + duration),
+                "status": "ok", "model": agent.model, "device": device.name,
+                "input_tokens": context, "output_tokens": turn.output_tokens, "cached_tokens": cached,
+                "ttft_ms": round(ttft, 3), "streamed": True, "depends_on": previous_tools,
+                "attributes": {"gen_ai.system": hw.vendor, "turn": len(llm_steps) + 1}}
+        steps.append(step)
+        llm_steps.append(step)
+        device.llm_steps.append((t, t + duration))
+        if window is not None:
+            extra = hw.step_ms(prefill_tokens, turn.output_tokens, **state) - hw.step_ms(
+                prefill_tokens, turn.output_tokens, **nominal)
+            hw_hits.setdefault(window.kind, []).append((step_id, extra))
+        if turn.gap_before_ms:
+            labels.append(_label(task_id, "serial_gap", [last_step_id, step_id], turn.gap_before_ms,
+                                 gap_start_ns=_ns(gap_start)))
+        context += turn.output_tokens
+        t += duration
+        last_step_id = step_id
+        if not turn.calls:
+            break
+        # Tool calls issued by this turn
+        t += float(rng.lognormal(np.log(8.0), 0.5))
+        issued = t
+        previous_tools = []
+        for n, call in enumerate(turn.calls):
+            call.step_id = next_id()
+            median = _median_ms(call.tool, a.release_index)
+            if call.status == "timeout":
+                dur = call.tool.timeout_ms
+            elif call.status == "error":
+                dur = median * float(rng.uniform(0.1, 0.6))
+            else:
+                dur = median * float(rng.lognormal(0.0, call.tool.sigma)) * call.slow_factor
+            depends_on: list[str] = []
+            if agent.pattern == "chain" and n > 0:
+                start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+                depends_on = [turn.calls[n - 1].step_id]
+            elif turn.serial and n > 0:
+                start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+            else:
+                start = issued + n * float(rng.uniform(0.3, 3.0))
+            call.start_ms, call.end_ms = start, start + dur
+            step = {"type": "step", "task_id": task_id, "step_id": call.step_id, "parent_step_id": root_id,
+                    "kind": call.tool.kind, "name": call.tool.name, "started_at": _ns(start),
+                    "ended_at": _ns(start + dur), "status": call.status, "tool_name": call.tool.name,
+                    "tool_args": call.args, "depends_on": depends_on, "attributes": {"result_tokens": call.result_tokens}}
+            if call.status == "error":
+                step["error"] = _ERRORS[int(rng.integers(0, len(_ERRORS)))]
+            elif call.status == "timeout":
+                step["error"] = f"tool call timed out after {call.tool.timeout_ms / 1000:g} s"
+            steps.append(step)
+            previous_tools.append(call.step_id)
+            context += call.result_tokens
+            if call.slow_factor > 1.0:
+                labels.append(_label(task_id, "slow_step", [call.step_id], dur - median,
+                                     baseline_median_ms=round(median, 1)))
+            if call.repeat_of is not None:
+                labels.append(_label(task_id, "repeated_tool_call", [call.repeat_of.step_id, call.step_id], dur,
+                                     tool=call.tool.name))
+        t = max(c.end_ms for c in turn.calls)
+        last_step_id = max(turn.calls, key=lambda c: c.end_ms).step_id
+        if turn.serial:
+            durations = [c.end_ms - c.start_ms for c in turn.calls]
+            labels.append(_label(task_id, "parallelizable_calls", [c.step_id for c in turn.calls],
+                                 sum(durations) - max(durations)))
+        if any(c.status == "timeout" for c in turn.calls):
+            break
+
+    end = t + float(rng.uniform(2, 20))
+    if "context_growth" in a.kinds:
+        first = llm_steps[0]["ttft_ms"]
+        extra = sum(max(s["ttft_ms"] - first, 0.0) for s in llm_steps[1:])
+        labels.append(_label(task_id, "context_growth", [s["step_id"] for s in llm_steps], extra,
+                             input_tokens=[s["input_tokens"] for s in llm_steps]))
+    for kind, hits in sorted(hw_hits.items()):
+        labels.append(_label(task_id, kind, [s for s, _ in hits], sum(e for _, e in hits), device=device.name,
+                             verdicts={s: VERDICTS[kind] for s, _ in hits},
+                             step_magnitude_ms={s: round(e, 1) for s, e in hits}))
+    for label in labels:
+        label["release"] = release
+        label["task_name"] = agent.name
+    task = {"type": "task", "task_id": task_id, "name": agent.name, "release": release,
+            "environment": config.environment, "session_id": a.session_id, "started_at": _ns(a.start_ms),
+            "ended_at": _ns(end), "status": status,
+            "attributes": {"user_tier": ("free", "pro", "enterprise")[a.index % 3], "channel": "api"}}
+    root = {"type": "step", "task_id": task_id, "step_id": root_id, "parent_step_id": "", "kind": "agent",
+            "name": agent.name, "started_at": _ns(a.start_ms), "ended_at": _ns(end), "status": status,
+            "attributes": {}}
+    return [task, root, *steps], labels
+
+
+def _label(task_id: str, kind: str, step_ids: list[str], magnitude_ms: float, **extra) -> dict:
+    return {"task_id": task_id, "step_ids": step_ids, "kind": kind, "magnitude_ms": round(magnitude_ms, 1), **extra}
