@@ -10,8 +10,14 @@ from rest_framework.views import APIView
 
 from analysis import selectors
 from analysis.access import request_project
+from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
-from analysis.serializers import TaskDetailSerializer, TaskPageSerializer
+from analysis.serializers import (
+    FindingPageSerializer,
+    LatencyRowSerializer,
+    TaskDetailSerializer,
+    TaskPageSerializer,
+)
 
 TASK_FILTER_PARAMETERS = [
     OpenApiParameter(name, OpenApiTypes.STR, required=False)
@@ -83,3 +89,48 @@ class _TaskDetail:
 
     def __getattr__(self, name):
         return getattr(self._task, name)
+
+
+FINDING_PARAMETERS = [OpenApiParameter(name, OpenApiTypes.STR, required=False)
+                      for name in ("project", "kind", "task_id", "release", "since", "until", "cursor")] + [
+    OpenApiParameter("limit", OpenApiTypes.INT, required=False)]
+
+
+class FindingListView(APIView):
+    """Findings, newest task first, keyset-paginated."""
+
+    @extend_schema(operation_id="finding_list", parameters=FINDING_PARAMETERS, responses=FindingPageSerializer)
+    def get(self, request):
+        project = request_project(request)
+        params = request.query_params
+        kind = params.get("kind", "")
+        if kind and kind not in all_detectors():
+            raise ValidationError({"error": f"kind: must be one of {', '.join(sorted(all_detectors()))}"})
+        try:
+            filters = parse_task_filters({k: params[k] for k in ("since", "until") if k in params})
+            limit = parse_limit(params)
+            findings, next_cursor = selectors.finding_page(
+                project=project, kind=kind, task_id=params.get("task_id", ""), release=params.get("release", ""),
+                since=filters.since, until=filters.until, limit=limit, cursor=params.get("cursor", ""))
+        except FilterError as exc:
+            raise ValidationError({"error": str(exc)}) from None
+        return Response(FindingPageSerializer({"results": findings, "next_cursor": next_cursor}).data)
+
+
+LATENCY_GROUPS = ("task", "kind", "name", "model", "device")
+
+
+class LatencyView(APIView):
+    """count, p50, p90, p95, p99 and max duration (ms) per group, computed in Postgres."""
+
+    @extend_schema(operation_id="latency", parameters=TASK_FILTER_PARAMETERS + [
+        OpenApiParameter("group_by", OpenApiTypes.STR, required=False, enum=list(LATENCY_GROUPS))],
+        responses=LatencyRowSerializer(many=True))
+    def get(self, request):
+        project = request_project(request)
+        group_by = request.query_params.get("group_by", "task")
+        if group_by not in LATENCY_GROUPS:
+            raise ValidationError({"error": f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"})
+        filters = filters_or_400(request.query_params)
+        rows = selectors.latency_percentiles(project=project, filters=filters, group_by=group_by)
+        return Response({"group_by": group_by, "results": LatencyRowSerializer(rows, many=True).data})

@@ -43,8 +43,7 @@ WITH base AS (
            CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1
                 THEN greatest(s.duration_ms - s.ttft_ms, 0) / (s.output_tokens - 1) END AS tpot
     FROM ingest_step s
-    {{join}}
-    WHERE s.project_id = %(project)s AND s.status = 'ok'
+    WHERE s.project_id = %(project)s AND s.status = 'ok' {{filter}}
 ), expanded AS (
     SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, tpot
     FROM base WHERE kind = 'llm' AND device <> ''
@@ -95,12 +94,6 @@ GROUP BY {med_columns}
 """
 
 
-def _touched_join(since: datetime | None) -> tuple[str, dict]:
-    if since is None:
-        return "", {}
-    return ("JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s", {"since": since})
-
-
 def _save(project: Project, rows: list[dict]) -> int:
     if not rows:
         return 0
@@ -115,26 +108,22 @@ def _save(project: Project, rows: list[dict]) -> int:
 
 def step_baselines_compute(*, project: Project, since: datetime | None = None,
                            keys: list[tuple[str, str]] | None = None) -> int:
-    """Recompute step baselines: all keys, keys of tasks touched after `since`, or `keys`."""
+    """Recompute step baselines: all keys, keys of tasks touched after `since`, or `keys`.
+    Either way a key's baseline is computed over its whole window."""
     params = {"project": project.pk, "days": WINDOW_DAYS}
     where = ""
     if keys is not None:
         if not keys:
             return 0
         params.update(kinds=[k for k, _ in keys], names=[n for _, n in keys])
-        where = "JOIN unnest(%(kinds)s::text[], %(names)s::text[]) AS want(kind, key) ON want.kind = e.kind AND want.key = e.key"
-    join, extra = _touched_join(since)
-    params.update(extra)
-    sql = _STEP_SQL.format(join="")
-    if since is not None:
-        # Only keys that occur in touched tasks, but over their whole window.
-        sql = sql.replace("), windowed AS (", f"""), touched AS (
-    SELECT DISTINCT s.kind, {_STEP_KEY} AS key FROM ingest_step s {join}
-    WHERE s.project_id = %(project)s
-), windowed AS (""")
-        sql = sql.replace("FROM expanded e\n", "FROM expanded e JOIN touched USING (kind, key)\n")
-    elif where:
-        sql = sql.replace("FROM expanded e\n", f"FROM expanded e {where}\n")
+        where = (f"AND (s.kind, {_STEP_KEY}) IN "
+                 "(SELECT * FROM unnest(%(kinds)s::text[], %(names)s::text[]))")
+    elif since is not None:
+        params["since"] = since
+        where = (f"AND (s.kind, {_STEP_KEY}) IN (SELECT DISTINCT s.kind, {_STEP_KEY} FROM ingest_step s "
+                 "JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s "
+                 "WHERE s.project_id = %(project)s)")
+    sql = _STEP_SQL.format(filter=where)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         columns = [c.name for c in cursor.description]

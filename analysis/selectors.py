@@ -119,3 +119,58 @@ def finding_queryset(*, project: Project, kind: str = "", task_id: str = "", rel
     if until:
         qs = qs.filter(task_started_at__lt=until)
     return qs.order_by("-task_started_at", "-id")
+
+
+def finding_page(*, project: Project, kind: str = "", task_id: str = "", release: str = "", since=None,
+                 until=None, limit: int = 50, cursor: str = "") -> tuple[list[Finding], str | None]:
+    """One page of `finding_queryset`, keyset-paginated on (task_started_at, id) descending."""
+    qs = finding_queryset(project=project, kind=kind, task_id=task_id, release=release, since=since,
+                          until=until).filter(task_started_at__isnull=False)
+    if cursor:
+        value, pk = decode_cursor(cursor, sort="-started_at")
+        qs = qs.filter(Q(task_started_at__lt=value) | Q(task_started_at=value, pk__lt=pk))
+    rows = list(qs[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1].task_started_at, rows[-1].pk)
+    return rows, next_cursor
+
+
+def latency_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                        limit: int = 100) -> list[dict]:
+    """count, p50/p90/p95/p99, max of durations per group (tasks or steps by kind, name, model,
+    device), with percentile_cont in Postgres; the Latency page reads the same numbers."""
+    from analysis.dashboard import duration_percentiles
+
+    return duration_percentiles(project=project, filters=filters, group_by=group_by, limit=limit)
+
+
+def whatif_by_release(*, project: Project, filters: TaskFilters) -> list[dict]:
+    """Mean actual and projected task duration per release for each what-if scenario, over the
+    analysed tasks matching the filters."""
+    tasks = task_queryset(project=project, filters=filters)
+    rows = (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"), analyzed_at__isnull=False)
+            .values_list("task__release", "whatif").iterator(chunk_size=2000))
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counts: dict[str, int] = defaultdict(int)
+    for release, whatif in rows:
+        if not whatif or "actual_ms" not in whatif:
+            continue
+        counts[release] += 1
+        acc = sums[release]
+        for key in ("actual_ms", "parallel_ms", "cached_ms", "parallel_cached_ms"):
+            acc[key] += whatif.get(key, whatif["actual_ms"])
+        for family, projected in (whatif.get("hardware") or {}).items():
+            acc[f"hardware.{family}.ms"] += projected["ms"]
+            acc[f"hardware.{family}.with_fixes_ms"] += projected["with_fixes_ms"]
+    out = []
+    for release in sorted(counts):
+        n = counts[release]
+        means = {k: round(v / n, 1) for k, v in sums[release].items()}
+        hardware: dict[str, dict[str, float]] = defaultdict(dict)
+        for key in [k for k in means if k.startswith("hardware.")]:
+            _, family, field = key.split(".")
+            hardware[family][field] = means.pop(key)
+        out.append({"release": release, "tasks": n, **means, "hardware": dict(hardware)})
+    return out

@@ -65,3 +65,18 @@ class TaskDetailSerializer(TaskSerializer):
 class TaskPageSerializer(serializers.Serializer):
     results = TaskSerializer(many=True)
     next_cursor = serializers.CharField(allow_null=True)
+
+
+class FindingPageSerializer(serializers.Serializer):
+    results = FindingSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+
+
+class LatencyRowSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    count = serializers.IntegerField()
+    p50 = serializers.FloatField(allow_null=True)
+    p90 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+    p99 = serializers.FloatField(allow_null=True)
+    max = serializers.FloatField(allow_null=True)

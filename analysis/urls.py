@@ -5,6 +5,8 @@ from analysis import api, views
 urlpatterns = [
     path("api/v1/tasks", api.TaskListView.as_view(), name="api-task-list"),
     path("api/v1/tasks/<str:task_id>", api.TaskDetailView.as_view(), name="api-task-detail"),
+    path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),
+    path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),
     path("tasks", views.task_list, name="tasks"),
@@ -18,4 +20,5 @@ urlpatterns = [
     path("devices", views.devices, name="devices"),
     path("charts/devices.json", views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),
+    path("", include("analysis.releases.urls")),
 ]

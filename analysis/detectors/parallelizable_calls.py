@@ -8,14 +8,23 @@ otherwise they are independent and could have run at once.
 The projected time of the group, run as parallel as its dependencies allow, is its longest
 dependency chain (earliest-finish over the group's DAG, linear in calls + links). wasted =
 the time the group actually occupied (union of its intervals) − that projection: for fully
-independent serial calls, sum − max. Reported at ≥ 100 ms (below that a user cannot tell).
+independent serial calls, sum − max. Reported at ≥ 100 ms (below that a user cannot tell). Repeats of an identical call are left
+out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from analysis.detectors.base import Finding, StepData, TaskContext, fmt_ms, register, union_length
+from analysis.detectors.base import (
+    Finding,
+    StepData,
+    TaskContext,
+    canonical_args,
+    fmt_ms,
+    register,
+    union_length,
+)
 
 MIN_WASTED_MS = 100.0
 CALL_KINDS = ("tool", "retrieval")
@@ -52,9 +61,25 @@ def parallel_ms(group: list[StepData]) -> float:
     return max(finish.values(), default=0.0)
 
 
+def distinct_calls(group: list[StepData]) -> list[StepData]:
+    """The group without repeats of an identical call (those are repeated_tool_call's: the
+    fix is a cache, not parallelism)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for s in group:
+        key = (s.label, canonical_args(s.tool_args)) if s.tool_args is not None else (s.step_id, "")
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 @register("parallelizable_calls")
 def detect(ctx: TaskContext):
     for group in turn_groups(ctx.steps):
+        group = distinct_calls(group)
+        if len(group) < 2:
+            continue
         ids = {s.step_id for s in group}
         linked = {s.step_id for s in group if ids.intersection(s.depends_on)}
         linked |= {d for s in group for d in s.depends_on if d in ids}
