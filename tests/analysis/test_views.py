@@ -1,0 +1,406 @@
+"""Dashboard pages, chart JSON and CSV exports through the Django test client: login, project
+isolation, filters in the URL, drill-downs, escaping of hostile trace content."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from analysis.models import Finding, TaskAnalysis
+from ingest.models import Device, Release, ResourceSample, Step, Task
+
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+XSS_NAME = "<script>window.pwned=1</script>"
+XSS_ARG = '"><img src=x onerror=alert(1)>'
+
+
+def make_task(project, task_id, *, duration_ms=1000.0, release="v1", status="ok", start=None, name="checkout",
+              environment="prod", **extra) -> Task:
+    start = start or T0
+    Release.objects.get_or_create(project=project, name=release, defaults={"first_seen": start, "last_seen": start})
+    return Task.objects.create(
+        project=project, task_id=task_id, name=name, release=release, environment=environment, status=status,
+        started_at=start, ended_at=start + timedelta(milliseconds=duration_ms), duration_ms=duration_ms,
+        reported=True, last_event_at=start, **extra)
+
+
+def make_step(task, step_id, *, offset_ms=0.0, duration_ms=100.0, kind="tool", parent="", **extra) -> Step:
+    start = task.started_at + timedelta(milliseconds=offset_ms)
+    return Step.objects.create(
+        project=task.project, task=task, step_id=step_id, parent_step_id=parent, kind=kind,
+        name=extra.pop("name", f"{kind} {step_id}"), started_at=start,
+        ended_at=start + timedelta(milliseconds=duration_ms), duration_ms=duration_ms, **extra)
+
+
+def make_finding(task, kind, *, wasted_ms, step_ids=(), summary="it was slow") -> Finding:
+    return Finding.objects.create(project=task.project, task=task, kind=kind, step_ids=list(step_ids),
+                                  wasted_ms=wasted_ms, summary=summary, task_started_at=task.started_at,
+                                  release=task.release)
+
+
+def analyse(task, *, critical_path=(), budget=None, whatif=None, kinds=(), wasted_ms=0.0) -> TaskAnalysis:
+    return TaskAnalysis.objects.create(
+        task=task, project=task.project, analyzed_at=task.started_at, critical_path=list(critical_path),
+        budget=budget or {}, whatif=whatif or {}, finding_kinds=list(kinds), top_finding=(kinds or [""])[0],
+        wasted_ms=wasted_ms)
+
+
+@pytest.fixture
+def user(project):
+    user = get_user_model().objects.create_user("ana", password="pw")
+    project.members.add(user)
+    return user
+
+
+@pytest.fixture
+def client(client, user):
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def spread(project):
+    """Ten tasks 100 ms … 1000 ms, one erroring, in two releases, one minute apart."""
+    tasks = []
+    for i in range(10):
+        tasks.append(make_task(project, f"t{i}", duration_ms=100.0 * (i + 1), release="v1" if i < 5 else "v2",
+                               status="error" if i == 9 else "ok", start=T0 + timedelta(minutes=i)))
+    return tasks
+
+
+def page(client, url, **params):
+    response = client.get(url, params)
+    assert response.status_code == 200, response.content[:500]
+    return response.content.decode()
+
+
+def charts_json(client, url, **params):
+    response = client.get(url, params)
+    assert response.status_code == 200, response.content[:500]
+    return response.json()
+
+
+# --- access ----------------------------------------------------------------------------------
+
+
+PAGES = ["/", "/tasks", "/tasks/t1", "/tasks/t1/waterfall.json", "/tasks/t1/steps/s1.json", "/latency",
+         "/devices", "/charts/overview.json", "/charts/latency.json", "/charts/devices.json", "/tasks.csv",
+         "/findings.csv"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", PAGES)
+def test_every_page_and_chart_needs_a_login(client, url):
+    client.logout()
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize("url", ["/", "/tasks", "/latency", "/devices", "/charts/overview.json",
+                                 "/charts/latency.json", "/tasks.csv", "/findings.csv"])
+def test_another_projects_name_is_a_404(client, other_project, url):
+    make_task(other_project, "secret")
+    assert client.get(url, {"project": other_project.name}).status_code == 404
+
+
+def test_another_projects_task_is_a_404_even_by_id(client, project, other_project):
+    task = make_task(other_project, "secret", name="globex-only")
+    make_step(task, "s1")
+    for url in ["/tasks/secret", "/tasks/secret/waterfall.json", "/tasks/secret/steps/s1.json"]:
+        assert client.get(url).status_code == 404
+        assert client.get(url, {"project": other_project.name}).status_code == 404
+    make_task(project, "mine")
+    body = page(client, "/tasks")
+    assert "mine" in body and "globex-only" not in body
+
+
+def test_charts_only_count_the_current_projects_tasks(client, project, other_project):
+    make_task(project, "a", duration_ms=100.0)
+    for i in range(5):
+        make_task(other_project, f"x{i}", duration_ms=9000.0)
+    figs = charts_json(client, "/charts/overview.json")
+    assert sum(sum(t["y"]) for t in figs["volume"]["data"]) == 1
+    hist = charts_json(client, "/charts/latency.json", group_by="task")["task_histogram"]
+    assert sum(hist["data"][0]["y"]) == 1
+
+
+def test_superuser_switches_projects_in_the_top_bar(client, project, other_project):
+    admin = get_user_model().objects.create_superuser("root", password="pw")
+    client.force_login(admin)
+    make_task(other_project, "g1", name="globex-task")
+    body = page(client, "/tasks", project="globex")
+    assert "globex-task" in body
+    assert '<option value="globex" selected>' in body and '<option value="acme">' in body
+
+
+# --- empty states ----------------------------------------------------------------------------
+
+
+def test_a_new_project_explains_how_to_send_data(client, project):
+    body = page(client, "/")
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://testserver/" in body
+    assert "OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer &lt;your ingest key&gt;" in body
+    assert "python manage.py create_key acme" in body
+    assert "curl -X POST http://testserver/api/v1/ingest" in body
+    for url in ("/tasks", "/latency", "/devices"):
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" in page(client, url)
+
+
+@pytest.mark.django_db
+def test_a_user_without_a_project_is_told_how_to_get_one(client):
+    lonely = get_user_model().objects.create_user("lonely", password="pw")
+    client.force_login(lonely)
+    assert "create_project NAME" in page(client, "/")
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+def test_overview_shows_percentiles_per_release_and_links_the_tail(client, project, spread):
+    body = page(client, "/")
+    assert "p99" in body and 'id="chart-percentiles"' in body
+    assert "min_duration_ms=" in body and "sort=-duration_ms" in body
+    figs = charts_json(client, "/charts/overview.json")
+    names = {t["name"] for t in figs["percentiles"]["data"]}
+    assert {"v1 p99", "v2 p99", "v1 p50"} <= names
+    v2 = next(t for t in figs["percentiles"]["data"] if t["name"] == "v2 p99")
+    assert max(v for v in v2["y"] if v is not None) == pytest.approx(1000.0)
+    errors = next(t for t in figs["errors"]["data"] if t["name"] == "v2")
+    assert max(errors["y"]) == 100.0  # the one bucket with t9 failed entirely
+
+
+def test_overview_filters_by_release_from_the_url(client, project, spread):
+    figs = charts_json(client, "/charts/overview.json", release="v1")
+    assert {t["name"] for t in figs["volume"]["data"]} == {"v1"}
+    assert sum(sum(t["y"]) for t in figs["volume"]["data"]) == 5
+    body = page(client, "/", release="v1")
+    assert 'href="/tasks?release=v1"' in body  # nav keeps the global filters
+
+
+def test_top_findings_rank_by_total_wasted_time_and_budget_is_averaged(client, project, spread):
+    make_finding(spread[0], "slow_step", wasted_ms=100.0)
+    make_finding(spread[1], "slow_step", wasted_ms=100.0)
+    make_finding(spread[2], "repeated_tool_call", wasted_ms=900.0)
+    analyse(spread[0], budget={"tool": 100.0, "prefill": 50.0})
+    analyse(spread[1], budget={"tool": 300.0, "prefill": 50.0})
+    figs = charts_json(client, "/charts/overview.json")
+    bar = figs["findings"]["data"][0]
+    assert bar["customdata"] == ["slow_step", "repeated_tool_call"]  # biggest last = top
+    assert bar["x"] == [0.2, 0.9]
+    tool = next(t for t in figs["budget"]["data"] if t["name"] == "tool")
+    assert tool["x"] == [200.0]
+
+
+def test_bad_filter_is_a_400_that_names_the_parameter(client, project, spread):
+    response = client.get("/", {"range": "3 weeks"})
+    assert response.status_code == 400 and b"range: must be one of" in response.content
+    response = client.get("/charts/overview.json", {"min_duration_ms": "fast"})
+    assert response.status_code == 400 and "min_duration_ms" in response.json()["error"]
+    response = client.get("/tasks", {"sort": "name"})
+    assert response.status_code == 400 and b"sort: must be one of" in response.content
+    response = client.get("/tasks", {"cursor": "garbage!"})
+    assert response.status_code == 400 and b"cursor" in response.content
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def task_ids(body: str) -> list[str]:
+    import re
+
+    return re.findall(r'<div class="muted small">(t\d+)</div>', body)
+
+
+def test_task_list_filters_by_duration_status_and_finding(client, project, spread):
+    assert task_ids(page(client, "/tasks", min_duration_ms=300, max_duration_ms=600)) == ["t4", "t3", "t2"]
+    assert task_ids(page(client, "/tasks", status="error")) == ["t9"]
+    analyse(spread[3], kinds=["slow_step"])
+    assert task_ids(page(client, "/tasks", finding="slow_step")) == ["t3"]
+    assert task_ids(page(client, "/tasks", q="t7")) == ["t7"]
+
+
+def test_task_list_filters_by_device(client, project, spread):
+    make_step(spread[4], "s1", kind="llm", device="groq-lpu-03")
+    Device.objects.create(project=project, name="groq-lpu-03", vendor="groq", first_seen=T0, last_seen=T0)
+    body = page(client, "/tasks", device="groq-lpu-03")
+    assert task_ids(body) == ["t4"]
+
+
+def test_task_list_sorts_and_pages_with_a_cursor_that_keeps_the_filters(client, project, spread, monkeypatch):
+    from analysis import views
+
+    monkeypatch.setattr(views, "PAGE_SIZE", 3)
+    body = page(client, "/tasks", sort="-duration_ms", release="v2")
+    assert task_ids(body) == ["t9", "t8", "t7"]
+    import html
+    import re
+
+    next_href = html.unescape(re.search(r'href="\?([^"]+)" rel="next"', body).group(1))
+    assert "release=v2" in next_href and "sort=-duration_ms" in next_href
+    second = page(client, "/tasks?" + next_href)
+    assert task_ids(second) == ["t6", "t5"]
+    assert 'rel="next"' not in second
+    ascending = page(client, "/tasks", sort="duration_ms")
+    assert task_ids(ascending) == ["t0", "t1", "t2"]
+
+
+def test_task_list_escapes_hostile_names(client, project):
+    make_task(project, "x1", name=XSS_NAME, release='"><svg onload=alert(1)>')
+    body = page(client, "/tasks")
+    assert XSS_NAME not in body and "&lt;script&gt;window.pwned=1&lt;/script&gt;" in body
+    assert "<svg onload" not in body
+
+
+# --- task detail -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def traced(project):
+    task = make_task(project, "run-1", duration_ms=2000.0, name=XSS_NAME)
+    make_step(task, "root", kind="agent", duration_ms=2000.0)
+    make_step(task, "plan", parent="root", kind="llm", duration_ms=800.0, model="llama-3-70b",
+              device="groq-lpu-03", ttft_ms=120.0, input_tokens=900, output_tokens=80)
+    make_step(task, "search", parent="root", kind="tool", offset_ms=800.0, duration_ms=900.0,
+              tool_name="search", tool_args={"q": XSS_ARG}, attributes={"prompt": XSS_NAME})
+    make_step(task, "answer", parent="root", kind="llm", offset_ms=1700.0, duration_ms=300.0)
+    make_finding(task, "slow_step", wasted_ms=600.0, step_ids=["search"],
+                 summary=f"search took 900 ms {XSS_ARG}")
+    analyse(task, critical_path=["root", "plan", "search", "answer"],
+            budget={"prefill": 120.0, "decode": 980.0, "tool": 900.0},
+            whatif={"groq": {"duration_ms": 1500.0, "saved_ms": 500.0}, "parallel_tools": 1800.0},
+            kinds=["slow_step"], wasted_ms=600.0)
+    ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=task.started_at, queue_depth=4,
+                                  utilization=0.8, temperature_c=60, throttled=0)
+    ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=task.started_at + timedelta(seconds=1),
+                                  queue_depth=12, utilization=0.99, temperature_c=61, throttled=1)
+    ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=task.started_at + timedelta(hours=1),
+                                  queue_depth=0)
+    return task
+
+
+def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
+    body = page(client, "/tasks/run-1")
+    assert XSS_NAME not in body and "&lt;script&gt;" in body
+    assert XSS_ARG not in body and "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in body
+    assert "slow_step" in body and 'data-step="search"' in body
+    assert "groq" in body and "saved: 500.0 ms" in body and "1.80 s" in body
+    config = json.loads(body.split('id="page-config" type="application/json">')[1].split("</script>")[0])
+    assert config["waterfall"] == "/tasks/run-1/waterfall.json?"
+
+
+def test_waterfall_json_draws_each_step_with_critical_path_findings_and_device_lane(client, traced):
+    figs = charts_json(client, "/tasks/run-1/waterfall.json")
+    data = figs["waterfall"]["data"]
+    bars = [t for t in data if t["type"] == "bar"]
+    assert sorted(sum((t["customdata"] for t in bars), [])) == ["answer", "plan", "root", "search"]
+    assert next(t for t in data if t["name"] == "critical path")["customdata"] == ["root", "plan", "search", "answer"]
+    assert next(t for t in data if t["name"] == "findings")["customdata"] == ["search"]
+    queue = next(t for t in data if t.get("yaxis") == "y2")
+    assert queue["y"] == [4, 12]  # the sample an hour later is outside the task
+    assert queue["x"] == [0.0, 1000.0]
+    text = json.dumps(figs)
+    assert "<img" not in text and "<script" not in text and "&lt;img" in text
+    assert figs["parents"] == ["root"]
+    assert next(t for t in figs["budget"]["data"] if t["name"] == "tool")["x"] == [900.0]
+
+
+def test_step_json_returns_raw_attributes(client, traced):
+    step = charts_json(client, "/tasks/run-1/steps/search.json")
+    assert step["tool_args"] == {"q": XSS_ARG} and step["attributes"] == {"prompt": XSS_NAME}
+    assert client.get("/tasks/run-1/steps/nope.json").status_code == 404
+
+
+def test_waterfall_collapse_and_reveal(client, traced):
+    top = charts_json(client, "/tasks/run-1/waterfall.json", mode="top")["waterfall"]["layout"]["meta"]
+    assert top["visible"] == 4  # root is level 0: its children stay visible
+    closed = charts_json(client, "/tasks/run-1/waterfall.json", mode="all", toggle="root")["waterfall"]
+    assert closed["layout"]["meta"]["visible"] == 1 and closed["layout"]["meta"]["collapsed"] == ["root"]
+    assert client.get("/tasks/run-1/waterfall.json", {"mode": "sideways"}).status_code == 400
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def test_latency_percentiles_and_histogram_bucket_drill_down_agree(client, project, spread):
+    body = page(client, "/latency", group_by="task")
+    assert "1.00 s" in body  # max
+    figs = charts_json(client, "/charts/latency.json", group_by="task")
+    bar = figs["task_histogram"]["data"][0]
+    assert sum(bar["y"]) == 10
+    for (low, high), count in zip(bar["customdata"], bar["y"], strict=True):
+        listed = task_ids(page(client, "/tasks", min_duration_ms=low, max_duration_ms=high))
+        assert len(listed) == count
+    assert figs["task_ecdf"]["layout"]["xaxis"]["type"] == "log"
+
+
+def test_latency_percentile_links_keep_the_other_filters(client, project, spread):
+    body = page(client, "/latency", group_by="task", release="v2")
+    assert "release=v2&amp;min_duration_ms=" in body and "sort=-duration_ms" in body
+
+
+def test_latency_by_step_group(client, project, spread):
+    for t in spread:
+        make_step(t, "a", kind="llm", model="llama", duration_ms=50.0)
+        make_step(t, "b", kind="tool", tool_name="search", duration_ms=t.duration_ms / 2)
+    body = page(client, "/latency", group_by="tool")
+    assert ">search</a>" in body
+    figs = charts_json(client, "/charts/latency.json", group_by="model", group="llama")
+    assert sum(figs["group_histogram"]["data"][0]["y"]) == 10
+    assert [t["name"] for t in figs["group_ecdf"]["data"]] == ["llama"]
+    assert client.get("/charts/latency.json", {"group_by": "colour"}).status_code == 400
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def test_devices_page_shows_ttft_tpot_and_hardware_findings(client, project, spread):
+    Device.objects.create(project=project, name="groq-lpu-03", vendor="groq", hardware="LPU", first_seen=T0, last_seen=T0)
+    Device.objects.create(project=project, name="h100-1", vendor="nvidia", hardware="H100", first_seen=T0, last_seen=T0)
+    for t in spread[:4]:
+        make_step(t, "gen", kind="llm", device="groq-lpu-03", duration_ms=1100.0, ttft_ms=100.0, output_tokens=101)
+    make_finding(spread[0], "hardware_queueing", wasted_ms=300.0, step_ids=["gen"], summary="queue 40 deep")
+    for minute in range(3):
+        ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=T0 + timedelta(minutes=minute),
+                                      utilization=0.5 + minute / 10, queue_depth=minute)
+    body = page(client, "/devices")
+    row = body.split("groq-lpu-03</a>")[1].split("</tr>")[0]
+    assert ">4<" in row and "100.0 ms" in row and "10.0 ms" in row  # steps, TTFT, TPOT = 1000/100
+    assert ">1<" in row  # one hardware finding
+    assert "queue 40 deep" in body
+    figs = charts_json(client, "/charts/devices.json")
+    assert [t["name"] for t in figs["ttft"]["data"]] == ["groq-lpu-03"]
+    util = next(t for t in figs["telemetry"]["data"] if t["yaxis"] == "y2")
+    assert util["y"] == [0.5, 0.6, 0.7]
+    assert "nvidia" in page(client, "/devices", vendor="nvidia") and "groq-lpu-03</a>" not in page(client, "/devices", vendor="nvidia")
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+def read_csv(response) -> list[list[str]]:
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    return list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+
+def test_tasks_csv_uses_the_list_filters_and_defuses_formulas(client, project, spread):
+    make_task(project, "evil", name="=HYPERLINK(\"http://x\")", release="+1", duration_ms=5000.0)
+    rows = read_csv(client.get("/tasks.csv", {"min_duration_ms": 900}))
+    assert rows[0][:3] == ["task_id", "name", "release"]
+    by_id = {r[0]: r for r in rows[1:]}
+    assert set(by_id) == {"t8", "t9", "evil"}
+    assert by_id["evil"][1] == "'=HYPERLINK(\"http://x\")" and by_id["evil"][2] == "'+1"
+
+
+def test_findings_csv_lists_the_projects_findings(client, project, other_project, spread):
+    make_finding(spread[0], "slow_step", wasted_ms=10.0, summary="@SUM(A1)")
+    make_finding(make_task(other_project, "o"), "slow_step", wasted_ms=99.0, summary="theirs")
+    rows = read_csv(client.get("/findings.csv"))
+    assert len(rows) == 2 and rows[1][0] == "t0" and rows[1][-1] == "'@SUM(A1)"
+    assert read_csv(client.get("/findings.csv", {"finding": "serial_gap"}))[1:] == []
