@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import random
 
-from analysis.detectors.base import BaselineStats, DeviceNormal, MetricNormal, Sample, StepData, TaskContext
+from analysis.detectors.base import (
+    BaselineStats,
+    DeviceNormal,
+    MetricNormal,
+    Sample,
+    StepData,
+    TaskContext,
+)
 
 T0 = 1_780_000_000_000.0  # an arbitrary epoch ms
 

@@ -1,0 +1,99 @@
+"""When tasks are analysed and by whom: due-ness, claims, the sweep and the ingest signal."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+
+from analysis import pipeline
+from analysis.engine import ClaimLost, analyse_task
+from analysis.models import Finding, TaskAnalysis
+from ingest.models import Task
+from ingest.records import Batch, StepRecord
+from ingest.services import batch_store
+
+from .workload import at, history, problem_task, store
+
+
+@pytest.fixture
+def quiet(settings):
+    settings.ANALYSIS_QUIET_SECONDS = 0
+    settings.ANALYSIS_ABANDON_SECONDS = 3600
+    return settings
+
+
+@pytest.fixture
+def ended(project, quiet):
+    task, steps = problem_task("p1", history(project, tasks=3))
+    store(project, task, steps)
+    return Task.objects.get(project=project, task_id="p1")
+
+
+def test_a_claimed_task_is_not_analysed_by_a_second_worker(ended):
+    token = pipeline.claim(ended.pk)
+    assert token
+    assert pipeline.claim(ended.pk) is None
+    assert pipeline.run(ended.pk) == "claimed_elsewhere"
+    assert not Finding.objects.filter(task=ended).exists()
+
+
+def test_an_expired_claim_is_taken_over_and_the_stale_worker_cannot_write(ended):
+    stale = pipeline.claim(ended.pk)
+    TaskAnalysis.objects.filter(task=ended).update(claimed_until=timezone.now() - timedelta(seconds=1))
+    fresh = pipeline.claim(ended.pk)
+    assert fresh and fresh != stale
+    with pytest.raises(ClaimLost):
+        analyse_task(ended.pk, claim_token=stale)
+    assert not Finding.objects.filter(task=ended).exists()
+    analyse_task(ended.pk, claim_token=fresh)
+    # Three tasks of history are a cold start: no slow_step yet, only the history-free kinds.
+    assert sorted(Finding.objects.filter(task=ended).values_list("kind", flat=True)) == [
+        "repeated_tool_call", "serial_gap"]
+    row = TaskAnalysis.objects.get(task=ended)
+    assert row.claimed_until is None and row.analyzed_through == ended.last_event_at
+
+
+def test_the_sweep_hands_out_a_due_task_once_and_the_worker_takes_it(ended):
+    due = pipeline.sweep()
+    assert ended.pk in due
+    assert ended.pk not in pipeline.sweep()  # queued: not enqueued again while it waits
+    assert pipeline.run(ended.pk) == "analysed"
+    assert ended.pk not in pipeline.sweep()
+
+
+def test_a_task_still_receiving_steps_is_not_due(project, settings):
+    settings.ANALYSIS_QUIET_SECONDS = 60
+    task, steps = problem_task("p1", 0)
+    store(project, task, steps)
+    pk = Task.objects.get(task_id="p1").pk
+    assert pipeline.run(pk) == "not_due"
+    assert pk not in pipeline.sweep()
+
+
+def test_a_task_never_reported_ended_is_due_after_the_abandon_period(project, quiet):
+    batch_store(project=project, batch=Batch(steps=[StepRecord("s1", "orphan", at(0), at(1), kind="tool", name="x")]))
+    task = Task.objects.get(task_id="orphan")
+    assert task.pk not in pipeline.sweep()
+    Task.objects.filter(pk=task.pk).update(last_event_at=timezone.now() - timedelta(hours=2))
+    assert task.pk in pipeline.sweep()
+
+
+def test_ingest_enqueues_ended_tasks_after_the_quiet_period(project, django_capture_on_commit_callbacks, settings):
+    settings.ANALYSIS_QUIET_SECONDS = 7
+    task, steps = problem_task("p1", 0)
+    with mock.patch("analysis.tasks.analyse_task.apply_async") as publish:
+        with django_capture_on_commit_callbacks(execute=True):
+            store(project, task, steps)
+    publish.assert_called_once_with(args=[Task.objects.get(task_id="p1").pk], countdown=7)
+
+
+def test_a_broker_outage_never_breaks_ingest(project, django_capture_on_commit_callbacks, caplog):
+    task, steps = problem_task("p1", 0)
+    with mock.patch("analysis.tasks.analyse_task.apply_async", side_effect=ConnectionError("broker down")):
+        with django_capture_on_commit_callbacks(execute=True):
+            store(project, task, steps)
+    assert Task.objects.filter(task_id="p1").exists()
+    assert "analysis.enqueue_failed" in caplog.text
