@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
+from django.db.models import Aggregate, Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Cast
 
 from analysis.models import Finding
@@ -82,6 +82,11 @@ def _tasks(project: Project, spec: MetricSpec, start: datetime, end: datetime) -
     for key, column in TASK_FILTERS.items():
         if spec.filters.get(key):
             qs = qs.filter(**{column: spec.filters[key]})
+    step_filters = {column: spec.filters[key] for key, column in STEP_FILTERS.items() if spec.filters.get(key)}
+    if step_filters:
+        # A task-level metric scoped by a step field: the tasks with at least one such step
+        # ("p95 of tasks that ran on groq-lpu-03").
+        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), **step_filters)))
     return qs
 
 
@@ -128,9 +133,8 @@ def measure(*, project: Project, spec: MetricSpec, start: datetime, end: datetim
     findings = Finding.objects.filter(project=project, task_started_at__gte=start, task_started_at__lt=end)
     if spec.finding_kind:
         findings = findings.filter(kind=spec.finding_kind)
-    for key, column in TASK_FILTERS.items():
-        if spec.filters.get(key):
-            findings = findings.filter(**{f"task__{column}": spec.filters[key]})
+    if any(spec.filters.get(key) for key in (*TASK_FILTERS, *STEP_FILTERS)):
+        findings = findings.filter(task__in=tasks.values("pk"))
     if source == "finding":
         total = tasks.count()
         flagged = findings.values("task_id").distinct().count()

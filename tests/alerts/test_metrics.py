@@ -98,3 +98,18 @@ def test_an_empty_window_has_no_value(db, project):
     m = value(project, "task_duration_p95")
     assert (m.value, m.sample_count) == (None, 0)
     assert value(project, "error_rate").value is None
+
+
+def test_step_filters_scope_task_metrics_to_tasks_with_such_a_step(db, project, store):
+    groq = [3000.0, 4000.0, 5000.0]
+    store(project, groq, start=WINDOW_START, prefix="g",
+          steps=[{"kind": "llm", "name": "chat", "device": "groq-lpu-03", "duration_ms": 100.0}])
+    store(project, [90_000.0] * 5, start=WINDOW_START, prefix="h",
+          steps=[{"kind": "llm", "name": "chat", "device": "h100-01", "duration_ms": 100.0}])
+    m = value(project, "task_duration_p50", filters={"device": "groq-lpu-03"})
+    assert (m.value, m.sample_count) == (4000.0, 3)
+    t = Task.objects.get(project=project, task_id="h0")
+    Finding.objects.create(project=project, task=t, kind="slow_step", wasted_ms=1.0, summary="slow",
+                           task_started_at=t.started_at)
+    assert value(project, "finding_rate", filters={"device": "groq-lpu-03"}).value == 0.0
+    assert value(project, "finding_rate", filters={"device": "h100-01"}).value == pytest.approx(20.0)
