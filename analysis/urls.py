@@ -20,4 +20,5 @@ urlpatterns = [
     path("devices", views.devices, name="devices"),
     path("charts/devices.json", views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),
+    path("", include("analysis.releases.urls")),
 ]

@@ -414,51 +414,53 @@ def _budget(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) 
     return rows
 
 
-_PROJECTED_KEYS = ("projected_ms", "duration_ms", "total_ms", "ms", "value")
+_NOT_SCENARIOS = {"actual", "llm_path"}
 
 
 def whatif_scenarios(whatif) -> dict[str, float]:
-    """Projected task duration (ms) per what-if scenario, from whichever shape the analysis
-    stores: {"name": ms}, {"name": {"projected_ms": ms, ...}}, a list of
-    {"name"|"scenario": ..., "projected_ms": ...}, or any of these under "scenarios"."""
-    if isinstance(whatif, dict) and "scenarios" in whatif:
-        whatif = whatif["scenarios"]
-    items: list[tuple[str, object]] = []
+    """Projected task duration (ms) per what-if scenario, from the analysis' what-if dict:
+    `<scenario>_ms` numbers (parallel, cached, parallel_cached) and nested families such as
+    {"hardware": {"groq": {"ms": ..., "with_fixes_ms": ...}}} → "hardware groq" and
+    "hardware groq + fixes". `actual_ms` and `llm_path_ms` are inputs, not scenarios."""
+    out: dict[str, float] = {}
+
+    def number(value) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if number(value) and key.endswith("_ms"):
+                label = key.removesuffix("_ms")
+                if prefix:
+                    out[prefix if label == "" else f"{prefix} + {label.replace('with_', '')}"] = float(value)
+                elif label not in _NOT_SCENARIOS:
+                    out[label] = float(value)
+            elif number(value) and key == "ms" and prefix:
+                out[prefix] = float(value)
+            elif isinstance(value, dict) and len(prefix.split()) < 2:
+                walk(value, f"{prefix} {key}".strip())
+
     if isinstance(whatif, dict):
-        items = list(whatif.items())
-    elif isinstance(whatif, list):
-        for entry in whatif:
-            if isinstance(entry, dict):
-                label = entry.get("name") or entry.get("scenario") or entry.get("label")
-                if isinstance(label, str):
-                    items.append((label, entry))
-    out = {}
-    for label, value in items:
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            out[str(label)] = float(value)
-        elif isinstance(value, dict):
-            for key in _PROJECTED_KEYS:
-                number = value.get(key)
-                if isinstance(number, int | float) and not isinstance(number, bool):
-                    out[str(label)] = float(number)
-                    break
-    return out
+        walk(whatif, "")
+    return {k: v for k, v in out.items() if not k.endswith("+ llm")}
 
 
 def _whatif(ids: dict[str, list[int]], a: str, b: str) -> list[dict]:
-    """Mean projected duration and saving per scenario, over the analysed tasks that have it."""
+    """Mean projected duration and saving per scenario, over the analysed tasks that have it.
+    The saving is measured against the task's critical path (`actual_ms`) when the analysis
+    gives it, else against the task duration."""
     sql = """SELECT t.release, t.duration_ms, ta.whatif FROM analysis_taskanalysis ta
              JOIN ingest_task t ON t.id = ta.task_id WHERE ta.task_id = ANY(%s::bigint[])"""
     sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     for release, duration, whatif in _fetch(sql, (ids[a] + ids[b],)):
         if isinstance(whatif, str):  # Django's psycopg setup hands jsonb back as text
             whatif = json.loads(whatif)
+        actual = whatif.get("actual_ms") if isinstance(whatif, dict) else None
+        baseline = actual if isinstance(actual, int | float) else duration
         for label, projected in whatif_scenarios(whatif).items():
             acc = sums[label][release]
             acc[0] += projected
-            acc[1] += duration - projected
+            acc[1] += baseline - projected
             acc[2] += 1
     rows = []
     for label, per in sums.items():
@@ -569,7 +571,7 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
     """Every release of the project, newest first: first/last seen, task volume, p50/p95 and a
     p95 sparkline over SPARKLINE_BUCKETS equal slices of the release's own time span."""
     filters = filters or CompareFilters()
-    releases = list(Release.objects.filter(project=project).order_by("-first_seen", "name"))
+    releases = list(Release.objects.filter(project=project).order_by("-first_seen", "-name"))
     names = [r.name for r in releases]
     extra = sorted(set(Task.objects.filter(project=project).exclude(release="")
                        .exclude(release__in=names).values_list("release", flat=True).distinct()))

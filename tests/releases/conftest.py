@@ -53,7 +53,9 @@ def make_release(project, release, n, *, fetch_ms=300.0, search_ms=100.0, llm_ms
             analyses.append(TaskAnalysis(
                 task=task, project=project, budget={"prefill": llm * 0.3, "decode": llm * 0.7,
                                                     "tool": search + fetch, "framework": 20.0},
-                whatif={"groq-lpu": {"projected_ms": total - llm / 2}}))
+                whatif={"actual_ms": total, "cached_ms": total,
+                        "hardware": {"groq": {"ms": total - llm / 2, "llm_ms": llm / 2,
+                                              "with_fixes_ms": total - llm / 2}}}))
         if repeated_every and i % repeated_every == 0:
             findings.append(Finding(project=project, task=task, kind="repeated_tool_call",
                                     step_ids=["search"], wasted_ms=search, summary="search twice",
@@ -69,7 +71,8 @@ def two_releases(project):
     """v1 and v2 of `checkout`, 80 tasks each; v2's fetch_invoice tool takes twice as long and
     repeats search calls more often. v2 also has a fast `refund` task name nobody changed."""
     make_release(project, "v1", 80, fetch_ms=300.0, seed=1, repeated_every=20)
-    make_release(project, "v2", 80, fetch_ms=600.0, seed=2, repeated_every=5)
+    make_release(project, "v2", 80, fetch_ms=600.0, seed=2, repeated_every=5, start=T0 + timedelta(days=1))
     make_release(project, "v1", 60, name="refund", fetch_ms=50.0, seed=3, analyze=False)
-    make_release(project, "v2", 60, name="refund", fetch_ms=50.0, seed=4, analyze=False)
+    make_release(project, "v2", 60, name="refund", fetch_ms=50.0, seed=4, analyze=False,
+                 start=T0 + timedelta(days=1))
     return project

@@ -12,6 +12,7 @@ from analysis.releases.compare import (
     UnknownRelease,
     release_compare,
     release_list,
+    whatif_scenarios,
 )
 from ingest.models import Device, Task
 from tests.releases.conftest import make_release
@@ -73,9 +74,11 @@ def test_finding_rates_budget_and_whatif_by_release(two_releases):
     assert report["budget"][0]["category"] == "tool"
     assert budget["tool"]["delta_ms"] == pytest.approx(300, rel=0.15)
     assert budget["framework"]["mean_a_ms"] == pytest.approx(20.0)
-    whatif = report["whatif"][0]
-    assert whatif["scenario"] == "groq-lpu" and whatif["tasks_a"] == 80
-    assert whatif["saved_a_ms"] == pytest.approx(200, rel=0.15)
+    whatif = {r["scenario"]: r for r in report["whatif"]}
+    assert report["whatif"][0]["scenario"] in ("hardware groq", "hardware groq + fixes")
+    assert whatif["hardware groq"]["tasks_a"] == 80
+    assert whatif["hardware groq"]["saved_a_ms"] == pytest.approx(200, rel=0.15)
+    assert whatif["cached"]["saved_b_ms"] == 0
     summary = {r["metric"]: r for r in report["summary"]}
     assert summary["tool calls per task"]["a"] == pytest.approx(2.0)
     assert summary["tasks"]["a"] == 140
@@ -119,3 +122,11 @@ def test_release_list_has_volume_p95_and_sparkline(two_releases):
     assert rows["v2"]["p95_ms"] > rows["v1"]["p95_ms"]
     assert 1 <= len(rows["v1"]["sparkline"]) <= 20
     assert sum(b["tasks"] for b in rows["v1"]["sparkline"]) == 140
+
+
+def test_whatif_scenarios_are_read_from_the_analysis_shape():
+    whatif = {"actual_ms": 1000, "parallel_ms": 900, "cached_ms": 800, "llm_path_ms": 500,
+              "hardware": {"groq": {"ms": 600, "llm_ms": 100, "with_fixes_ms": 300}}}
+    assert whatif_scenarios(whatif) == {"parallel": 900, "cached": 800, "hardware groq": 600,
+                                        "hardware groq + fixes": 300}
+    assert whatif_scenarios("garbage") == {} and whatif_scenarios({"x": True}) == {}
