@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-COLORS = {"value": "#2563eb", "evaluated": "#64748b", "threshold": "#dc2626", "firing": "#fde2e2"}
+COLORS = {"value": "#2563eb", "evaluated": "#64748b", "threshold": "#dc2626"}
 
 
 def metric_figure(*, times: list[datetime], values: list[float | None], threshold: float | None,
@@ -20,17 +20,14 @@ def metric_figure(*, times: list[datetime], values: list[float | None], threshol
         data.append({"type": "scatter", "mode": "lines", "name": "at each evaluation",
                      "x": [t for t, _ in evaluated], "y": [v for _, v in evaluated],
                      "line": {"color": COLORS["evaluated"], "width": 1}})
-    shapes = []
     if threshold is not None:
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": threshold, "y1": threshold,
-                       "line": {"color": COLORS["threshold"], "dash": "dash", "width": 2}})
         data.append({"type": "scatter", "mode": "lines", "name": f"threshold {threshold:.4g} {unit}",
                      "x": [x[0], x[-1]] if x else [], "y": [threshold, threshold] if x else [],
-                     "line": {"color": COLORS["threshold"], "dash": "dash"}, "hoverinfo": "skip"})
+                     "line": {"color": COLORS["threshold"], "dash": "dash", "width": 2}, "hoverinfo": "skip"})
     return {"data": data, "layout": {
         "title": {"text": title, "font": {"size": 14}}, "height": 320,
         "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
-        "xaxis": {"type": "date"}, "legend": {"orientation": "h", "y": -0.2}, "shapes": shapes}}
+        "xaxis": {"type": "date"}, "legend": {"orientation": "h", "y": -0.2}}}
 
 
 def sparkline_points(values: list[float | None], *, width: int = 120, height: int = 24,
@@ -38,7 +35,7 @@ def sparkline_points(values: list[float | None], *, width: int = 120, height: in
     """SVG polyline points (and the threshold's y) for the last values; gaps are skipped."""
     known = [v for v in values if v is not None]
     if not known:
-        return {"points": "", "threshold_y": None, "width": width, "height": height}
+        return {"points": "", "last": None, "threshold_y": None, "width": width, "height": height}
     top = max(known + ([threshold] if threshold is not None else []))
     bottom = min(known + ([threshold] if threshold is not None else []))
     span = (top - bottom) or 1.0
@@ -47,6 +44,6 @@ def sparkline_points(values: list[float | None], *, width: int = 120, height: in
     def y(v: float) -> float:
         return round(height - 2 - (v - bottom) / span * (height - 4), 1)
 
-    points = " ".join(f"{round(i * width / n, 1)},{y(v)}" for i, v in enumerate(values) if v is not None)
-    return {"points": points, "threshold_y": None if threshold is None else y(threshold),
-            "width": width, "height": height}
+    coords = [(round(i * width / n, 1), y(v)) for i, v in enumerate(values) if v is not None]
+    return {"points": " ".join(f"{x},{yy}" for x, yy in coords), "last": coords[-1],
+            "threshold_y": None if threshold is None else y(threshold), "width": width, "height": height}

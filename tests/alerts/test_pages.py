@@ -101,7 +101,8 @@ def test_detail_shows_history_and_the_chart_serves_json(member, project):
     assert "pending → <span class=\"state state-firing\">firing</span>" in page
     assert 'href="/tasks?name=checkout-agent"' in page
     chart = member.get(f"/alerts/{rule.pk}/chart").json()
-    assert chart["figure"]["layout"]["shapes"][0]["y0"] == 5000
+    threshold = [t for t in chart["figure"]["data"] if t["name"].startswith("threshold")][0]
+    assert threshold["y"] == [5000.0, 5000.0]
 
 
 def test_mute_and_delete(member, project):
@@ -139,3 +140,12 @@ def test_a_non_member_cannot_see_or_touch_a_projects_rules(member, other_project
 def test_pages_need_a_login(client, project):
     r = client.get("/alerts/")
     assert r.status_code == 302 and "/login/" in r["Location"]
+
+
+def test_sparkline_scales_values_and_threshold_into_the_box():
+    from analysis.alerts.charts import sparkline_points
+
+    spark = sparkline_points([100.0, None, 300.0], width=100, height=24, threshold=200.0)
+    assert spark["points"] == "0.0,22.0 100.0,2.0"  # the gap is skipped, low is at the bottom
+    assert spark["threshold_y"] == 12.0 and spark["last"] == (100.0, 2.0)
+    assert sparkline_points([None, None])["points"] == ""
