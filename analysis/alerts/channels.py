@@ -141,6 +141,15 @@ def email_send(*, to: list[str], data: dict) -> list[Attempt]:
 
 
 def _job(channel: dict, data: dict, body: bytes) -> list[Attempt]:
+    try:
+        return _send(channel, data, body)
+    except Exception as exc:  # a malformed stored channel is logged as a failed delivery
+        target = str(channel.get("url") or channel.get("to") or "")[:200]  # never the secret
+        return [Attempt(str(channel.get("type", "?"))[:20], target, 1, False, None,
+                        f"{type(exc).__name__}: {exc}"[:500], 0.0, datetime.now(tz=UTC))]
+
+
+def _send(channel: dict, data: dict, body: bytes) -> list[Attempt]:
     if channel.get("type") == "webhook":
         return webhook_send(url=channel["url"], body=body, secret=channel.get("secret") or "",
                             attempts=WEBHOOK_ATTEMPTS, timeout=WEBHOOK_TIMEOUT_SECONDS,

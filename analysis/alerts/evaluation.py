@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 
 from analysis.alerts import channels
 from analysis.alerts.metrics import FINDING_METRICS, METRICS, Measurement, MetricSpec, measure
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 EVALUATION_MINUTES = 1
 DUPLICATE_SECONDS = 5
+# A rule's queries get this long; a rule that needs more (a huge window on a huge table) is
+# logged as failed and retried next minute instead of holding up every other rule.
+RULE_TIMEOUT_SECONDS = 10
 RECENT_VALUES_KEPT = 120  # evaluations shown by the sparkline (two hours at one a minute)
 # The release baseline looks this far back: an old release may have no traffic in the window.
 RELEASE_BASELINE_DAYS = 7
@@ -184,13 +187,15 @@ def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = 
         started = time.perf_counter()
         try:
             with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL statement_timeout = {int(RULE_TIMEOUT_SECONDS * 1000)}")
                 rule = (AlertRule.objects.select_for_update(skip_locked=True, of=("self",))
                         .select_related("project").filter(pk=pk, enabled=True).first())
                 if rule is None or (rule.last_evaluated_at and rule.last_evaluated_at > fresh):
                     continue
                 event = rule_evaluate(rule=rule, now=now)
-        except Exception:
-            # One broken rule (e.g. a filter the database rejects) must not stop the others.
+        except DatabaseError:
+            # One rule whose queries fail or time out must not stop the others.
             log.exception("alerts.evaluation_failed rule=%s", pk)
             continue
         evaluated += 1

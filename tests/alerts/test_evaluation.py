@@ -178,3 +178,32 @@ def test_next_state_is_the_whole_state_machine():
     r.state, r.consecutive = "resolved", 0
     assert next_state(r, breaching=False) == ("ok", 0)
     assert next_state(r, breaching=True) == ("pending", 1)
+
+
+def test_a_rule_whose_query_fails_does_not_stop_the_others(db, project, store, rule, monkeypatch):
+    from django.db import OperationalError
+
+    from analysis.alerts import evaluation
+
+    broken = AlertRule.objects.create(project=project, name="a broken", metric="error_rate", threshold=1,
+                                      min_samples=1, channels=[{"type": "email", "to": ["x@example.com"]}])
+    real_measure = evaluation.measure
+
+    def measure(*, project, spec, start, end):
+        if spec.metric == "error_rate":
+            raise OperationalError("canceling statement due to statement timeout")
+        return real_measure(project=project, spec=spec, start=start, end=end)
+
+    monkeypatch.setattr(evaluation, "measure", measure)
+    rule.for_minutes = 0
+    rule.save()
+    store(project, [9000.0] * 10, start=NOW - timedelta(minutes=5))
+    assert run_result(0)["evaluated"] == 1
+    rule.refresh_from_db()
+    broken.refresh_from_db()
+    assert rule.state == "firing" and broken.last_evaluated_at is None
+    assert [m.to for m in mail.outbox] == [["oncall@example.com"]]
+
+
+def run_result(minutes_after: int) -> dict:
+    return rules_evaluate(now=NOW + MINUTE * minutes_after)
