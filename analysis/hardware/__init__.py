@@ -7,8 +7,8 @@ documents its figures and their sources:
 | family | model | TPOT, 70B | TTFT, 2k-token prompt | shape |
 |---|---|---|---|---|
 | `gpu` | `gpu.H100Model` (4× H100, FP8) | 13.5 ms at batch 1, ~20 ms at 16 | ~125–165 ms | degrades and jitters with batch and queue; HBM-bound decode |
-| `dmatrix` | `dmatrix.CorsairModel` (64-card pool) | ~1.7 ms, 2 ms at batch 56 | ~48 ms | fast and steady until the model exceeds SRAM (~102 B params), then degrades |
-| `groq` | `groq.LpuModel` (576 chips) | 3.3 ms, constant | ~90 ms | TPOT independent of load; TTFT grows with the queue only |
+| `dmatrix` | `dmatrix.CorsairModel` (64-card pool) | ~1.7 ms, 2 ms at batch 56 | ~120 ms | fast and steady until the model exceeds SRAM (~102 B params), then degrades |
+| `groq` | `groq.LpuModel` (576 chips) | 3.3 ms, constant | ~130 ms | TPOT independent of load; TTFT grows with the queue only |
 
 `PROFILES` holds the default instance of each family; `profile_for` maps the vendor strings
 telemetry carries (`nvidia`, `dmatrix`, `groq`) or a family name to one of them. Profiles are

@@ -19,9 +19,10 @@ reported by EE Times; not independently benchmarked: d-Matrix has not submitted 
 - Spill: weights beyond capacity are read from LPDDR5X each token. The per-card LPDDR5X
   bandwidth is not published; 0.4 TB/s per card at 60 % efficiency is an assumption (a
   256 GB LPDDR5X bank on 8 chiplet interfaces). 120 B → TPOT +55 %; 405 B → ≈ 10×.
-- Prefill: 2 · params · tokens FLOPs at 10 % of the pool's peak (one prompt pipelines across
-  cards; d-Matrix positions Corsair for decode, prefill is not its strength) plus 30 ms of
-  host overhead: 2,000 tokens on 70B → ≈ 48 ms.
+- Prefill: 2 · params · tokens FLOPs at 2 % of the pool's 8-bit peak (≈ 3 PFLOPS, about what
+  4 H100s deliver: d-Matrix positions Corsair for decode and pairs it with GPUs for prefill,
+  so we do not credit it with a prefill advantage) plus 30 ms of host overhead: 2,000 tokens
+  on 70B → ≈ 120 ms.
 - Queue: 30 ms per request ahead (short service time per request).
 - Power: not disclosed; 550 W per card is an assumption within the PCIe CEM 5.0 600 W
   envelope for FHFL cards. Throttling slows clocks like any chip: ×1.6.
@@ -49,7 +50,7 @@ class CorsairModel(HardwareModel):
     lpddr_tb_s_per_card: float = 0.4
     lpddr_efficiency: float = 0.6
     tflops_per_card: float = 2400.0
-    prefill_efficiency: float = 0.10
+    prefill_efficiency: float = 0.02
     ttft_overhead_ms: float = 30.0
     batch_ttft_slope: float = 0.005
     max_batch: int = 64

@@ -1,0 +1,357 @@
+"""The workload simulator: every injected problem is really in the data, normal traffic does not
+look like one, a seed reproduces the data, labels never reach the product, and HTTP mode stores
+what in-process mode stores."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from statistics import median
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models import Q
+
+from analysis.hardware import profile_for
+from analysis.simulator.catalog import AGENTS
+from analysis.simulator.generate import KINDS, SimulationConfig, simulate
+from ingest.models import Device, IngestKey, Project, ResourceSample, Step, Task
+
+END_MS = 1_795_000_000_000.0  # 2026-11-18T09:46:40Z
+UNTIL = "2026-11-18T09:46:40Z"
+TOOLS = {t.name: t for a in AGENTS for t in a.tools}
+
+
+def config(**kw) -> SimulationConfig:
+    base = {"tasks": 500, "start_ms": END_MS - 2 * 86_400_000, "end_ms": END_MS, "seed": 5, "anomaly_rate": 0.4}
+    return SimulationConfig(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return simulate(config())
+
+
+@pytest.fixture(scope="module")
+def data(sim):
+    """Steps by task, labels by kind, labelled task ids, samples by device."""
+    steps = {}
+    tasks = {}
+    for events in sim.tasks:
+        tasks[events[0]["task_id"]] = events[0]
+        steps[events[0]["task_id"]] = {e["step_id"]: e for e in events[1:]}
+    labels = defaultdict(list)
+    for label in sim.labels:
+        labels[label["kind"]].append(label)
+    labelled = {label["task_id"] for label in sim.labels}
+    samples = defaultdict(list)
+    for s in sim.samples:
+        samples[s["device"]].append(s)
+    return {"steps": steps, "tasks": tasks, "labels": labels, "labelled": labelled, "samples": samples}
+
+
+def ms(ns: int) -> float:
+    return ns / 1e6
+
+
+def canonical(args) -> str:
+    if isinstance(args, str):
+        args = json.loads(args)
+
+    def norm(v):
+        if isinstance(v, str):
+            return " ".join(v.split())
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+    return json.dumps(norm(args), sort_keys=True)
+
+
+def work_steps(steps: dict) -> list[dict]:
+    return sorted((s for s in steps.values() if s["kind"] != "agent"), key=lambda s: s["started_at"])
+
+
+def idle_gaps(steps: dict) -> list[tuple[float, str, str]]:
+    """(gap ms, step before, step after) wherever no step runs inside the task."""
+    gaps, end, last = [], None, None
+    for s in work_steps(steps):
+        if end is not None and ms(s["started_at"]) > end:
+            gaps.append((ms(s["started_at"]) - end, last, s["step_id"]))
+        if end is None or ms(s["ended_at"]) > end:
+            end, last = ms(s["ended_at"]), s["step_id"]
+    return gaps
+
+
+def tpot(step: dict) -> float:
+    return (ms(step["ended_at"]) - ms(step["started_at"]) - step["ttft_ms"]) / step["output_tokens"]
+
+
+# --- the generated data --------------------------------------------------------------------
+
+
+def test_the_same_seed_gives_identical_data_and_another_seed_does_not(sim):
+    again = simulate(config())
+    assert again.tasks == sim.tasks and again.samples == sim.samples and again.labels == sim.labels
+    other = simulate(config(seed=6))
+    assert other.tasks[0][0]["task_id"] != sim.tasks[0][0]["task_id"]
+
+
+def test_every_kind_is_injected_and_every_label_names_real_steps(sim, data):
+    assert set(data["labels"]) == set(KINDS)
+    for label in sim.labels:
+        assert set(label) >= {"task_id", "step_ids", "kind", "magnitude_ms"}
+        assert label["magnitude_ms"] > 0, label
+        assert set(label["step_ids"]) <= set(data["steps"][label["task_id"]]), label
+    injected_share = len(data["labelled"]) / len(sim.tasks)
+    assert 0.3 < injected_share < 0.6  # anomaly rate 0.4, plus tasks caught in fault windows
+
+
+def test_tasks_are_react_loops_with_growing_context_and_releases_in_order(sim, data):
+    turns, names = [], set()
+    for task_id, steps in data["steps"].items():
+        llm = [s for s in work_steps(steps) if s["kind"] == "llm"]
+        turns.append(len(llm))
+        names.add(data["tasks"][task_id]["name"])
+        inputs = [s["input_tokens"] for s in llm]
+        assert inputs == sorted(inputs)  # each turn carries the previous turns' context
+    assert min(turns) >= 1 and max(turns) <= 12
+    assert names == {a.name for a in AGENTS}
+    releases = [t["release"] for t in sorted(data["tasks"].values(), key=lambda t: t["started_at"])]
+    assert releases[0] == "v1" and releases[-1] == "v3" and set(releases) == {"v1", "v2", "v3"}
+    statuses = {t["status"] for t in data["tasks"].values()}
+    assert "ok" in statuses and statuses <= {"ok", "error", "timeout"}
+
+
+def test_slow_steps_stand_far_above_normal_tool_variance(data):
+    normal = defaultdict(list)  # (tool, release) → durations of calls with no label
+    slow_ids = {(lab["task_id"], lab["step_ids"][0]) for lab in data["labels"]["slow_step"]}
+    for task_id, steps in data["steps"].items():
+        for s in steps.values():
+            if s.get("tool_name") and s["status"] == "ok" and (task_id, s["step_id"]) not in slow_ids:
+                normal[(s["tool_name"], data["tasks"][task_id]["release"])].append(
+                    ms(s["ended_at"]) - ms(s["started_at"]))
+    worst_normal = max(max(d) / median(d) for d in normal.values() if len(d) >= 10)
+    ratios = []
+    for label in data["labels"]["slow_step"]:
+        s = data["steps"][label["task_id"]][label["step_ids"][0]]
+        durations = normal[(s["tool_name"], data["tasks"][label["task_id"]]["release"])]
+        ratios.append((ms(s["ended_at"]) - ms(s["started_at"])) / median(durations))
+    assert min(ratios) > 4.5 > worst_normal  # heavy tails, but well short of an injected slow step
+
+
+def test_repeats_have_equivalent_arguments_written_differently_and_normal_tasks_never_repeat(data):
+    labelled_pairs = set()
+    for label in data["labels"]["repeated_tool_call"]:
+        first, repeat = (data["steps"][label["task_id"]][i] for i in label["step_ids"])
+        assert first["tool_name"] == repeat["tool_name"]
+        assert canonical(first["tool_args"]) == canonical(repeat["tool_args"])
+        assert json.dumps(first["tool_args"]) != json.dumps(repeat["tool_args"])
+        assert first["ended_at"] <= repeat["started_at"] and first["status"] == "ok"
+        assert label["magnitude_ms"] == pytest.approx(ms(repeat["ended_at"]) - ms(repeat["started_at"]), abs=0.1)
+        labelled_pairs.add((label["task_id"], repeat["step_id"]))
+    for task_id, steps in data["steps"].items():
+        seen = set()
+        for s in work_steps(steps):
+            if s.get("tool_name"):
+                key = (s["tool_name"], canonical(s["tool_args"]))
+                assert key not in seen or (task_id, s["step_id"]) in labelled_pairs
+                seen.add(key)
+
+
+def test_a_serial_gap_is_real_idle_time_and_normal_gaps_stay_small(data):
+    gap_tasks = set()
+    for label in data["labels"]["serial_gap"]:
+        gaps = idle_gaps(data["steps"][label["task_id"]])
+        biggest = max(gaps)
+        assert biggest[0] == pytest.approx(label["magnitude_ms"], abs=1.0)
+        assert [biggest[1], biggest[2]] == label["step_ids"]
+        assert biggest[0] >= 1500
+        gap_tasks.add(label["task_id"])
+    normal = [g for task_id, steps in data["steps"].items() if task_id not in gap_tasks
+              for g, _, _ in idle_gaps(steps)]
+    assert max(normal) < 250
+
+
+def test_parallelizable_calls_run_one_after_another_with_no_dependency(data):
+    for label in data["labels"]["parallelizable_calls"]:
+        calls = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
+        assert len(calls) >= 2 and all(c["depends_on"] == [] for c in calls)
+        for before, after in zip(calls, calls[1:], strict=False):
+            assert after["started_at"] >= before["ended_at"]
+        durations = [ms(c["ended_at"]) - ms(c["started_at"]) for c in calls]
+        assert label["magnitude_ms"] == pytest.approx(sum(durations) - max(durations), abs=0.5)
+    # Elsewhere, calls that do not depend on each other overlap, and calls that run in
+    # sequence say which output they consumed.
+    serial_ids = {i for lab in data["labels"]["parallelizable_calls"] for i in lab["step_ids"]}
+    checked_parallel = checked_chain = 0
+    for steps in data["steps"].values():
+        tools = [s for s in work_steps(steps) if s.get("tool_name") and s["step_id"] not in serial_ids]
+        for a, b in zip(tools, tools[1:], strict=False):
+            between = [s for s in steps.values() if s["kind"] == "llm"
+                       and a["started_at"] < s["started_at"] < b["started_at"]]
+            if between:
+                continue  # different turns
+            if b["depends_on"]:
+                assert b["depends_on"] == [a["step_id"]] and b["started_at"] >= a["ended_at"]
+                checked_chain += 1
+            else:
+                assert b["started_at"] < a["ended_at"], (a, b)
+                checked_parallel += 1
+    assert checked_parallel > 50 and checked_chain > 50
+
+
+def test_context_growth_makes_input_tokens_and_ttft_climb(data):
+    for label in data["labels"]["context_growth"]:
+        llm = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
+        assert len(llm) >= 5
+        assert llm[-1]["input_tokens"] >= 4 * llm[0]["input_tokens"]
+        assert llm[-1]["ttft_ms"] > llm[0]["ttft_ms"]
+    growth_tasks = {lab["task_id"] for lab in data["labels"]["context_growth"]}
+    for task_id, steps in data["steps"].items():
+        llm = [s for s in work_steps(steps) if s["kind"] == "llm"]
+        if task_id not in growth_tasks and len(llm) >= 2:
+            assert llm[-1]["input_tokens"] < 2.5 * llm[0]["input_tokens"]
+
+
+def _window_samples(data, label):
+    """The device's samples from the first to the last labelled step of a hardware label."""
+    steps = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
+    start, end = min(s["started_at"] for s in steps), max(s["ended_at"] for s in steps)
+    return steps, [s for s in data["samples"][label["device"]] if start - 10**10 <= s["ts"] <= end + 10**10]
+
+
+def _normal_llm(data, device):
+    hw_steps = {i for k in ("hardware_queueing", "hardware_throttling") for lab in data["labels"][k]
+                for i in lab["step_ids"]}
+    return [s for steps in data["steps"].values() for s in steps.values()
+            if s.get("device") == device and s["kind"] == "llm" and s["step_id"] not in hw_steps]
+
+
+def _hardware_steps(data, kind):
+    """(labelled step, the same device and model's normal steps) for each step of a kind."""
+    pairs = []
+    for label in data["labels"][kind]:
+        steps, _ = _window_samples(data, label)
+        normal = _normal_llm(data, label["device"])
+        pairs += [(s, [n for n in normal if n["model"] == s["model"]]) for s in steps]
+    return pairs
+
+
+def test_throttling_window_shows_in_telemetry_and_slows_decode_on_that_device(data):
+    assert data["labels"]["hardware_throttling"]
+    windows = []
+    for label in data["labels"]["hardware_throttling"]:
+        steps, samples = _window_samples(data, label)
+        hot = [s for s in samples if s["metrics"]["throttled"] == 1.0]
+        family = label["device"].split("-")[0]
+        assert hot and all(s["metrics"]["temperature_c"] >= profile_for(family).throttle_temp_c - 2 for s in hot)
+        assert set(label["verdicts"].values()) == {"throttling"}
+        windows.append((label["device"], min(s["ts"] for s in hot), max(s["ts"] for s in hot)))
+    ratios = [tpot(step) / median(tpot(n) for n in normal) for step, normal in _hardware_steps(data, "hardware_throttling")]
+    assert median(ratios) > 1.4 and sum(r > 1.15 for r in ratios) >= 0.9 * len(ratios)
+    # No device throttles outside the windows.
+    for device, device_samples in data["samples"].items():
+        for s in device_samples:
+            if s["metrics"]["throttled"]:
+                assert any(d == device and lo - 400e9 <= s["ts"] <= hi + 400e9 for d, lo, hi in windows)
+
+
+def test_queueing_spike_shows_in_telemetry_and_delays_first_tokens(data):
+    assert data["labels"]["hardware_queueing"]
+    normal_queue = [s["metrics"]["queue_depth"] for d in data["samples"].values() for s in d
+                    if s["metrics"]["utilization"] < 0.95]
+    assert max(normal_queue) <= 8
+    for label in data["labels"]["hardware_queueing"]:
+        _, samples = _window_samples(data, label)
+        assert max(s["metrics"]["queue_depth"] for s in samples) >= 15
+        assert set(label["verdicts"].values()) == {"queueing"}
+    excess = [step["ttft_ms"] - median(n["ttft_ms"] for n in normal)
+              for step, normal in _hardware_steps(data, "hardware_queueing")]
+    assert median(excess) > 800 and sum(e > 400 for e in excess) >= 0.9 * len(excess)
+
+
+def test_releases_differ_the_way_the_docs_say(data):
+    by_release = defaultdict(list)
+    for task_id, steps in data["steps"].items():
+        for s in steps.values():
+            if s.get("tool_name") == "search_inventory" and s["status"] == "ok":
+                by_release[data["tasks"][task_id]["release"]].append(ms(s["ended_at"]) - ms(s["started_at"]))
+    assert median(by_release["v3"]) > 1.6 * median(by_release["v2"])
+    cached = {data["tasks"][t]["release"]: any(s.get("cached_tokens") for s in steps.values())
+              for t, steps in data["steps"].items()}
+    assert cached["v1"] is False and cached["v2"] is True
+
+
+# --- through the product -------------------------------------------------------------------
+
+
+def _step_rows(project):
+    return sorted(Step.objects.filter(project=project).values_list(
+        "task__task_id", "step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "status",
+        "error", "depends_on", "model", "device", "input_tokens", "output_tokens", "cached_tokens", "ttft_ms",
+        "tool_name", "tool_args", "attributes"))
+
+
+def _sample_rows(project):
+    return sorted(ResourceSample.objects.filter(project=project).values_list(
+        "device", "ts", *ResourceSample.METRICS))
+
+
+def test_simulate_stores_through_ingest_and_labels_never_reach_the_database(db, tmp_path, capsys):
+    labels = tmp_path / "labels.jsonl"
+    call_command("simulate", project="sim", tasks=80, since="1d", until=UNTIL, seed=3, anomaly_rate=0.5,
+                 labels=str(labels), devices="gpu:1,dmatrix:1,groq:1")
+    out = capsys.readouterr()
+    project = Project.objects.get(name="sim")
+    assert IngestKey.objects.filter(project=project).exists()  # created with a key, printed once
+    assert "ingest key" in out.err and "Simulated 80 tasks" in out.out and "Injected problems:" in out.out
+    assert Task.objects.filter(project=project).count() == 80
+    assert set(Device.objects.filter(project=project).values_list("name", "vendor", "hardware")) == {
+        ("gpu-h100-01", "nvidia", "H100"), ("dmatrix-corsair-01", "dmatrix", "Corsair"), ("groq-lpu-01", "groq", "LPU")}
+    rows = [json.loads(line) for line in labels.read_text().splitlines()]
+    assert rows and {r["task_id"] for r in rows} <= set(Task.objects.filter(project=project).values_list("task_id", flat=True))
+    # Nothing label-only is stored anywhere: no kind names, magnitudes or verdicts.
+    markers = [*KINDS, "magnitude", "verdict", "injected", "anomal"]
+    text_fields = Q()
+    for marker in markers:
+        text_fields |= Q(attributes__icontains=marker) | Q(name__icontains=marker) | Q(error__icontains=marker)
+    assert not Step.objects.filter(project=project).filter(text_fields).exists()
+    for marker in markers:
+        assert not Task.objects.filter(project=project, attributes__icontains=marker).exists()
+        assert not Step.objects.filter(project=project, tool_args__icontains=marker).exists()
+        assert not ResourceSample.objects.filter(project=project, extra__icontains=marker).exists()
+    # Running it again updates in place: same ids, no duplicates.
+    before = Step.objects.filter(project=project).count()
+    call_command("simulate", project="sim", tasks=80, since="1d", until=UNTIL, seed=3, anomaly_rate=0.5,
+                 devices="gpu:1,dmatrix:1,groq:1", verbosity=0)
+    assert Step.objects.filter(project=project).count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_http_mode_stores_exactly_what_in_process_mode_stores(live_server, make_key):
+    options = {"tasks": 40, "since": "6h", "until": UNTIL, "seed": 9, "devices": "gpu:1,groq:1",
+               "batch_size": 300, "verbosity": 0}
+    call_command("simulate", project="local", **options)
+    remote = Project.objects.create(name="remote")
+    call_command("simulate", url=live_server.url, key=make_key(remote, "ingest"), **options)
+    local = Project.objects.get(name="local")
+    assert _step_rows(remote) == _step_rows(local) and len(_step_rows(local)) > 200
+    assert _sample_rows(remote) == _sample_rows(local) and _sample_rows(local)
+    assert sorted(Task.objects.filter(project=remote).values_list("task_id", "status", "duration_ms", "release")) == \
+        sorted(Task.objects.filter(project=local).values_list("task_id", "status", "duration_ms", "release"))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"devices": "tpu:2"}, "--devices: unknown hardware vendor or family 'tpu'"),
+    ({"devices": "gpu:x"}, "the count after ':' must be a number"),
+    ({"since": "a week"}, "--since: 'a week' is not a duration"),
+    ({"anomaly_rate": 1.5}, "--anomaly-rate: must be between 0 and 1"),
+    ({"until": "yesterday"}, "--until: 'yesterday' is not an RFC 3339 timestamp"),
+    ({"url": "http://localhost:1"}, "--url needs --key"),
+])
+def test_bad_options_are_refused_by_name(db, options, message):
+    with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        call_command("simulate", project="x", tasks=5, **options)
+    assert not Task.objects.exists()
