@@ -1,0 +1,107 @@
+"""evaluate_detection scores hand-made findings against hand-made labels."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from analysis.models import Finding
+from ingest.models import Task
+
+
+def write_labels(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+LABELS = [
+    {"task_id": "t1", "kind": "slow_step", "step_ids": ["s1"], "magnitude_ms": 900},
+    {"task_id": "t1", "kind": "repeated_tool_call", "step_ids": ["s2", "s3"], "magnitude_ms": 200},
+    {"task_id": "t2", "kind": "hardware_queueing", "step_ids": ["s5", "s6"], "magnitude_ms": 2500,
+     "verdicts": {"s5": "queueing", "s6": "queueing"}},
+    {"task_id": "t3", "kind": "context_growth", "step_ids": ["c1", "c2", "c3"], "magnitude_ms": 800},
+    {"task_id": "t3", "kind": "serial_gap", "step_ids": ["c1", "c2"], "magnitude_ms": 3000},
+]
+
+
+def task(project, task_id):
+    now = timezone.now()
+    return Task.objects.create(project=project, task_id=task_id, started_at=now, last_event_at=now)
+
+
+def finding(project, t, kind, step_ids, **evidence):
+    return Finding.objects.create(project=project, task=t, kind=kind, step_ids=step_ids, wasted_ms=100,
+                                  summary="x", evidence=evidence, task_started_at=t.started_at)
+
+
+def run(**options) -> list[str]:
+    out = StringIO()
+    call_command("evaluate_detection", stdout=out, **options)
+    return out.getvalue().splitlines()
+
+
+def row(lines, kind) -> list[str]:
+    return next(line.split() for line in lines if line.split() and line.split()[0] == kind)
+
+
+def test_precision_recall_f1_per_kind_and_hardware_verdict_accuracy(project, other_project, tmp_path):
+    t1, t2, t3 = task(project, "t1"), task(project, "t2"), task(project, "t3")
+    finding(project, t1, "slow_step", ["s1"])                                # right
+    finding(project, t2, "slow_step", ["s9"])                                # no such label
+    finding(project, t1, "repeated_tool_call", ["s3"])                       # overlaps the label's steps
+    finding(project, t1, "repeated_tool_call", ["s7"])                       # same task, other steps
+    finding(project, t2, "hardware_queueing", ["s5"], verdict="queueing")    # right, right verdict
+    finding(project, t2, "slow_step", ["s6"], verdict="nominal")             # wrong kind and verdict
+    finding(project, t3, "context_growth", [])                              # task-level kind
+    finding(project, t3, "parallelizable_calls", ["c1", "c2"])               # not injected there
+    other = task(other_project, "t3")
+    finding(other_project, other, "serial_gap", ["c1"])                      # another project's: ignored
+
+    lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="acme")
+    # kind, labels, findings, found, correct, precision, recall, F1
+    assert row(lines, "slow_step")[1:] == ["1", "3", "1", "1", "0.333", "1.000", "0.500"]
+    assert row(lines, "repeated_tool_call")[1:] == ["1", "2", "1", "1", "0.500", "1.000", "0.667"]
+    assert row(lines, "hardware_queueing")[1:] == ["1", "1", "1", "1", "1.000", "1.000", "1.000"]
+    assert row(lines, "context_growth")[1:] == ["1", "1", "1", "1", "1.000", "1.000", "1.000"]
+    assert row(lines, "serial_gap")[1:] == ["1", "0", "0", "0", "0.000", "0.000", "0.000"]
+    assert row(lines, "parallelizable_calls")[1:] == ["0", "1", "0", "0", "0.000", "0.000", "0.000"]
+    assert row(lines, "overall")[1:] == ["5", "8", "4", "4", "0.500", "0.800", "0.615"]
+    verdict = next(line for line in lines if line.startswith("hardware verdict accuracy"))
+    assert verdict.startswith("hardware verdict accuracy: 0.500 (1 of 2 labelled LLM steps right; 2 had a verdict)")
+
+
+def test_no_findings_reports_zeros_honestly(project, tmp_path):
+    lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="acme")
+    assert row(lines, "overall")[1:] == ["5", "0", "0", "0", "0.000", "0.000", "0.000"]
+    assert any(line.startswith("hardware verdict accuracy: 0.000 (0 of 2") for line in lines)
+
+
+def test_per_step_verdicts_in_evidence_count(project, tmp_path):
+    t2 = task(project, "t2")
+    finding(project, t2, "hardware_queueing", ["s5", "s6"], verdicts={"s5": "queueing", "s6": "throttling"})
+    lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS[2:3]), project="acme")
+    assert any(line.startswith("hardware verdict accuracy: 0.500 (1 of 2") for line in lines)
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"task_id": "t1", "kind": "slow_step", "step_ids": []}\nnot json\n', "line 2: not JSON"),
+    ('{"task_id": "t1", "kind": "sluggish", "step_ids": []}\n', "line 1: kind 'sluggish' is not one of"),
+    ('{"kind": "slow_step", "step_ids": []}\n', "line 1: task_id is missing"),
+    ('{"task_id": "t1", "kind": "slow_step", "step_ids": "s1"}\n', "line 1: step_ids must be a list"),
+])
+def test_bad_label_files_are_refused_naming_the_line(project, tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(CommandError, match=message):
+        run(labels=str(path), project="acme")
+
+
+def test_missing_file_and_unknown_project_are_clear_errors(project, tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        run(labels=str(tmp_path / "nope.jsonl"), project="acme")
+    with pytest.raises(CommandError, match="no project named 'nope'"):
+        run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="nope")
