@@ -25,13 +25,12 @@ made it slower.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 import numpy as np
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
@@ -127,7 +126,8 @@ def _base_sql(qs: QuerySet, *columns: str) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _fetch(sql: str, params) -> list[tuple]:
+def _fetch(sql: str, params=None) -> list[tuple]:
+    """Rows of a query; `params` None means the SQL has no placeholders (and may hold a %)."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -232,24 +232,31 @@ def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
 
 # --- where it changed ----------------------------------------------------------------------------
 
-def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]
-                        ) -> dict[str, list[int]]:
-    sql = f"""SELECT id, release FROM ({base[0]}) t
-              WHERE random() < CASE release WHEN %s THEN %s::float8 ELSE %s::float8 END"""
+SAMPLE_TABLE = "release_compare_sample"
+
+
+def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> None:
+    """Draws the attribution sample into a session-private temporary table (id, release,
+    duration_ms) that the queries below join: one scan of the tasks, no id lists shipped back
+    and forth."""
     probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
-    ids: dict[str, list[int]] = {a: [], b: []}
-    for pk, release in _fetch(sql, base[1] + (a, *probs)):
-        ids[release].append(pk)
-    return ids
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}")
+        cursor.execute(f"""
+            CREATE TEMPORARY TABLE {SAMPLE_TABLE} ON COMMIT DROP AS
+            SELECT id, release, duration_ms FROM ({base[0]}) t
+            WHERE random() < CASE release WHEN %s THEN %s::float8 ELSE %s::float8 END""",
+                       base[1] + (a, *probs))
+        cursor.execute(f"ALTER TABLE {SAMPLE_TABLE} ADD PRIMARY KEY (id)")
+        cursor.execute(f"ANALYZE {SAMPLE_TABLE}")
 
 
 _STEP_GROUPS_SQL = """
     WITH st AS (
         SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
                s.duration_ms, (s.status {failed}) AS failed,
-               coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens, t.release
-        FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id
-        WHERE s.task_id = ANY(%s::bigint[])
+               coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens, rs.release
+        FROM ingest_step s JOIN {sample} rs ON rs.id = s.task_id
     ), kids AS (
         SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
         FROM st WHERE parent_step_id <> '' GROUP BY 1, 2
@@ -289,13 +296,13 @@ def _group_key(dimension: str, kind, name, tool, model) -> str | None:
     return model or None
 
 
-def _step_attribution(ids: dict[str, list[int]], a: str, b: str, task_totals: dict[str, dict]) -> dict:
-    all_ids = ids[a] + ids[b]
+def _step_attribution(a: str, b: str, task_totals: dict[str, dict]) -> dict:
     groups: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
     labels: dict[tuple[str, str], dict] = {}
     totals: dict[str, dict] = {}
     for (release, kind, name, tool, model, no_kind, no_name, no_tool, no_model, count, self_ms,
-         pcts, error_rate, tokens, tasks) in _fetch(_STEP_GROUPS_SQL.format(failed=_FAILED_SQL), (all_ids,)):
+         pcts, error_rate, tokens, tasks) in _fetch(
+            _STEP_GROUPS_SQL.format(failed=_FAILED_SQL, sample=SAMPLE_TABLE)):
         figures = {"count": count, "self_ms": float(self_ms or 0), "p50_ms": pcts[0],
                    "p95_ms": pcts[1], "error_rate": float(error_rate), "tokens": int(tokens or 0),
                    "tasks": tasks}
@@ -309,7 +316,7 @@ def _step_attribution(ids: dict[str, list[int]], a: str, b: str, task_totals: di
         groups[dimension][key][release] = figures
         labels[(dimension, key)] = {"kind": kind if dimension in ("steps", "kinds") else "",
                                     "name": name if dimension == "steps" else ""}
-    n = {r: max(len(ids[r]), 1) for r in (a, b)}
+    n = {r: max(task_totals[r]["tasks"], 1) for r in (a, b)}
     overall_delta = task_totals[b]["mean_ms"] - task_totals[a]["mean_ms"]
     direction = -1 if overall_delta < 0 else 1
 
@@ -354,24 +361,23 @@ def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-def _sample_task_totals(ids: dict[str, list[int]]) -> dict[str, dict]:
-    sql = """SELECT release, count(*), sum(duration_ms), count(a.task_id)
-             FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
-             WHERE t.id = ANY(%s::bigint[]) GROUP BY release"""
-    out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0} for r in ids}
-    for release, n, total, analyzed in _fetch(sql, ([i for v in ids.values() for i in v],)):
+def _sample_task_totals(a: str, b: str) -> dict[str, dict]:
+    sql = f"""SELECT rs.release, count(*), sum(rs.duration_ms), count(ta.task_id)
+              FROM {SAMPLE_TABLE} rs LEFT JOIN analysis_taskanalysis ta ON ta.task_id = rs.id
+              GROUP BY rs.release"""
+    out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0} for r in (a, b)}
+    for release, n, total, analyzed in _fetch(sql):
         out[release] = {"tasks": n, "sum_ms": float(total), "mean_ms": float(total) / n,
                         "analyzed": analyzed}
     return out
 
 
-def _finding_rates(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+def _finding_rates(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     """Share of analysed tasks with at least one finding of each kind, and wasted ms per task."""
-    sql = """SELECT t.release, f.kind, count(DISTINCT f.task_id), sum(f.wasted_ms)
-             FROM analysis_finding f JOIN ingest_task t ON t.id = f.task_id
-             WHERE f.task_id = ANY(%s::bigint[]) GROUP BY 1, 2"""
+    sql = f"""SELECT rs.release, f.kind, count(DISTINCT f.task_id), sum(f.wasted_ms)
+              FROM analysis_finding f JOIN {SAMPLE_TABLE} rs ON rs.id = f.task_id GROUP BY 1, 2"""
     figures: dict[str, dict[str, tuple[int, float]]] = defaultdict(dict)
-    for release, kind, tasks, wasted in _fetch(sql, (ids[a] + ids[b],)):
+    for release, kind, tasks, wasted in _fetch(sql):
         figures[kind][release] = (tasks, float(wasted or 0))
     rows = []
     for kind, per in figures.items():
@@ -390,16 +396,16 @@ def _finding_rates(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, 
     return rows
 
 
-def _budget(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+def _budget(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     """Mean ms per analysed task in each latency-budget category, and its share of the budget."""
-    sql = """SELECT t.release, kv.key, sum((kv.value)::text::float8)
-             FROM analysis_taskanalysis ta JOIN ingest_task t ON t.id = ta.task_id,
-                  jsonb_each(CASE jsonb_typeof(ta.budget) WHEN 'object' THEN ta.budget
-                             ELSE '{}'::jsonb END) kv
-             WHERE ta.task_id = ANY(%s::bigint[]) AND jsonb_typeof(kv.value) = 'number'
-             GROUP BY 1, 2"""
+    sql = f"""SELECT rs.release, kv.key, sum((kv.value)::text::float8)
+              FROM analysis_taskanalysis ta JOIN {SAMPLE_TABLE} rs ON rs.id = ta.task_id,
+                   jsonb_each(CASE jsonb_typeof(ta.budget) WHEN 'object' THEN ta.budget
+                              ELSE '{{}}'::jsonb END) kv
+              WHERE jsonb_typeof(kv.value) = 'number'
+              GROUP BY 1, 2"""
     sums: dict[str, dict[str, float]] = defaultdict(dict)
-    for release, key, total in _fetch(sql, (ids[a] + ids[b],)):
+    for release, key, total in _fetch(sql):
         sums[key][release] = float(total)
     whole = {r: sum(per.get(r, 0.0) for per in sums.values()) for r in (a, b)}
     rows = []
@@ -414,62 +420,49 @@ def _budget(ids: dict[str, list[int]], a: str, b: str, totals: dict[str, dict]) 
     return rows
 
 
-_NOT_SCENARIOS = {"actual", "llm_path"}
+# What-if scenarios as the analysis stores them (analysis/whatif.py): top-level `<name>_ms`
+# projections (parallel, cached, parallel_cached; `actual_ms` and `llm_path_ms` are inputs), and
+# per hardware family {"ms", "with_fixes_ms"}. Anything else in the document is ignored.
+_WHATIF_SQL = r"""
+    WITH w AS (
+        SELECT rs.release, rs.duration_ms, ta.whatif
+        FROM analysis_taskanalysis ta JOIN {sample} rs ON rs.id = ta.task_id
+        WHERE jsonb_typeof(ta.whatif) = 'object'
+    ), scenario AS (
+        SELECT w.release, w.duration_ms, w.whatif, left(kv.key, -3) AS name,
+               (kv.value)::text::float8 AS projected
+        FROM w, jsonb_each(w.whatif) kv
+        WHERE jsonb_typeof(kv.value) = 'number' AND kv.key LIKE '%\_ms'
+          AND kv.key NOT IN ('actual_ms', 'llm_path_ms')
+        UNION ALL
+        SELECT w.release, w.duration_ms, w.whatif, 'hardware ' || hw.key || suffix.label,
+               (hw.value ->> suffix.field)::float8
+        FROM w,
+             jsonb_each(CASE jsonb_typeof(w.whatif -> 'hardware') WHEN 'object'
+                        THEN w.whatif -> 'hardware' ELSE '{{}}'::jsonb END) hw,
+             (VALUES ('ms', ''), ('with_fixes_ms', ' + fixes')) suffix(field, label)
+        WHERE jsonb_typeof(hw.value -> suffix.field) = 'number'
+    )
+    SELECT release, name, avg(projected),
+           avg(CASE jsonb_typeof(whatif -> 'actual_ms') WHEN 'number'
+               THEN (whatif ->> 'actual_ms')::float8 ELSE duration_ms END - projected),
+           count(*)
+    FROM scenario GROUP BY release, name"""
 
 
-def whatif_scenarios(whatif) -> dict[str, float]:
-    """Projected task duration (ms) per what-if scenario, from the analysis' what-if dict:
-    `<scenario>_ms` numbers (parallel, cached, parallel_cached) and nested families such as
-    {"hardware": {"groq": {"ms": ..., "with_fixes_ms": ...}}} → "hardware groq" and
-    "hardware groq + fixes". `actual_ms` and `llm_path_ms` are inputs, not scenarios."""
-    out: dict[str, float] = {}
-
-    def number(value) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-
-    def walk(node: dict, prefix: str) -> None:
-        for key, value in node.items():
-            if number(value) and key.endswith("_ms"):
-                label = key.removesuffix("_ms")
-                if prefix:
-                    out[prefix if label == "" else f"{prefix} + {label.replace('with_', '')}"] = float(value)
-                elif label not in _NOT_SCENARIOS:
-                    out[label] = float(value)
-            elif number(value) and key == "ms" and prefix:
-                out[prefix] = float(value)
-            elif isinstance(value, dict) and len(prefix.split()) < 2:
-                walk(value, f"{prefix} {key}".strip())
-
-    if isinstance(whatif, dict):
-        walk(whatif, "")
-    return {k: v for k, v in out.items() if not k.endswith("+ llm")}
-
-
-def _whatif(ids: dict[str, list[int]], a: str, b: str) -> list[dict]:
+def _whatif(a: str, b: str) -> list[dict]:
     """Mean projected duration and saving per scenario, over the analysed tasks that have it.
     The saving is measured against the task's critical path (`actual_ms`) when the analysis
     gives it, else against the task duration."""
-    sql = """SELECT t.release, t.duration_ms, ta.whatif FROM analysis_taskanalysis ta
-             JOIN ingest_task t ON t.id = ta.task_id WHERE ta.task_id = ANY(%s::bigint[])"""
-    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
-    for release, duration, whatif in _fetch(sql, (ids[a] + ids[b],)):
-        if isinstance(whatif, str):  # Django's psycopg setup hands jsonb back as text
-            whatif = json.loads(whatif)
-        actual = whatif.get("actual_ms") if isinstance(whatif, dict) else None
-        baseline = actual if isinstance(actual, int | float) else duration
-        for label, projected in whatif_scenarios(whatif).items():
-            acc = sums[label][release]
-            acc[0] += projected
-            acc[1] += baseline - projected
-            acc[2] += 1
+    figures: dict[str, dict[str, tuple]] = defaultdict(dict)
+    for release, name, projected, saved, n in _fetch(_WHATIF_SQL.format(sample=SAMPLE_TABLE)):
+        figures[name][release] = (projected, saved, n)
     rows = []
-    for label, per in sums.items():
-        row = {"scenario": label}
+    for name, per in figures.items():
+        row = {"scenario": name}
         for side, r in (("a", a), ("b", b)):
-            projected, saved, n = per.get(r, [0.0, 0.0, 0])
-            row[f"projected_{side}_ms"] = projected / n if n else None
-            row[f"saved_{side}_ms"] = saved / n if n else None
-            row[f"tasks_{side}"] = n
+            projected, saved, n = per.get(r, (None, None, 0))
+            row.update({f"projected_{side}_ms": projected, f"saved_{side}_ms": saved, f"tasks_{side}": n})
         rows.append(row)
     rows.sort(key=lambda r: (-(r["saved_b_ms"] or 0), r["scenario"]))
     return rows
@@ -510,9 +503,15 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     tasks.sort(key=lambda r: (not r["regressed"], -_headline_delta_pct(r), r["name"]))
 
     counts = {r: exact.get((r, None), {}).get("n", 0) for r in (a, b)}
-    ids = _attribution_sample(base, a, b, counts)
-    totals = _sample_task_totals(ids)
-    attribution = _step_attribution(ids, a, b, totals)
+    with transaction.atomic():
+        _attribution_sample(base, a, b, counts)
+        totals = _sample_task_totals(a, b)
+        attribution = _step_attribution(a, b, totals)
+        budget = _budget(a, b, totals)
+        findings = _finding_rates(a, b, totals)
+        whatif = _whatif(a, b)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE {SAMPLE_TABLE}")
     step_totals = attribution.pop("totals")
     summary = _summary(exact.get((a, None)), exact.get((b, None)), step_totals[a], step_totals[b])
     report = {
@@ -524,15 +523,13 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
         "attribution": {
             "method": "contribution = change in mean self time per task (ms); rows sorted by "
                       "contribution in the direction of the overall change",
-            "sample": {"tasks_a": len(ids[a]), "tasks_b": len(ids[b]),
-                       "sampled": len(ids[a]) < counts[a] or len(ids[b]) < counts[b],
+            "sample": {"tasks_a": totals[a]["tasks"], "tasks_b": totals[b]["tasks"],
+                       "sampled": totals[a]["tasks"] < counts[a] or totals[b]["tasks"] < counts[b],
                        "analyzed_a": totals[a]["analyzed"], "analyzed_b": totals[b]["analyzed"]},
             "mean_delta_ms": totals[b]["mean_ms"] - totals[a]["mean_ms"],
             **attribution,
         },
-        "budget": _budget(ids, a, b, totals),
-        "findings": _finding_rates(ids, a, b, totals),
-        "whatif": _whatif(ids, a, b),
+        "budget": budget, "findings": findings, "whatif": whatif,
     }
     durations = {a: samples.get((a, None), np.empty(0)), b: samples.get((b, None), np.empty(0))}
     return ReleaseComparison(report=report, durations=durations)

@@ -12,7 +12,6 @@ from analysis.releases.compare import (
     UnknownRelease,
     release_compare,
     release_list,
-    whatif_scenarios,
 )
 from ingest.models import Device, Task
 from tests.releases.conftest import make_release
@@ -124,9 +123,13 @@ def test_release_list_has_volume_p95_and_sparkline(two_releases):
     assert sum(b["tasks"] for b in rows["v1"]["sparkline"]) == 140
 
 
-def test_whatif_scenarios_are_read_from_the_analysis_shape():
-    whatif = {"actual_ms": 1000, "parallel_ms": 900, "cached_ms": 800, "llm_path_ms": 500,
-              "hardware": {"groq": {"ms": 600, "llm_ms": 100, "with_fixes_ms": 300}}}
-    assert whatif_scenarios(whatif) == {"parallel": 900, "cached": 800, "hardware groq": 600,
-                                        "hardware groq + fixes": 300}
-    assert whatif_scenarios("garbage") == {} and whatif_scenarios({"x": True}) == {}
+
+def test_whatif_documents_of_another_shape_are_ignored(two_releases):
+    from analysis.models import TaskAnalysis
+    tasks = list(TaskAnalysis.objects.filter(task__release="v2")[:3])
+    for analysis, whatif in zip(tasks, ["garbage", [1, 2], {"hardware": 5, "x_ms": "no"}], strict=True):
+        analysis.whatif = whatif
+        analysis.save()
+    rows = {r["scenario"]: r for r in release_compare(project=two_releases, a="v1", b="v2").report["whatif"]}
+    assert set(rows) == {"cached", "hardware groq", "hardware groq + fixes"}
+    assert rows["hardware groq"]["tasks_b"] == 77

@@ -52,19 +52,33 @@ def test_bootstrap_is_reproducible_for_a_seed():
     assert not np.array_equal(first, stats.bootstrap_percentile_diff(a, b, seed=12))
 
 
-def test_capped_bootstrap_keeps_the_width_of_the_full_sample():
+def test_a_sample_standing_for_a_large_release_gets_the_width_of_the_full_release():
     # Difference of medians of two N(0, 1) samples of 200,000: SE = sqrt(2 * pi / 2 / n).
     rng = np.random.default_rng(2)
     n = 200_000
     a, b = rng.normal(0, 1, n), rng.normal(0, 1, n)
-    ci = stats.bootstrap_percentile_diff(a, b, qs=(50,), resamples=1000, seed=1)
     expected_width = 2 * 1.96 * np.sqrt(2 * np.pi / 2 / n)
-    assert ci[0, 1] - ci[0, 0] == pytest.approx(expected_width, rel=0.15)
-    # A 10,000-task sample standing for a release of 1,000,000 tasks: ten times narrower.
-    small = stats.bootstrap_percentile_diff(a[:10_000], b[:10_000], qs=(50,), seed=1)
-    scaled = stats.bootstrap_percentile_diff(a[:10_000], b[:10_000], qs=(50,), seed=1,
-                                             population_a=1_000_000, population_b=1_000_000)
-    assert (scaled[0, 1] - scaled[0, 0]) == pytest.approx((small[0, 1] - small[0, 0]) / 10, rel=0.1)
+    full = stats.bootstrap_percentile_diff(a, b, qs=(50,), seed=1)
+    assert full[0, 1] - full[0, 0] == pytest.approx(expected_width, rel=0.1)
+    # 10,000 random tasks of each release, told the releases have 200,000.
+    sampled = stats.bootstrap_percentile_diff(a[:10_000], b[:10_000], qs=(50,), seed=1,
+                                              population_a=n, population_b=n)
+    assert sampled[0, 1] - sampled[0, 0] == pytest.approx(expected_width, rel=0.15)
+    unscaled = stats.bootstrap_percentile_diff(a[:10_000], b[:10_000], qs=(50,), seed=1)
+    assert unscaled[0, 1] - unscaled[0, 0] > 3 * expected_width
+
+
+def test_order_statistic_draws_match_an_index_matrix_bootstrap():
+    rng = np.random.default_rng(12)
+    x = np.sort(rng.lognormal(5, 0.8, 300))
+    brute = np.percentile(x[rng.integers(0, x.size, size=(4000, x.size))], [50, 95], axis=1)
+    ours = stats._bootstrap_deviations(x, (50, 95), rng=np.random.default_rng(3), resamples=4000,
+                                       population=x.size) + np.percentile(x, [50, 95])[:, None]
+    for i in range(2):
+        for level in (2.5, 25, 50, 75, 97.5):
+            spread = np.percentile(brute[i], 97.5) - np.percentile(brute[i], 2.5)
+            assert np.percentile(ours[i], level) == pytest.approx(np.percentile(brute[i], level),
+                                                                   abs=0.08 * spread)
 
 
 def test_interval_covers_the_true_difference_about_as_often_as_promised():
