@@ -31,9 +31,8 @@ from django.db.models import (
     Q,
     QuerySet,
     Sum,
-    TextField,
 )
-from django.db.models.functions import Cast, Left
+from django.db.models.functions import Cast
 
 from analysis import selectors
 from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
@@ -359,27 +358,19 @@ def _sample_span(*, project: Project, filters: TaskFilters, devices: Sequence[st
 # --- the task page ---------------------------------------------------------------------------
 
 
-WATERFALL_FIELDS = ("step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
-                    "status", "model", "device", "ttft_ms", "input_tokens", "output_tokens", "tool_name")
-
-
 def task_waterfall_rows(*, task: Task) -> list[StepRow]:
-    """The task's steps in tree order as StepRows. Reads only the columns the waterfall draws
-    (tool arguments and errors cut to 200 characters in SQL): a 50,000-step task stays cheap."""
-    steps = (Step.objects.filter(task=task)
-             .annotate(args_text=Left(Cast("tool_args", TextField()), 200), error_text=Left("error", 200))
-             .values_list(*WATERFALL_FIELDS, "args_text", "error_text", named=True))
-    ordered = selectors.tree_order(list(steps))
-    origin = task.started_at or (ordered[0][0].started_at if ordered else None)
-    out = []
-    for s, depth in ordered:
-        out.append(StepRow(
-            step_id=s.step_id, parent_step_id=s.parent_step_id, depth=depth, kind=s.kind, name=s.name,
-            start_ms=(s.started_at - origin).total_seconds() * 1000, duration_ms=s.duration_ms,
-            status=s.status, model=s.model, device=s.device, ttft_ms=s.ttft_ms,
-            input_tokens=s.input_tokens, output_tokens=s.output_tokens, tool_name=s.tool_name,
-            tool_args=s.args_text or "", error=s.error_text or ""))
-    return out
+    """The task's steps in tree order as StepRows. One round trip reading only the columns the
+    waterfall draws, straight into StepRow's field order, times already as ms since the task
+    started, tool arguments and errors cut to 200 characters in SQL: a 50,000-step task costs
+    a few hundred milliseconds, not seconds."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT step_id, parent_step_id, 0, kind, name,"
+            " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"
+            " ttft_ms, input_tokens, output_tokens, tool_name, coalesce(left(tool_args::text, 200), ''),"
+            " left(error, 200) FROM ingest_step WHERE task_id = %s", [task.started_at, task.pk])
+        steps = [StepRow._make(row) for row in cur.fetchall()]
+    return [step._replace(depth=depth) if depth else step for step, depth in selectors.tree_order(steps)]
 
 
 def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint]:

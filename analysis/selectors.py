@@ -81,7 +81,9 @@ def tree_order(steps: Sequence[Step]) -> list[tuple[Step, int]]:
             continue
         seen.add(step.step_id)
         ordered.append((step, depth))
-        stack.extend((c, depth + 1) for c in sorted(children.get(step.step_id, ()), key=key, reverse=True))
+        kids = children.get(step.step_id)
+        if kids:  # most steps are leaves: skip the sort and the generator for them
+            stack.extend([(c, depth + 1) for c in sorted(kids, key=key, reverse=True)])
     # Steps caught in a parent cycle are unreachable from a root: show them at the end.
     ordered.extend((s, 0) for s in sorted(steps, key=key) if s.step_id not in seen)
     return ordered

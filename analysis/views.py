@@ -224,7 +224,7 @@ def task_waterfall(request, task_id: str):
         findings=dashboard.task_findings_by_step(findings), samples=samples)
     has_children = {r.parent_step_id for r in rows if r.parent_step_id}
     budget = [("this task", analysis.budget)] if analysis and analysis.budget else []
-    return {"waterfall": figure, "budget": charts.budget_figure(budget, title="Latency budget"),
+    return {"waterfall": figure, "budget": charts.budget_figure(budget, title=""),
             "parents": sorted(has_children)}
 
 

@@ -6,48 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 
-from analysis.models import Finding, TaskAnalysis
-from ingest.models import Device, Release, ResourceSample, Step, Task
+from ingest.models import Device, ResourceSample
+from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
 
-T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 XSS_NAME = "<script>window.pwned=1</script>"
 XSS_ARG = '"><img src=x onerror=alert(1)>'
-
-
-def make_task(project, task_id, *, duration_ms=1000.0, release="v1", status="ok", start=None, name="checkout",
-              environment="prod", **extra) -> Task:
-    start = start or T0
-    Release.objects.get_or_create(project=project, name=release, defaults={"first_seen": start, "last_seen": start})
-    return Task.objects.create(
-        project=project, task_id=task_id, name=name, release=release, environment=environment, status=status,
-        started_at=start, ended_at=start + timedelta(milliseconds=duration_ms), duration_ms=duration_ms,
-        reported=True, last_event_at=start, **extra)
-
-
-def make_step(task, step_id, *, offset_ms=0.0, duration_ms=100.0, kind="tool", parent="", **extra) -> Step:
-    start = task.started_at + timedelta(milliseconds=offset_ms)
-    return Step.objects.create(
-        project=task.project, task=task, step_id=step_id, parent_step_id=parent, kind=kind,
-        name=extra.pop("name", f"{kind} {step_id}"), started_at=start,
-        ended_at=start + timedelta(milliseconds=duration_ms), duration_ms=duration_ms, **extra)
-
-
-def make_finding(task, kind, *, wasted_ms, step_ids=(), summary="it was slow") -> Finding:
-    return Finding.objects.create(project=task.project, task=task, kind=kind, step_ids=list(step_ids),
-                                  wasted_ms=wasted_ms, summary=summary, task_started_at=task.started_at,
-                                  release=task.release)
-
-
-def analyse(task, *, critical_path=(), budget=None, whatif=None, kinds=(), wasted_ms=0.0) -> TaskAnalysis:
-    return TaskAnalysis.objects.create(
-        task=task, project=task.project, analyzed_at=task.started_at, critical_path=list(critical_path),
-        budget=budget or {}, whatif=whatif or {}, finding_kinds=list(kinds), top_finding=(kinds or [""])[0],
-        wasted_ms=wasted_ms)
 
 
 @pytest.fixture

@@ -1,0 +1,50 @@
+"""Browser fixtures: Debian's Chromium driven by Playwright's sync API against pytest-django's
+live_server. Skipped, with the reason, when /usr/bin/chromium is missing (`make browsers`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing: run `make browsers` (apt-get install chromium)",
+                allow_module_level=True)
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM calls from the same
+# thread (fixtures creating rows) would otherwise be refused as "async unsafe".
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_page(chromium):
+    """A fresh page that records dialogs, page errors and console errors."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.dialogs, page.errors = [], []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
