@@ -5,7 +5,7 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont.
   LLM steps get one baseline per (model, device) and one per model across devices (the
   fallback while a device has little history). Stored: count, median, MAD, p90, p99 of the
   duration, and for LLM steps median/MAD of TTFT, of time per output token and of input
-  tokens (`stats`). Only successful steps count: a failure's duration is not "normal".
+  tokens, and MADs of the logs for the log-scale z (`stats`). Only successful steps count: a failure's duration is not "normal".
 - Device normals (`kind="device"`, key = device): median/MAD of each telemetry metric and
   the median sampling interval.
 - The window is the WINDOW_DAYS before the key's newest step (not before "now"), so
@@ -67,7 +67,11 @@ SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.duration_ms - m.d_med)) AS d_mad,
        m.t_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.ttft_ms - m.t_med)) AS t_mad,
        m.p_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.tpot - m.p_med)) AS p_mad,
-       m.i_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.input_tokens - m.i_med)) AS i_mad
+       m.i_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.input_tokens - m.i_med)) AS i_mad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.duration_ms, 0.001)) - ln(greatest(m.d_med, 0.001)))) AS d_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.ttft_ms, 0.001)) - ln(greatest(m.t_med, 0.001)))) AS t_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.tpot, 0.001)) - ln(greatest(m.p_med, 0.001)))) AS p_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.input_tokens, 1)) - ln(greatest(m.i_med, 1)))) AS i_lmad
 FROM windowed w JOIN med m USING (kind, key, device)
 GROUP BY m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.t_med, m.p_med, m.i_med
 """
@@ -132,7 +136,9 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
         "kind": r["kind"], "key": r["key"][:200], "device": r["device"][:200], "count": r["n"],
         "median_ms": r["d_med"], "mad_ms": r["d_mad"], "p90_ms": r["d_p90"], "p99_ms": r["d_p99"],
         "stats": {"ttft_median": r["t_med"], "ttft_mad": r["t_mad"], "tpot_median": r["p_med"],
-                  "tpot_mad": r["p_mad"], "input_median": r["i_med"], "input_mad": r["i_mad"]},
+                  "tpot_mad": r["p_mad"], "input_median": r["i_med"], "input_mad": r["i_mad"],
+                  "log_mad": r["d_lmad"], "ttft_log_mad": r["t_lmad"], "tpot_log_mad": r["p_lmad"],
+                  "input_log_mad": r["i_lmad"]},
         "window_start": r["w_start"], "window_end": r["w_end"],
     } for r in found]
     return _save(project, rows)

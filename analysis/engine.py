@@ -83,7 +83,9 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
             ctx.baselines[(b.kind, b.key, b.device)] = BaselineStats(
                 count=b.count, median_ms=b.median_ms, mad_ms=b.mad_ms or 0.0, p90_ms=b.p90_ms, p99_ms=b.p99_ms,
                 ttft_median=st.get("ttft_median"), ttft_mad=st.get("ttft_mad"), tpot_median=st.get("tpot_median"),
-                tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"))
+                tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
+                log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
+                input_log_mad=st.get("input_log_mad"))
     if devices and steps:
         first = min(s.start_ms for s in steps if s.device)
         last = max(s.end_ms for s in steps if s.device)

@@ -12,15 +12,21 @@ Shared statistics, used the same way by every detector so thresholds mean one th
 - modified z-score (Iglewicz & Hoaglin, 1993): z = 0.6745·(x − median) / MAD. The constant
   makes MAD comparable to a standard deviation under normality; |z| > 3.5 is their
   recommended outlier cut-off, and the one used throughout.
-- MAD is floored (`mad_floor`): a perfectly steady metric has MAD 0, and then any wobble
-  would be an "outlier". The floor is the larger of a measurement resolution and 5 % of the
-  median, i.e. we never call a 5 % deviation anomalous.
+- Durations, TTFT, time per token and prompt sizes are compared on a log scale (`log_z`):
+  latencies are right-skewed (roughly log-normal), so a symmetric z on raw milliseconds
+  flags the natural long tail of every busy tool. On the log scale z > 3.5 means "more than
+  3.5 typical spreads *slower by a factor*", and the false-alarm rate per step stays near the
+  one-sided normal tail (2e-4).
+- MAD is floored (`mad_floor`, `LOG_MAD_FLOOR`): a perfectly steady metric has MAD 0, and then
+  any wobble would be an "outlier". The floor is the larger of a measurement resolution and
+  5 % of the median, i.e. we never call a 5 % deviation anomalous.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -37,6 +43,15 @@ def mad_floor(mad: float | None, median: float | None, resolution: float) -> flo
 
 def robust_z(value: float, median: float, mad: float, *, resolution: float = 1.0) -> float:
     return MAD_TO_SIGMA * (value - median) / mad_floor(mad, median, resolution)
+
+
+LOG_MAD_FLOOR = math.log(1.05)
+
+
+def log_z(value: float, median: float, log_mad: float | None) -> float:
+    """Modified z of ln(value) against ln(median) and the MAD of the logs."""
+    return MAD_TO_SIGMA * (math.log(max(value, 1e-3)) - math.log(max(median, 1e-3))) / max(
+        log_mad or 0.0, LOG_MAD_FLOOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +106,20 @@ class BaselineStats:
     tpot_mad: float | None = None
     input_median: float | None = None
     input_mad: float | None = None
+    # MADs of the logs (see log_z); absent in hand-built stats, then MAD/median (delta method).
+    log_mad: float | None = None
+    ttft_log_mad: float | None = None
+    tpot_log_mad: float | None = None
+    input_log_mad: float | None = None
+
+    def spread(self, name: str) -> float:
+        """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""
+        value = getattr(self, "log_mad" if name == "duration" else f"{name}_log_mad")
+        if value is not None:
+            return value
+        median, mad = ((self.median_ms, self.mad_ms) if name == "duration"
+                       else (getattr(self, f"{name}_median"), getattr(self, f"{name}_mad")))
+        return (mad or 0.0) / median if median else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,13 @@ otherwise they are independent and could have run at once.
 The projected time of the group, run as parallel as its dependencies allow, is its longest
 dependency chain (earliest-finish over the group's DAG, linear in calls + links). wasted =
 the time the group actually occupied (union of its intervals) − that projection: for fully
-independent serial calls, sum − max. Reported at ≥ 100 ms (below that a user cannot tell). Repeats of an identical call are left
+independent serial calls, sum − max.
+
+No statistics are involved — the waste is measured, not estimated — so the only guards are
+against calls that were in fact concurrent: the group must have run essentially one after
+another (its busy time ≥ 90 % of the sum of its durations; dispatching concurrently with a
+little scheduling skew does not qualify), and the waste must be ≥ 10 ms (clock and
+scheduling jitter). Repeats of an identical call are left
 out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
 """
 
@@ -26,7 +32,8 @@ from analysis.detectors.base import (
     union_length,
 )
 
-MIN_WASTED_MS = 100.0
+MIN_WASTED_MS = 10.0
+MIN_SERIAL_SHARE = 0.9
 CALL_KINDS = ("tool", "retrieval")
 
 
@@ -89,7 +96,8 @@ def detect(ctx: TaskContext):
         actual = union_length((s.start_ms, s.end_ms) for s in group)
         projected = parallel_ms(group)
         wasted = actual - projected
-        if wasted < MIN_WASTED_MS:
+        total = sum(s.duration_ms for s in group)
+        if wasted < MIN_WASTED_MS or actual < MIN_SERIAL_SHARE * total:
             continue
         end = max(s.end_ms for s in group)
         names = ", ".join(dict.fromkeys(s.label for s in group))

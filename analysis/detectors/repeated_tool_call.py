@@ -1,4 +1,5 @@
-"""repeated_tool_call: the same tool called again with equivalent arguments in one task.
+"""repeated_tool_call: the same tool (or retrieval) called again with equivalent arguments
+in one task.
 
 Arguments compare as canonical JSON (key order, formatting and whitespace runs do not
 matter). A call repeated after the previous identical call *failed* is a retry, not waste,
@@ -13,13 +14,15 @@ from collections import defaultdict
 from analysis.detectors.base import Finding, TaskContext, canonical_args, fmt_ms, register
 
 MIN_WASTED_MS = 1.0
+# Retrieval steps are tool calls too (a vector search with the same query is a repeat).
+CALL_KINDS = ("tool", "retrieval")
 
 
 @register("repeated_tool_call")
 def detect(ctx: TaskContext):
     groups = defaultdict(list)
     for step in sorted(ctx.steps, key=lambda s: (s.start_ms, s.step_id)):
-        if step.kind != "tool" or step.tool_args is None:
+        if step.kind not in CALL_KINDS or step.tool_args is None:
             continue
         groups[(step.label, canonical_args(step.tool_args))].append(step)
     for (tool, args), calls in groups.items():

@@ -1,7 +1,7 @@
 """slow_step: a step far above its own baseline.
 
-Non-LLM steps: modified z of the duration against the (kind, name) baseline > 3.5 and at
-least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
+Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 3.5
+(see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
 median. LLM steps use the token-aware expectation of `hardware_correlation.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
@@ -16,10 +16,10 @@ from analysis.detectors.base import (
     Finding,
     TaskContext,
     fmt_ms,
+    log_z,
     register,
-    robust_z,
 )
-from analysis.hardware_correlation import MIN_EXCESS_MS, MIN_EXCESS_RATIO, RESOLUTION
+from analysis.hardware_correlation import MIN_EXCESS_MS, MIN_EXCESS_RATIO
 
 HARDWARE_VERDICTS = {"queueing", "throttling"}
 
@@ -44,7 +44,7 @@ def detect(ctx: TaskContext):
         stats = ctx.baseline(step)
         if stats is None:
             continue
-        z = robust_z(step.duration_ms, stats.median_ms, stats.mad_ms, resolution=RESOLUTION["duration"])
+        z = log_z(step.duration_ms, stats.median_ms, stats.spread("duration"))
         wasted = step.duration_ms - stats.median_ms
         if z <= Z_OUTLIER or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
             continue

@@ -16,7 +16,7 @@ def test_prompt_and_ttft_climbing_every_turn_is_context_growth():
     ctx = turns([1000, 3000, 6000, 11000, 18000], [150, 300, 600, 1100, 1800])
     [finding] = context_growth.detect(ctx)
     assert finding.step_ids == ("l0", "l1", "l2", "l3", "l4")
-    assert round(finding.wasted_ms) == (300 - 225) + (600 - 225) + (1100 - 225) + (1800 - 225)
+    assert round(finding.wasted_ms) == (300 - 150) + (600 - 150) + (1100 - 150) + (1800 - 150)
     assert "1,000 to 18,000 tokens over 5 LLM turns" in finding.summary
 
 

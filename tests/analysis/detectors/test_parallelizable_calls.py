@@ -49,3 +49,14 @@ def test_calls_of_different_turns_are_not_grouped():
 def test_calls_already_in_parallel_are_fine():
     ctx = task([step("a", "tool", 0, 1, tool_name="x"), step("b", "tool", 0.01, 1.02, tool_name="y")])
     assert detect(ctx) == []
+
+
+def test_a_small_but_certain_serialisation_is_reported():
+    ctx = task([step("a", "tool", 0, 0.4, tool_name="refund"), step("b", "retrieval", 0.41, 0.48, name="kb")])
+    [finding] = detect(ctx)
+    assert round(finding.wasted_ms) == 70
+
+
+def test_calls_dispatched_together_with_a_little_skew_are_not_serial():
+    ctx = task([step("a", "tool", 0, 0.5, tool_name="x"), step("b", "tool", 0.03, 0.6, tool_name="y")])
+    assert detect(ctx) == []

@@ -42,3 +42,10 @@ def test_the_same_arguments_to_different_tools_are_not_a_repeat():
 def test_canonical_arguments_ignore_key_order_and_whitespace_but_not_values():
     assert canonical_args({"b": 1, "a": "x  y"}) == canonical_args('{"a": "x y", "b": 1.0}')
     assert canonical_args({"a": "xy"}) != canonical_args({"a": "x y"})
+
+
+def test_a_repeated_retrieval_counts_too():
+    ctx = task([step("a", "retrieval", 0, 0.1, name="vector_search", tool_args={"query": "EU AI act", "k": 8}),
+                step("b", "retrieval", 5, 5.2, name="vector_search", tool_args={"k": 8, "query": " EU  AI act "})])
+    [finding] = detect(ctx)
+    assert round(finding.wasted_ms) == 200
