@@ -32,6 +32,10 @@ RULES = [
     ("repeated tool calls over 5% of tasks", "finding_rate", 5, {}, "none", ""),
     ("wasted share over 20%", "wasted_share", 20, {"release": "v3"}, "none", ""),
     ("v3 p95 vs v2 +20%", "task_duration_p95", 20, {"release": "v3"}, "release", "v2"),
+    # The worst case: a step metric against a release baseline reads 7 days of that release's
+    # steps (the baseline window), joined to their tasks.
+    ("v3 chat p99 vs v2 (worst case)", "step_duration_p99", 20, {"release": "v3", "step_name": "chat"},
+     "release", "v2"),
 ]
 
 
