@@ -23,8 +23,9 @@ Figures and where they come from:
 - Queue: a request waits ≈ 60 ms per request ahead of it (one prefill slot of a typical
   prompt at moderate batch).
 - Jitter grows with batch and queue (continuous-batching schedulers reorder and preempt):
-  lognormal σ = 0.06 + 0.003·batch + 0.01·queue for TPOT and 0.08 + 0.004·batch +
-  0.015·queue for TTFT, each term capped (batch 32, queue 8): at most ≈ 0.24 / 0.30.
+  lognormal σ = 0.04 + 0.0025·batch + 0.01·queue for TPOT and 0.06 + 0.003·batch +
+  0.015·queue for TTFT, each term capped (batch 32, queue 8): ≈ 0.07 / 0.10 at a typical
+  batch of 12, at most ≈ 0.20 / 0.28 when saturated. (An LPU's TPOT spread is 0.015.)
 - Throttling: H100 slows its clocks near 87–90 °C (nvidia-smi "slowdown temp"); a thermally
   throttled GPU loses 30–50 % of its clock, so every kernel takes ~1.7× as long.
 """
@@ -72,10 +73,10 @@ class H100Model(HardwareModel):
         return base * (1 + self.batch_tpot_slope * (batch_size - 1))
 
     def _ttft_sigma(self, *, batch_size: float, queue_depth: float, model_params_b: float) -> float:
-        return 0.08 + 0.004 * min(batch_size, 32) + 0.015 * min(queue_depth, 8)
+        return 0.06 + 0.003 * min(batch_size, 32) + 0.015 * min(queue_depth, 8)
 
     def _tpot_sigma(self, *, batch_size: float, queue_depth: float, model_params_b: float) -> float:
-        return 0.06 + 0.003 * min(batch_size, 32) + 0.01 * min(queue_depth, 8)
+        return 0.04 + 0.0025 * min(batch_size, 32) + 0.01 * min(queue_depth, 8)
 
     def _mem_bw_util(self, util: float, model_params_b: float) -> float:
         return 0.15 + 0.75 * util  # decode streams the weights from HBM: bandwidth tracks load

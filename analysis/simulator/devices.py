@@ -13,6 +13,7 @@ them a device is never throttled and its queue stays small, so ground truth stay
 
 from __future__ import annotations
 
+import hashlib
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ class Window:
     queue_depth: float = 0.0
 
 
+QUEUE_BUCKET_MS = 10_000.0  # the background queue holds its value this long
+
+
 @dataclass
 class SimDevice:
     name: str
@@ -42,6 +46,7 @@ class SimDevice:
     model: HardwareModel
     phase_h: float
     base_load: float
+    salt: str = ""
     windows: list[Window] = field(default_factory=list)
     # (start_ms, end_ms) of traced LLM steps served, for the telemetry.
     llm_steps: list[tuple[float, float]] = field(default_factory=list)
@@ -56,7 +61,24 @@ class SimDevice:
         return 1.0 + self.load(t_ms) * 0.3 * self.model.max_batch
 
     def queue_mean(self, t_ms: float) -> float:
-        return 0.2 + 1.5 * self.load(t_ms) ** 2
+        # A continuously batching server admits new requests at once until the batch is full,
+        # so a busy afternoon still has an empty queue most of the time.
+        return 0.05 + 0.6 * self.load(t_ms) ** 2
+
+    def background_queue(self, t_ms: float) -> float:
+        """Requests waiting at `t_ms` from untraced traffic: a Poisson count that holds for
+        QUEUE_BUCKET_MS, the same for a traced step and a telemetry reading at that moment."""
+        bucket = int(t_ms // QUEUE_BUCKET_MS)
+        digest = hashlib.blake2b(f"{self.salt}:{bucket}".encode(), digest_size=8).digest()
+        u = int.from_bytes(digest, "big") / 2.0**64
+        lam = self.queue_mean((bucket + 0.5) * QUEUE_BUCKET_MS)
+        k, p = 0, math.exp(-lam)
+        cdf = p
+        while u > cdf and k < 50:
+            k += 1
+            p *= lam / k
+            cdf += p
+        return float(k)
 
     def window_at(self, t_ms: float) -> Window | None:
         starts = [w.start_ms for w in self.windows]
@@ -81,6 +103,7 @@ def make_devices(spec: tuple[tuple[str, int], ...], rng: np.random.Generator) ->
             devices.append(SimDevice(
                 name=f"{model.family}-{model.hardware.lower()}-{i:02d}", family=model.family, model=model,
                 phase_h=float(rng.uniform(-2, 2)), base_load=float(rng.uniform(0.3, 0.45)),
+                salt=f"{model.family}-{i}-{int(rng.integers(0, 2**62))}",
             ))
     return devices
 
@@ -126,7 +149,7 @@ def device_samples(device: SimDevice, *, start_ms: float, end_ms: float, rng: np
         load = min(device.load(t) + 0.02 * in_flight, 0.95)
         batch = device.batch(t) + in_flight
         window = device.window_at(t)
-        queue = float(rng.poisson(device.queue_mean(t)))
+        queue = device.background_queue(t)
         throttled = False
         if window is not None and window.kind == "hardware_queueing":
             queue = max(window.queue_depth * (1 + rng.normal(0, 0.1)), 1.0)

@@ -56,6 +56,12 @@ GAP_MS = (1500.0, 6000.0)          # idle stall; normal gaps are 3–100 ms
 GROWTH_RESULT_TOKENS = (1500, 5000)  # raw tool output appended each turn; normal is 40–200
 QUEUE_EXTRA_TTFT_MS = (1200.0, 3000.0)
 WINDOW_S = (120.0, 300.0)
+# A step inside a fault window is labelled when the fault adds at least this much to its
+# expected duration: smaller slowdowns happen (a throttled 8B model answering in 200 ms loses
+# 60 ms) but nobody would call that step slowed, so they are not ground truth either.
+HW_MIN_EXTRA_MS = 100.0
+HW_MIN_EXTRA_RATIO = 0.2
+PARALLEL_MIN_WASTE_MS = 150.0  # expected sum − max of an injected serial group
 ERROR_RATE = 0.012
 TIMEOUT_RATE = 0.004
 
@@ -215,6 +221,11 @@ def _result_tokens(rng: np.random.Generator, growth: bool) -> int:
     return int(rng.integers(*GROWTH_RESULT_TOKENS)) if growth else int(rng.integers(40, 200))
 
 
+def _serial_waste(turn: Turn) -> float:
+    medians = [c.tool.median_ms for c in turn.calls]
+    return sum(medians) - max(medians)
+
+
 def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tuple[str, ...]) -> dict:
     """Apply the chosen problems to a plan; returns what the labels need to know."""
     marks: dict = {}
@@ -230,6 +241,13 @@ def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tu
             candidates = [turn]
         turn = candidates[int(rng.integers(0, len(candidates)))]
         turn.serial = True
+        # Make it a problem worth the name: add calls until serialising them costs ≥ 150 ms.
+        seen = {c.tool.name + _canonical(c.args) for t in turns for c in t.calls}
+        spare = sorted((tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}),
+                       key=lambda tool: -tool.median_ms)
+        while spare and _serial_waste(turn) < PARALLEL_MIN_WASTE_MS:
+            tool = spare.pop(0)
+            turn.calls.append(Call(tool, _unique_args(rng, tool, seen), turn.calls[0].result_tokens))
         marks["parallelizable_calls"] = turn
     if "repeated_tool_call" in kinds:
         i = int(rng.integers(0, len(tool_turns) - 1))
@@ -422,7 +440,7 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
         step_id = next_id()
         window = device.window_at(t)
         batch = device.batch(t) * float(rng.uniform(0.9, 1.1))
-        queue = float(rng.poisson(device.queue_mean(t)))
+        queue = device.background_queue(t)
         nominal = {"queue_depth": queue, "batch_size": batch, "model_params_b": agent.model_params_b}
         state = dict(nominal)
         if window is not None and window.kind == "hardware_queueing":
@@ -445,9 +463,10 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
         llm_steps.append(step)
         device.llm_steps.append((t, t + duration))
         if window is not None:
-            extra = hw.step_ms(prefill_tokens, turn.output_tokens, **state) - hw.step_ms(
-                prefill_tokens, turn.output_tokens, **nominal)
-            hw_hits.setdefault(window.kind, []).append((step_id, extra))
+            usual = hw.step_ms(prefill_tokens, turn.output_tokens, **nominal)
+            extra = hw.step_ms(prefill_tokens, turn.output_tokens, **state) - usual
+            if extra >= max(HW_MIN_EXTRA_MS, HW_MIN_EXTRA_RATIO * usual):
+                hw_hits.setdefault(window.kind, []).append((step_id, extra))
         if turn.gap_before_ms:
             labels.append(_label(task_id, "serial_gap", [last_step_id, step_id], turn.gap_before_ms,
                                  gap_start_ns=_ns(gap_start)))

@@ -241,21 +241,29 @@ def _hardware_steps(data, kind):
 
 def test_throttling_window_shows_in_telemetry_and_slows_decode_on_that_device(data):
     assert data["labels"]["hardware_throttling"]
-    windows = []
     for label in data["labels"]["hardware_throttling"]:
         steps, samples = _window_samples(data, label)
         hot = [s for s in samples if s["metrics"]["throttled"] == 1.0]
         family = label["device"].split("-")[0]
         assert hot and all(s["metrics"]["temperature_c"] >= profile_for(family).throttle_temp_c - 2 for s in hot)
         assert set(label["verdicts"].values()) == {"throttling"}
-        windows.append((label["device"], min(s["ts"] for s in hot), max(s["ts"] for s in hot)))
     ratios = [tpot(step) / median(tpot(n) for n in normal) for step, normal in _hardware_steps(data, "hardware_throttling")]
     assert median(ratios) > 1.4 and sum(r > 1.15 for r in ratios) >= 0.9 * len(ratios)
-    # No device throttles outside the windows.
+    # Throttling comes in windows of at most 5.5 minutes, and the labelled steps sit inside them.
+    runs = defaultdict(list)
     for device, device_samples in data["samples"].items():
-        for s in device_samples:
+        ordered = sorted(device_samples, key=lambda s: s["ts"])
+        for prev, s in zip([None, *ordered], ordered, strict=False):
             if s["metrics"]["throttled"]:
-                assert any(d == device and lo - 400e9 <= s["ts"] <= hi + 400e9 for d, lo, hi in windows)
+                if prev is not None and prev["metrics"]["throttled"]:
+                    runs[device][-1][1] = s["ts"]
+                else:
+                    runs[device].append([s["ts"], s["ts"]])
+    assert all(hi - lo <= 330e9 for device_runs in runs.values() for lo, hi in device_runs)
+    for label in data["labels"]["hardware_throttling"]:
+        for step_id in label["step_ids"]:
+            start = data["steps"][label["task_id"]][step_id]["started_at"]
+            assert any(lo - 10e9 <= start <= hi + 10e9 for lo, hi in runs[label["device"]])
 
 
 def test_queueing_spike_shows_in_telemetry_and_delays_first_tokens(data):
