@@ -61,7 +61,7 @@ def load_steps(task: Task) -> list[StepData]:
     return [StepData(step_id=r[0], kind=r[1], name=r[2], start_ms=_ms(r[3]), end_ms=_ms(r[4]),
                      parent_step_id=r[5], status=r[6], depends_on=tuple(r[7] or ()), model=r[8], device=r[9],
                      input_tokens=r[10], output_tokens=r[11], ttft_ms=r[12], tool_name=r[13], tool_args=r[14])
-            for r in rows.iterator(chunk_size=5000)]
+            for r in rows]
 
 
 def load_context(task: Task, steps: list[StepData]) -> TaskContext:
@@ -69,10 +69,12 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
     end = _ms(task.ended_at) if task.ended_at else max((s.end_ms for s in steps), default=start)
     keys = {(s.kind, s.key) for s in steps if s.kind != "agent"}
     devices = {s.device for s in steps if s.device}
-    baselines_ensure(project=task.project, keys=keys, devices=devices)
     ctx = TaskContext(task_id=task.task_id, start_ms=start, end_ms=max(end, start), steps=steps)
-    rows = Baseline.objects.filter(project_id=task.project_id, kind__in={k for k, _ in keys} | {DEVICE},
-                                   key__in={n for _, n in keys} | devices)
+    rows = _baselines(task.project_id, keys, devices)
+    found = {(b.kind, b.key) for b in rows}
+    if any(k not in found for k in keys) or any((DEVICE, d) not in found for d in devices):
+        baselines_ensure(project=task.project, keys=keys, devices=devices)
+        rows = _baselines(task.project_id, keys, devices)
     for b in rows:
         if b.kind == DEVICE:
             metrics = {m: MetricNormal(v["median"], v["mad"] or 0.0)
@@ -98,6 +100,13 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
             per_device[row[0]].append(Sample(_ms(row[1]), metrics))
         ctx.samples = dict(per_device)
     return ctx
+
+
+def _baselines(project_id: int, keys: set[tuple[str, str]], devices: set[str]) -> list[Baseline]:
+    if not keys and not devices:
+        return []
+    return list(Baseline.objects.filter(project_id=project_id, kind__in={k for k, _ in keys} | {DEVICE},
+                                        key__in={n for _, n in keys} | devices))
 
 
 def run_detectors(ctx: TaskContext) -> list[Finding]:
@@ -155,21 +164,23 @@ def _store(task: Task, result: dict, *, seen_through, claim_token: str) -> None:
     totals: dict[str, float] = defaultdict(float)
     for f in findings:
         totals[f.kind] += f.wasted_ms
+    values = {
+        "project_id": task.project_id, "analyzed_at": timezone.now(), "analyzed_through": seen_through,
+        "critical_path": result["critical_path"], "budget": result["budget"], "whatif": result["whatif"],
+        "wasted_ms": round(result["wasted_ms"], 3),
+        "top_finding": max(totals, key=totals.get) if totals else "",
+        "finding_kinds": sorted(totals), "claimed_until": None, "claim_token": "",
+    }
     with transaction.atomic():
-        row = TaskAnalysis.objects.select_for_update().filter(task=task).first()
-        if claim_token and (row is None or row.claim_token != claim_token):
-            raise ClaimLost(f"task {task.pk}: claim lost")
+        # The UPDATE locks the row until commit: the claim check and the writes are atomic.
+        mine = TaskAnalysis.objects.filter(task=task, **({"claim_token": claim_token} if claim_token else {}))
+        if not mine.update(**values):
+            if claim_token:
+                raise ClaimLost(f"task {task.pk}: claim lost")
+            TaskAnalysis.objects.create(task=task, **values)
         FindingRow.objects.filter(task=task).delete()
         FindingRow.objects.bulk_create([
             FindingRow(project_id=task.project_id, task=task, kind=f.kind, step_ids=list(f.step_ids),
                        wasted_ms=round(f.wasted_ms, 3), severity=f.severity, summary=f.summary,
                        evidence=f.evidence, task_started_at=task.started_at, release=task.release)
             for f in findings])
-        values = {
-            "project_id": task.project_id, "analyzed_at": timezone.now(), "analyzed_through": seen_through,
-            "critical_path": result["critical_path"], "budget": result["budget"], "whatif": result["whatif"],
-            "wasted_ms": round(result["wasted_ms"], 3),
-            "top_finding": max(totals, key=totals.get) if totals else "",
-            "finding_kinds": sorted(totals), "claimed_until": None, "claim_token": "",
-        }
-        TaskAnalysis.objects.update_or_create(task=task, defaults=values)

@@ -7,8 +7,8 @@ duration is `TTFT_median + TPOT_median × (output_tokens − 1)`: a step that is
 it generated many tokens at the usual speed is not slow. 20 % is about the smallest change
 in a duration people notice (Weber fraction for time intervals is 10–20 %).
 
-The outlier cut-off is z > 3.5 when nothing else is known: every LLM step is tested, so the
-bar must keep false alarms rare (~2e-4 per step). When the step's device shows an anomaly
+The outlier cut-off is z > 4 (`Z_SLOW`) when nothing else is known: every LLM step is
+tested, so the bar must keep false alarms rare (~3e-5 per component and step). When the step's device shows an anomaly
 of its own while the step ran (queue or throttling signals below), the hypothesis "this step
 was slowed by its device" is no longer a search over all steps but a test of the few steps
 that overlap a device incident, and the cut-off is z > 2 (one-sided p ≈ 0.02). Two
@@ -41,6 +41,7 @@ from bisect import bisect_left, bisect_right
 
 from analysis.detectors.base import (
     Z_OUTLIER,
+    Z_SLOW,
     BaselineStats,
     StepData,
     TaskContext,
@@ -56,7 +57,7 @@ RESOLUTION = {"queue_depth": 1.0, "utilization": 0.02, "temperature_c": 1.0, "to
               "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02}
 
 
-def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = Z_OUTLIER) -> dict | None:
+def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = Z_SLOW) -> dict | None:
     """Expected duration, excess and z-scores for an LLM step; None when it is not slow or
     there is no baseline to compare with."""
     if stats is None:
@@ -164,7 +165,7 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
             continue
         signals = device_signals(ctx, step) if step.device else {"samples": 0}
         corroborated = any(device_anomaly(signals))
-        slowness = llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED if corroborated else Z_OUTLIER)
+        slowness = llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
         if slowness is not None:
             verdicts[step.step_id] = verdict_for(ctx, step, slowness, signals)
     return verdicts

@@ -40,25 +40,26 @@ CLAIM_SECONDS = getattr(settings, "ANALYSIS_CLAIM_SECONDS", 300)
 QUEUED_LEASE_SECONDS = 120
 SWEEP_BATCH = 500
 
-_ENSURE_ROW = """
+_CLAIM = """
 INSERT INTO analysis_taskanalysis (task_id, project_id, critical_path, budget, whatif, wasted_ms,
-    top_finding, finding_kinds, claim_token)
-SELECT t.id, t.project_id, '{}', '{}', '{}', 0, '', '{}', '' FROM ingest_task t WHERE t.id = %s
-ON CONFLICT (task_id) DO NOTHING
+    top_finding, finding_kinds, claim_token, claimed_until)
+SELECT t.id, t.project_id, '{}', '{}', '{}', 0, '', '{}', %(token)s, %(until)s FROM ingest_task t WHERE t.id = %(pk)s
+ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
+WHERE analysis_taskanalysis.claimed_until IS NULL OR analysis_taskanalysis.claimed_until < %(now)s
+   OR analysis_taskanalysis.claim_token = %(queued)s
+RETURNING task_id
 """
 
 
 def claim(task_pk: int, *, seconds: int | None = None) -> str | None:
-    """Claim a task for analysis; returns the claim token, or None if someone else holds it."""
+    """Claim a task for analysis in one conditional statement; returns the claim token, or
+    None if someone else holds an unexpired claim."""
     token = secrets.token_hex(8)
     now = timezone.now()
     with connection.cursor() as cursor:
-        cursor.execute(_ENSURE_ROW, [task_pk])
-        cursor.execute(
-            "UPDATE analysis_taskanalysis SET claimed_until = %s, claim_token = %s "
-            "WHERE task_id = %s AND (claimed_until IS NULL OR claimed_until < %s OR claim_token = %s)",
-            [now + timedelta(seconds=seconds or CLAIM_SECONDS), token, task_pk, now, QUEUED])
-        return token if cursor.rowcount == 1 else None
+        cursor.execute(_CLAIM, {"token": token, "until": now + timedelta(seconds=seconds or CLAIM_SECONDS),
+                                "pk": task_pk, "now": now, "queued": QUEUED})
+        return token if cursor.fetchone() else None
 
 
 def release(task_pk: int, token: str) -> None:

@@ -31,6 +31,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 Z_OUTLIER = 3.5
+# Slowness screens *every* step (and two components of each LLM step), thousands a day:
+# Iglewicz & Hoaglin's 3.5 is for flagging points in one sample, and at that rate would
+# raise a false slow_step every few thousand steps. z > 4 (one-sided normal tail ≈ 3e-5)
+# keeps it under one per ten thousand steps screened, even with the heavier-than-log-normal
+# tails real latencies have.
+Z_SLOW = 4.0
 MAD_TO_SIGMA = 0.6745
 # Fewer samples than this and median/MAD are too unstable to call anything an outlier: a
 # cold start (new tool, new model) produces no slow_step findings until it has history.

@@ -1,6 +1,6 @@
 """slow_step: a step far above its own baseline.
 
-Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 3.5
+Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 4 (Z_SLOW)
 (see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
 median. LLM steps use the token-aware expectation of `hardware_correlation.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
@@ -12,7 +12,7 @@ Failed steps are skipped: their duration measures the failure, not slowness.
 from __future__ import annotations
 
 from analysis.detectors.base import (
-    Z_OUTLIER,
+    Z_SLOW,
     Finding,
     TaskContext,
     fmt_ms,
@@ -46,7 +46,7 @@ def detect(ctx: TaskContext):
             continue
         z = log_z(step.duration_ms, stats.median_ms, stats.spread("duration"))
         wasted = step.duration_ms - stats.median_ms
-        if z <= Z_OUTLIER or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
+        if z <= Z_SLOW or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
             continue
         summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}, usually "
                    f"{fmt_ms(stats.median_ms)}; {fmt_ms(wasted)} slower than its baseline.")
