@@ -530,7 +530,7 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
             "hoverinfo": "text",
         })
     n = len(visible)
-    plot_height = max(220, min(n * 20, 900))
+    plot_height = max(140, min(n * 22, 900))
     yaxis = {"autorange": "reversed", "zeroline": False, "showgrid": False, "fixedrange": False}
     if n <= LABEL_LIMIT:
         yaxis.update(tickmode="array", tickvals=list(range(n)),

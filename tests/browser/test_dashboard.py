@@ -192,3 +192,37 @@ def test_a_50000_step_task_opens_in_a_few_seconds(live_server, browser_page, mem
     # generous bounds for a shared 2-core CI machine; the figures are in the artifact
     assert first_level < 20 and expanded < 30
     assert_nothing_ran(page)
+
+
+def test_three_clicks_from_a_worse_p99_to_the_step_that_caused_it(live_server, browser_page, member, project):
+    for i in range(10):
+        make_task(project, f"old{i}", duration_ms=900.0 + i, release="v1", start=T0 + timedelta(minutes=i))
+    for i in range(19):
+        make_task(project, f"new{i}", duration_ms=1000.0 + i, release="v2", start=T0 + timedelta(hours=1, minutes=i))
+    culprit = make_task(project, "the-slow-one", duration_ms=20_000.0, release="v2", name="refund",
+                        start=T0 + timedelta(hours=1, minutes=30))
+    make_step(culprit, "root", kind="agent", duration_ms=20_000.0)
+    make_step(culprit, "lookup", parent="root", kind="tool", duration_ms=18_500.0, tool_name="crm.lookup")
+    make_finding(culprit, "slow_step", wasted_ms=18_000.0, step_ids=["lookup"], summary="crm.lookup took 18.5 s")
+    analyse(culprit, critical_path=["root", "lookup"], kinds=["slow_step"], wasted_ms=18_000.0)
+    page = browser_page
+    log_in(page, live_server)
+    page.wait_for_selector("#chart-percentiles .scatterlayer .trace .points path", timeout=WAIT_MS)
+    # traces: v1 p99, v1 p95, v1 p50, v2 p99, ...: click the highest point of v2's p99 line
+    worst = page.evaluate("""() => { const t = document.getElementById('chart-percentiles').data[3];
+        return t.y.indexOf(Math.max(...t.y.filter(v => v !== null))); }""")
+    point = page.locator("#chart-percentiles .scatterlayer .trace").nth(3).locator(".points path").nth(worst)
+    box = point.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # click 1
+    page.wait_for_url(re.compile(r"/tasks\?"), timeout=WAIT_MS)
+    assert parse_qs(urlparse(page.url).query)["release"] == ["v2"]
+    assert page.locator("#task-table tbody td .muted.small").all_inner_texts() == ["the-slow-one"]
+    page.click("#task-table a[href^='/tasks/the-slow-one']")  # click 2
+    page.wait_for_selector("body[data-waterfall-ready='1']", timeout=WAIT_MS)
+    page.click("a.step-link[data-step='lookup']")  # click 3
+    page.wait_for_function("document.getElementById('step-json').textContent.includes('crm.lookup')",
+                           timeout=WAIT_MS)
+    assert "slow_step" in page.inner_text("#findings-table")
+    screenshot(page, "three-clicks")
+    assert_nothing_ran(page)
