@@ -46,8 +46,6 @@ FAILED = [Task.STATUS_ERROR, Task.STATUS_TIMEOUT]
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
 GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
-FINDING_KINDS = ["slow_step", "repeated_tool_call", "serial_gap", "parallelizable_calls",
-                 "context_growth", "hardware_queueing", "hardware_throttling"]
 HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling"]
 LANE_PAD = timedelta(seconds=30)
 
@@ -119,6 +117,43 @@ def project_environments(*, project: Project) -> list[str]:
 
 def project_devices(*, project: Project) -> list[Device]:
     return list(Device.objects.filter(project=project).order_by("vendor", "name"))
+
+
+def finding_kinds() -> list[str]:
+    """Every kind a detector can raise (the detector registry), for the finding filter."""
+    from analysis.detectors.base import all_detectors
+
+    return sorted(all_detectors())
+
+
+WHATIF_SCENARIOS = [("parallel_ms", "independent calls run in parallel"),
+                    ("cached_ms", "repeated tool calls cached"),
+                    ("parallel_cached_ms", "both: parallel and cached")]
+
+
+def whatif_rows(whatif: object) -> list[tuple[str, float, float | None]]:
+    """The what-if projection (analysis/whatif.py) as table rows: (scenario, projected ms,
+    ms saved against the task as it ran). Unknown `<name>_ms` keys are shown under their name,
+    so a new scenario appears without a change here."""
+    if not isinstance(whatif, dict) or not isinstance(whatif.get("actual_ms"), (int, float)):
+        return []
+    actual = float(whatif["actual_ms"])
+    rows: list[tuple[str, float, float | None]] = [("critical path as it ran", actual, None)]
+    known = {"actual_ms", "llm_path_ms", "hardware"} | {k for k, _ in WHATIF_SCENARIOS}
+    scenarios = WHATIF_SCENARIOS + [(k, k.removesuffix("_ms").replace("_", " ")) for k in whatif
+                                    if k.endswith("_ms") and k not in known]
+    for key, label in scenarios:
+        value = whatif.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            rows.append((label, float(value), actual - float(value)))
+    for family, projection in sorted((whatif.get("hardware") or {}).items()):
+        if not isinstance(projection, dict):
+            continue
+        for key, label in (("ms", f"LLM calls on {family}"), ("with_fixes_ms", f"on {family}, with both fixes")):
+            value = projection.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append((label, float(value), actual - float(value)))
+    return rows
 
 
 def project_has_data(*, project: Project) -> bool:

@@ -160,7 +160,7 @@ def task_list(request):
         sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
         sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
         export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
-        values=params, statuses=["ok", "error", "timeout"], finding_kinds=dashboard.FINDING_KINDS,
+        values=params, statuses=["ok", "error", "timeout"], finding_kinds=dashboard.finding_kinds(),
         devices=dashboard.project_devices(project=project) if project else [],
     )
 
@@ -173,33 +173,11 @@ def task_detail(request, task_id: str):
     findings = selectors.task_findings(task=task)
     base = reverse("task-detail", args=[task.task_id])
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
-                 findings=findings, whatif=_whatif_rows(analysis.whatif if analysis else {}),
+                 findings=findings, whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
                          "step": base + "/steps/", "project": project.name,
                          "mode": request.GET.get("mode", ""), "steps": task.step_count})
-
-
-def _whatif_rows(whatif) -> list[tuple[str, str]]:
-    """What-if projections as (scenario, description) rows, whatever shape the analysis gives
-    each scenario: a number of ms, or an object of named numbers and text."""
-    if not isinstance(whatif, dict):
-        return []
-    rows = []
-    for scenario, value in whatif.items():
-        if isinstance(value, (int, float)):
-            rows.append((scenario, charts.fmt_ms(float(value))))
-        elif isinstance(value, dict):
-            parts = []
-            for k, v in value.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_ms"):
-                    parts.append(f"{k.removesuffix('_ms').replace('_', ' ')}: {charts.fmt_ms(float(v))}")
-                elif isinstance(v, (str, int, float)):
-                    parts.append(f"{k.replace('_', ' ')}: {v}")
-            rows.append((scenario, " · ".join(parts)))
-        else:
-            rows.append((scenario, str(value)[:500]))
-    return rows
 
 
 @_json_view

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -241,7 +242,9 @@ def traced(project):
                  summary=f"search took 900 ms {XSS_ARG}")
     analyse(task, critical_path=["root", "plan", "search", "answer"],
             budget={"prefill": 120.0, "decode": 980.0, "tool": 900.0},
-            whatif={"groq": {"duration_ms": 1500.0, "saved_ms": 500.0}, "parallel_tools": 1800.0},
+            whatif={"actual_ms": 2000.0, "parallel_ms": 2000.0, "cached_ms": 1400.0, "parallel_cached_ms": 1400.0,
+                    "llm_path_ms": 1100.0, "speculative_ms": 1900.0,
+                    "hardware": {"groq": {"ms": 1200.0, "llm_ms": 300.0, "with_fixes_ms": 600.0}}},
             kinds=["slow_step"], wasted_ms=600.0)
     ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=task.started_at, queue_depth=4,
                                   utilization=0.8, temperature_c=60, throttled=0)
@@ -257,7 +260,15 @@ def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
     assert XSS_NAME not in body and "&lt;script&gt;" in body
     assert XSS_ARG not in body and "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in body
     assert "slow_step" in body and 'data-step="search"' in body
-    assert "groq" in body and "saved: 500.0 ms" in body and "1.80 s" in body
+    whatif = body.split('id="whatif-table"')[1].split("</table>")[0]
+    rows = [[c for c in re.split(r"<[^>]+>", r) if c.strip()] for r in whatif.split("<tr>")[2:]]
+    assert rows == [["critical path as it ran", "2.00 s"],
+                    ["independent calls run in parallel", "2.00 s", "0.0 ms"],
+                    ["repeated tool calls cached", "1.40 s", "600.0 ms"],
+                    ["both: parallel and cached", "1.40 s", "600.0 ms"],
+                    ["speculative", "1.90 s", "100.0 ms"],
+                    ["LLM calls on groq", "1.20 s", "800.0 ms"],
+                    ["on groq, with both fixes", "600.0 ms", "1.40 s"]]
     config = json.loads(body.split('id="page-config" type="application/json">')[1].split("</script>")[0])
     assert config["waterfall"] == "/tasks/run-1/waterfall.json?"
 

@@ -65,7 +65,8 @@ def hostile_task(project):
                  summary=f"search repeated with {XSS_ARG}")
     analyse(task, critical_path=["root", "plan", "tool0", "answer"], kinds=["repeated_tool_call"],
             budget={"prefill": 150.0, "decode": 650.0, "tool": 1440.0, "framework": 160.0}, wasted_ms=1400.0,
-            whatif={"cached_repeats": {"duration_ms": 1000.0, "saved_ms": 1400.0}})
+            whatif={"actual_ms": 2400.0, "cached_ms": 1000.0, "parallel_ms": 2400.0, "parallel_cached_ms": 1000.0,
+                    "hardware": {"dmatrix": {"ms": 2100.0, "llm_ms": 500.0, "with_fixes_ms": 700.0}}})
     return task
 
 
