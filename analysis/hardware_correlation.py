@@ -14,8 +14,9 @@ was slowed by its device" is no longer a search over all steps but a test of the
 that overlap a device incident, and the cut-off is z > 2 (one-sided p ≈ 0.02). Two
 independent pieces of evidence — device telemetry and the step's own latency — together.
 
-The verdict compares the device's samples over the step's interval (padded by one sampling
-period, so a step shorter than the period still sees the nearest readings) with *that
+The verdict compares the device's samples over the step's interval (padded by half a
+sampling period each side: with regular sampling that always includes the nearest reading,
+without reaching into readings closer to other steps) with *that
 device's own* normal (median/MAD over its trailing window), never with a global constant:
 a Groq LPU and an H100 have different normal queue depths.
 
@@ -24,7 +25,9 @@ a Groq LPU and an H100 have different normal queue depths.
   queueing and throttling signals are present, throttling wins only if decode (TPOT) is the
   slow part — throttling lowers clocks and so slows every token; queueing delays the start.
 - `queueing`: queue depth an outlier upwards (and at least one request above normal) or
-  utilisation an outlier upwards at ≥ 90 % (saturated).
+  utilisation an outlier upwards at ≥ 90 % (saturated) — unless the prompt was unusually
+  long and TTFT no more than 20 % above what prefill of that prompt takes (then the start
+  was slow because of the prompt, and the verdict is `prefill_bound`).
 - `prefill_bound`: the device was nominal but the prompt was unusually long (input tokens an
   outlier against the model's normal, or twice its median) and TTFT is the slow part.
 - `nominal`: the chip was fine; look at the workflow. `evidence["telemetry"]` says
@@ -50,6 +53,10 @@ from analysis.detectors.base import (
 )
 
 MIN_EXCESS_MS = 100.0
+# With device evidence the question is no longer "is this step worth a look on its own" but
+# "which steps did this device incident slow down": every one counts towards the incident,
+# so only timer and network jitter (~20 ms) is excluded; the 20 % relative floor still holds.
+MIN_EXCESS_CORROBORATED_MS = 20.0
 MIN_EXCESS_RATIO = 0.2
 Z_CORROBORATED = 2.0
 # Resolutions of device metrics, used as MAD floors: below these a difference is noise.
@@ -75,7 +82,8 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
         expected = stats.median_ms
         outlier = log_z(step.duration_ms, stats.median_ms, stats.spread("duration")) > z_cut
     excess = step.duration_ms - expected
-    if not outlier or excess < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * expected):
+    floor = MIN_EXCESS_CORROBORATED_MS if z_cut < Z_SLOW else MIN_EXCESS_MS
+    if not outlier or excess < max(floor, MIN_EXCESS_RATIO * expected):
         return None
     decode_slow = tpot_z is not None and tpot_z > z_cut and tpot_z >= (ttft_z or 0.0)
     return {"expected_ms": round(expected, 1), "excess_ms": round(excess, 1),
@@ -96,7 +104,7 @@ def device_signals(ctx: TaskContext, step: StepData) -> dict:
     """Peak robust z of each metric over the step's interval against the device's normal."""
     normal = ctx.device_normals.get(step.device)
     samples = ctx.samples.get(step.device, [])
-    pad = normal.interval_ms if normal else 1000.0
+    pad = (normal.interval_ms if normal else 1000.0) / 2
     window = _window(samples, step.start_ms - pad, step.end_ms + pad)
     if not window:
         return {"samples": 0}
@@ -138,9 +146,17 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         long_prompt = (log_z(step.input_tokens, stats.input_median, stats.spread("input")) > Z_OUTLIER
                        or step.input_tokens >= 2 * stats.input_median)
     decode_slow = slowness.get("slow_part") == "decode"
+    compute = None
+    if step.ttft_ms is not None and stats and stats.ttft_median is not None:
+        scale = max(1.0, (step.input_tokens or 0) / stats.input_median) if stats.input_median else 1.0
+        compute = min(step.ttft_ms, stats.ttft_median * scale)
+    # A long prompt whose TTFT is no more than its prefill would take explains a slow start
+    # by itself, whatever the queue did.
+    prompt_explains = (long_prompt and not decode_slow and compute is not None
+                       and step.ttft_ms <= compute * (1 + MIN_EXCESS_RATIO))
     if throttled and (decode_slow or not queued):
         verdict = "throttling"
-    elif queued:
+    elif queued and not prompt_explains:
         verdict = "queueing"
     elif long_prompt and not decode_slow:
         verdict = "prefill_bound"
@@ -148,9 +164,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         verdict = "nominal"
     out = {"verdict": verdict, "device": step.device, "telemetry": "present" if signals["samples"] else "missing",
            "signals": signals, **slowness}
-    if step.ttft_ms is not None and stats and stats.ttft_median is not None:
-        scale = max(1.0, (step.input_tokens or 0) / stats.input_median) if stats.input_median else 1.0
-        compute = min(step.ttft_ms, stats.ttft_median * scale)
+    if compute is not None:
         queue_wait = step.ttft_ms - compute if verdict == "queueing" else 0.0
         out["ttft_split"] = {"ttft_ms": round(step.ttft_ms, 1), "queue_wait_ms": round(queue_wait, 1),
                              "compute_ms": round(step.ttft_ms - queue_wait, 1)}

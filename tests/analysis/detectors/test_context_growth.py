@@ -33,3 +33,11 @@ def test_a_big_prompt_without_a_trend_does_not_fire():
 def test_too_few_turns_do_not_fire():
     ctx = turns([1000, 10000, 30000], [150, 900, 2500])
     assert list(context_growth.detect(ctx)) == []
+
+
+def test_one_queued_first_turn_neither_hides_nor_fakes_the_climb():
+    ctx = turns([2000, 11000, 16000, 26000, 34000], [3000, 190, 255, 300, 370])
+    [finding] = context_growth.detect(ctx)
+    assert finding.evidence["reference_ttft_ms"] == 190
+    flat = turns([1100, 10000, 22000, 24000, 30000], [160, 84, 95, 101, 95])
+    assert list(context_growth.detect(flat)) == []

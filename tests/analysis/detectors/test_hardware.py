@@ -51,3 +51,25 @@ def test_no_telemetry_is_nominal_and_says_telemetry_is_missing():
     queueing, throttling, slow = run(ctx_with(s, []))
     assert not queueing and not throttling
     assert slow[0].evidence["verdict"] == "nominal" and slow[0].evidence["telemetry"] == "missing"
+
+
+def test_on_a_throttled_device_a_modest_slowdown_of_a_fast_step_is_attributed():
+    # 240 ms instead of ~150 ms: too small to flag on its own, but the device was throttled.
+    s = step("a", "llm", 10, 10.24, model="m", device="gpu-1", ttft_ms=90, input_tokens=2000, output_tokens=51)
+    stats = {("llm", "m", "gpu-1"): type(llm_stats())(count=200, median_ms=150, mad_ms=20, ttft_median=60,
+                                                     ttft_mad=6, tpot_median=1.8, tpot_mad=0.15,
+                                                     input_median=2000, input_mad=300)}
+    hot = [type(x)(x.ts_ms, {**x.metrics, "throttled": 1.0}) for x in samples(0, 30)]
+    ctx = task([s], baselines=stats, device_normals={"gpu-1": device_normal()}, samples={"gpu-1": hot})
+    _, throttling, _ = run(ctx)
+    assert [f.kind for f in throttling] == ["hardware_throttling"]
+    calm = task([s], baselines=stats, device_normals={"gpu-1": device_normal()}, samples={"gpu-1": samples(0, 30)})
+    assert run(calm) == ([], [], [])
+
+
+def test_a_long_prompt_explains_a_slow_start_even_on_a_busy_device():
+    s = step("a", "llm", 10, 13.8, model="m", device="gpu-1", ttft_ms=1900, input_tokens=20000, output_tokens=91)
+    busy = [type(x)(x.ts_ms, {**x.metrics, "queue_depth": 30}) for x in samples(0, 30)]
+    queueing, _, slow = run(ctx_with(s, busy))
+    assert not queueing
+    assert slow[0].evidence["verdict"] == "prefill_bound"
