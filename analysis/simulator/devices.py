@@ -4,8 +4,9 @@ thermal throttling) and the telemetry they report.
 The traced tasks are a small sample of what a real device serves, so each device also
 carries *background* load from untraced traffic: a diurnal curve (quiet at 04:00, busy at
 16:00 UTC, shifted per device) plus slow wobble. Background sets the batch size and the
-normal queue depth (a Poisson count of 0–3 requests) the traced LLM steps see, and the
-telemetry reports it together with the traced steps in flight.
+normal queue depth the traced LLM steps see (a Poisson count with mean ≤ 0.2 that holds for
+10 s: usually 0, now and then 1–2), and the telemetry reports the same values together with
+the traced steps in flight.
 
 Fault windows are the only place where the queue explodes or a device throttles: outside
 them a device is never throttled and its queue stays small, so ground truth stays true.
@@ -63,7 +64,7 @@ class SimDevice:
     def queue_mean(self, t_ms: float) -> float:
         # A continuously batching server admits new requests at once until the batch is full,
         # so a busy afternoon still has an empty queue most of the time.
-        return 0.05 + 0.6 * self.load(t_ms) ** 2
+        return 0.02 + 0.25 * self.load(t_ms) ** 2
 
     def background_queue(self, t_ms: float) -> float:
         """Requests waiting at `t_ms` from untraced traffic: a Poisson count that holds for

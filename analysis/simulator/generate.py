@@ -56,9 +56,9 @@ GAP_MS = (1500.0, 6000.0)          # idle stall; normal gaps are 3–100 ms
 GROWTH_RESULT_TOKENS = (1500, 5000)  # raw tool output appended each turn; normal is 40–200
 QUEUE_EXTRA_TTFT_MS = (1200.0, 3000.0)
 WINDOW_S = (120.0, 300.0)
-# A step inside a fault window is labelled when the fault adds at least this much to its
-# expected duration: smaller slowdowns happen (a throttled 8B model answering in 200 ms loses
-# 60 ms) but nobody would call that step slowed, so they are not ground truth either.
+# A step inside a fault window is labelled when the fault added at least this much to it:
+# smaller slowdowns happen (a throttled 8B model answering in 200 ms loses 60 ms) but nobody
+# would call that step slowed, so they are not ground truth either.
 HW_MIN_EXTRA_MS = 100.0
 HW_MIN_EXTRA_RATIO = 0.2
 PARALLEL_MIN_WASTE_MS = 150.0  # expected sum − max of an injected serial group
@@ -463,8 +463,11 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
         llm_steps.append(step)
         device.llm_steps.append((t, t + duration))
         if window is not None:
-            usual = hw.step_ms(prefill_tokens, turn.output_tokens, **nominal)
-            extra = hw.step_ms(prefill_tokens, turn.output_tokens, **state) - usual
+            # What this very step would have taken without the fault: same luck, scaled by
+            # the ratio of expected durations.
+            usual = duration * hw.step_ms(prefill_tokens, turn.output_tokens, **nominal) / hw.step_ms(
+                prefill_tokens, turn.output_tokens, **state)
+            extra = duration - usual
             if extra >= max(HW_MIN_EXTRA_MS, HW_MIN_EXTRA_RATIO * usual):
                 hw_hits.setdefault(window.kind, []).append((step_id, extra))
         if turn.gap_before_ms:
