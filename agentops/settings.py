@@ -227,6 +227,9 @@ ANALYSIS_QUIET_SECONDS = env_int("AGENTOPS_ANALYSIS_QUIET_SECONDS", 5)
 # after this much silence.
 ANALYSIS_ABANDON_SECONDS = env_int("AGENTOPS_ANALYSIS_ABANDON_SECONDS", 120)
 
+# Where people reach this dashboard: links in alert notifications point here.
+AGENTOPS_BASE_URL = env_str("AGENTOPS_BASE_URL", "http://127.0.0.1:8000")
+
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentops@localhost")
 

@@ -52,7 +52,7 @@ class Attempt:
 
 
 def base_url() -> str:
-    return getattr(settings, "AGENTOPS_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+    return settings.AGENTOPS_BASE_URL.rstrip("/")
 
 
 def payload(event: AlertEvent) -> dict:
