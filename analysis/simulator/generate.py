@@ -56,10 +56,10 @@ GAP_MS = (1500.0, 6000.0)          # idle stall; normal gaps are 3–100 ms
 GROWTH_RESULT_TOKENS = (1500, 5000)  # raw tool output appended each turn; normal is 40–200
 QUEUE_EXTRA_TTFT_MS = (1200.0, 3000.0)
 WINDOW_S = (120.0, 300.0)
-# A step inside a fault window is labelled when the fault added at least this much to it:
-# smaller slowdowns happen (a throttled 8B model answering in 200 ms loses 60 ms) but nobody
-# would call that step slowed, so they are not ground truth either.
-HW_MIN_EXTRA_MS = 100.0
+# A step inside a fault window is labelled when the fault added at least 20 % to it and more
+# than timer/network jitter (20 ms): every step a device incident slowed materially belongs
+# to the incident, even a 90 ms answer that took 140. Below that, nobody could tell.
+HW_MIN_EXTRA_MS = 20.0
 HW_MIN_EXTRA_RATIO = 0.2
 PARALLEL_MIN_WASTE_MS = 150.0  # expected sum − max of an injected serial group
 ERROR_RATE = 0.012
