@@ -40,7 +40,7 @@ class HardwareModel:
     # well below it.
     max_batch: int = 64
     # Queue wait: each request ahead of this one delays its first token by about this long
-    # (a prefill slot; see each family for the figure).
+    # for a 70B model (a prefill slot; see each family for the figure), less for smaller ones.
     queue_slot_ms: float = 50.0
     # Throttling: clocks drop, every token and every prefill takes this factor longer.
     throttle_slowdown: float = 1.8
@@ -60,7 +60,7 @@ class HardwareModel:
                                    model_params_b=model_params_b)
         if throttled:
             compute *= self.throttle_slowdown
-        return compute + self._queue_wait_ms(max(queue_depth, 0.0))
+        return compute + self._queue_wait_ms(max(queue_depth, 0.0), model_params_b=model_params_b)
 
     def tpot_ms(self, *, batch_size: float = 1, queue_depth: float = 0, model_params_b: float = 70,
                 throttled: bool = False) -> float:
@@ -133,8 +133,10 @@ class HardwareModel:
     def _decode_ms(self, *, batch_size: float, queue_depth: float, model_params_b: float) -> float:
         raise NotImplementedError
 
-    def _queue_wait_ms(self, queue_depth: float) -> float:
-        return queue_depth * self.queue_slot_ms
+    def _queue_wait_ms(self, queue_depth: float, *, model_params_b: float) -> float:
+        # Each request ahead holds the device for about its prefill, which grows with the
+        # model: `queue_slot_ms` is the figure for a 70B model, a fixed 30 % of it is scheduling.
+        return queue_depth * self.queue_slot_ms * (0.3 + 0.7 * model_params_b / 70.0)
 
     def _ttft_sigma(self, *, batch_size: float, queue_depth: float, model_params_b: float) -> float:
         return 0.08

@@ -73,6 +73,9 @@ def test_lpu_ttft_grows_with_queueing_not_with_batching():
     assert lpu.ttft_ms(2000, batch_size=1) == lpu.ttft_ms(2000, batch_size=64)
     assert lpu.tpot_ms(batch_size=1) == lpu.tpot_ms(batch_size=64)
     assert lpu.ttft_ms(2000, queue_depth=20) - lpu.ttft_ms(2000) == pytest.approx(20 * lpu.queue_slot_ms)
+    # A request ahead holds the device for its prefill, which is shorter for a smaller model.
+    wait_8b = lpu.ttft_ms(2000, queue_depth=20, model_params_b=8) - lpu.ttft_ms(2000, model_params_b=8)
+    assert wait_8b < 0.5 * 20 * lpu.queue_slot_ms
 
 
 def test_gpu_degrades_and_jitters_more_as_batch_and_queue_grow():
