@@ -15,6 +15,7 @@ it). No recursion, so a 50,000-step task with a 50,000-deep chain is fine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from analysis.detectors.base import StepData, children_of
 
@@ -33,23 +34,26 @@ class Segment:
 def critical_path(steps: list[StepData], start_ms: float, end_ms: float) -> list[Segment]:
     """Segments tiling [start_ms, end_ms] in time order."""
     parents = children_of(steps)
-    leaves = sorted((s for s in steps if s.step_id not in parents and s.end_ms > start_ms and s.start_ms < end_ms),
-                    key=lambda s: (s.end_ms, s.start_ms), reverse=True)
+    leaves = [s for s in steps if s.step_id not in parents and s.end_ms > start_ms and s.start_ms < end_ms]
+    leaves.sort(key=attrgetter("end_ms", "start_ms"), reverse=True)
     segments: list[Segment] = []
+    append = segments.append
     cursor = end_ms
-    i = 0
-    while cursor > start_ms and i < len(leaves):
-        step = leaves[i]
-        i += 1
-        if step.start_ms >= cursor:
+    for step in leaves:
+        if cursor <= start_ms:
+            break
+        begin, finish = step.start_ms, step.end_ms
+        if begin >= cursor:
             continue
-        finish = min(step.end_ms, cursor)
         if finish < cursor:
-            segments.append(Segment(finish, cursor, None))
-        begin = max(step.start_ms, start_ms)
+            append(Segment(finish, cursor, None))
+        else:
+            finish = cursor
+        if begin < start_ms:
+            begin = start_ms
         if finish > begin:
-            segments.append(Segment(begin, finish, step))
-        cursor = min(cursor, begin)
+            append(Segment(begin, finish, step))
+        cursor = begin
     if cursor > start_ms:
         segments.append(Segment(start_ms, cursor, None))
     segments.reverse()

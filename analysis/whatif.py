@@ -8,7 +8,8 @@ Scenarios, alone and combined:
 - `cached`: repeated tool calls return instantly (`repeated_tool_call` waste removed);
 - `parallel_cached` and `hardware[family].with_fixes_ms`: the combinations.
 
-First-order: only time on the current critical path is replaced or removed, and the path is
+First-order: only time on the current critical path, run by the steps a finding names, is
+replaced or removed, and the path is
 not recomputed afterwards (another branch may become critical), so savings are an upper
 bound of what that change alone buys. Removed intervals are unioned before subtracting, so a
 call that is both repeated and serialised is not removed twice.
@@ -17,9 +18,10 @@ call that is both repeated and serialised is not removed twice.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 
 from analysis.critical_path import Segment
-from analysis.detectors.base import Finding, TaskContext
+from analysis.detectors.base import Finding, TaskContext, union_length
 from analysis.hardware import PROFILES
 
 _PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*b\b", re.IGNORECASE)
@@ -33,22 +35,19 @@ def model_params_b(model: str, default: float = 70.0) -> float:
 
 
 def _removed_on_path(segments: list[Segment], findings: list[Finding], kinds: tuple[str, ...]) -> float:
-    intervals = sorted(i for f in findings if f.kind in kinds for i in f.intervals)
-    merged: list[tuple[float, float]] = []
-    for a, b in intervals:
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
+    """Milliseconds of the critical path the findings of `kinds` would save: the part of each
+    path segment, run by one of a finding's steps, that the finding's waste covers."""
+    by_step: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for f in findings:
+        if f.kind in kinds:
+            for step_id in f.step_ids:
+                by_step[step_id].extend(f.intervals)
     total = 0.0
-    j = 0
-    for seg in segments:  # both sorted by time: one merge pass
-        while j < len(merged) and merged[j][1] <= seg.start_ms:
-            j += 1
-        k = j
-        while k < len(merged) and merged[k][0] < seg.end_ms:
-            total += max(0.0, min(seg.end_ms, merged[k][1]) - max(seg.start_ms, merged[k][0]))
-            k += 1
+    for seg in segments:
+        if seg.step is None or seg.step.step_id not in by_step:
+            continue
+        clipped = [(max(a, seg.start_ms), min(b, seg.end_ms)) for a, b in by_step[seg.step.step_id]]
+        total += union_length(clipped)
     return total
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from statistics import median
 
+from scipy.stats import kendalltau
+
 from analysis.detectors.base import Finding, TaskContext, fmt_ms, register
 
 MIN_TURNS = 4
@@ -31,22 +33,17 @@ MIN_WASTED_MS = 10.0
 
 
 def kendall_tau(values: list[float]) -> float:
-    """τ-a between position and value (O(n²), n = LLM turns of one task: small)."""
-    n = len(values)
-    if n < 2:
+    """Kendall's τ-b between position and value (scipy's O(n log n) implementation)."""
+    if len(values) < 2 or len(set(values)) < 2:
         return 0.0
-    score = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            score += (values[j] > values[i]) - (values[j] < values[i])
-    return score / (n * (n - 1) / 2)
+    return float(kendalltau(range(len(values)), values).statistic)
 
 
 @register("context_growth")
 def detect(ctx: TaskContext):
     turns = sorted((s for s in ctx.steps if s.kind == "llm" and s.input_tokens and s.ttft_ms is not None),
                    key=lambda s: (s.start_ms, s.step_id))
-    if len(turns) < MIN_TURNS or len(turns) > 2000:
+    if len(turns) < MIN_TURNS:
         return
     tokens = [float(s.input_tokens) for s in turns]
     ttfts = [float(s.ttft_ms) for s in turns]

@@ -44,9 +44,9 @@ def test_a_step_that_runs_past_the_task_end_is_clipped():
 def test_fifty_thousand_steps_with_a_deep_chain_take_well_under_a_second():
     steps = [step(f"s{i}", "llm" if i % 3 == 0 else "tool", i * 0.1, i * 0.1 + 0.09,
                   parent_step_id=f"s{i - 1}" if i % 2 and i else "", ttft_ms=20) for i in range(50_000)]
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: other processes on the machine do not count
     segments = critical_path(steps, T0, T0 + 5_000_000)
     budget = latency_budget(segments)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert elapsed < 0.5, elapsed
     assert abs(sum(budget.values()) - 5_000_000) < 1

@@ -1,0 +1,72 @@
+"""Baselines: robust statistics in SQL, refreshed incrementally, windowed by the data's time."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from analysis.baselines import baselines_refresh
+from analysis.models import Baseline
+from ingest.models import Task
+from ingest.records import Batch, StepRecord, TaskRecord
+from ingest.services import batch_store
+
+from .workload import at, history
+
+
+def tool_task(task_id: str, start: float, tool: str, ms: float) -> Batch:
+    step = StepRecord(f"{task_id}-s", task_id, at(start), at(start + ms / 1000), kind="tool", name=tool,
+                      tool_name=tool, tool_args={"q": task_id})
+    return Batch(tasks=[TaskRecord(task_id, name="t", started_at=at(start), ended_at=at(start + 1), status="ok")],
+                 steps=[step])
+
+
+def test_median_and_mad_resist_a_few_extreme_outliers(project):
+    rng = random.Random(3)
+    for i in range(60):
+        batch_store(project=project, batch=tool_task(f"t{i}", i, "lookup", rng.gauss(200, 20)))
+    for i in range(5):  # incidents: 50× slower
+        batch_store(project=project, batch=tool_task(f"x{i}", 100 + i, "lookup", 10_000))
+    baselines_refresh(project=project, full=True)
+    b = Baseline.objects.get(project=project, kind="tool", key="lookup")
+    assert b.count == 65
+    assert b.median_ms == pytest.approx(200, abs=15)
+    assert b.mad_ms == pytest.approx(13.5, abs=8)  # MAD of N(200, 20) ≈ 0.6745 × 20
+    assert b.p99_ms > 5000  # the tail is visible in the percentiles, not in the median
+
+
+def test_refresh_recomputes_only_keys_with_new_data(project):
+    history(project, tasks=25)
+    baselines_refresh(project=project, full=True)
+    before = {(b.kind, b.key, b.device): b.updated_at for b in Baseline.objects.filter(project=project)}
+    Task.objects.filter(project=project).update(last_event_at=timezone.now() - timedelta(hours=1))
+    batch_store(project=project, batch=tool_task("new", 900, "search_order", 450))
+    baselines_refresh(project=project)
+    after = {(b.kind, b.key, b.device): b.updated_at for b in Baseline.objects.filter(project=project)}
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {("tool", "search_order", "")}
+    assert Baseline.objects.get(project=project, kind="tool", key="search_order").count == 26
+
+
+def test_the_window_follows_the_data_not_the_wall_clock(project):
+    # All of this happened long ago (2026-11-01) and weeks apart: only the last week counts.
+    for i in range(30):
+        batch_store(project=project, batch=tool_task(f"old{i}", i, "report", 5000))
+    for i in range(30):
+        batch_store(project=project, batch=tool_task(f"new{i}", 30 * 86400 + i, "report", 800))
+    baselines_refresh(project=project, full=True)
+    b = Baseline.objects.get(project=project, kind="tool", key="report")
+    assert b.count == 30 and b.median_ms == pytest.approx(800)
+
+
+def test_baselines_of_one_project_ignore_another(project, other_project):
+    for i in range(30):
+        batch_store(project=project, batch=tool_task(f"a{i}", i, "lookup", 100))
+        batch_store(project=other_project, batch=tool_task(f"a{i}", i, "lookup", 900))
+    baselines_refresh(project=project, full=True)
+    baselines_refresh(project=other_project, full=True)
+    assert Baseline.objects.get(project=project, key="lookup").median_ms == pytest.approx(100)
+    assert Baseline.objects.get(project=other_project, key="lookup").median_ms == pytest.approx(900)

@@ -1,0 +1,78 @@
+"""What-if projections along the critical path, and their per-release aggregate."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis import selectors
+from analysis.critical_path import critical_path
+from analysis.engine import analyse, analyse_task
+from analysis.filters import TaskFilters
+from analysis.hardware import PROFILES
+from analysis.whatif import model_params_b, project
+from ingest.models import Task
+
+from .detectors.builders import T0, step, task
+from .workload import history, problem_task, store
+
+
+def run(ctx):
+    result = analyse(ctx)
+    return result["whatif"]
+
+
+def test_caching_repeats_and_parallelising_calls_shorten_the_path_alone_and_together():
+    ctx = task([
+        step("l1", "llm", 0, 1, model="m"),
+        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}),
+        step("b", "tool", 2, 3, tool_name="search", tool_args={"q": 1}),   # repeat of a: 1 s
+        step("c", "tool", 3, 3.5, tool_name="weather", tool_args={"city": "x"}),  # serial with a
+        step("l2", "llm", 3.5, 4, model="m"),
+    ])
+    w = run(ctx)
+    assert w["actual_ms"] == 4000
+    assert w["cached_ms"] == 3000
+    assert w["parallel_ms"] == 3500   # a ∥ c saves 500 ms
+    assert w["parallel_cached_ms"] == 2500
+
+
+def test_time_off_the_critical_path_saves_nothing():
+    ctx = task([
+        step("long", "tool", 0, 5, tool_name="report", parent_step_id="p1"),
+        step("a", "tool", 0, 1, tool_name="search", tool_args={"q": 1}, parent_step_id="p2"),
+        step("b", "tool", 1, 2, tool_name="search", tool_args={"q": 1}, parent_step_id="p2"),
+    ])
+    w = run(ctx)
+    assert w["cached_ms"] == w["actual_ms"] == 5000
+
+
+def test_hardware_profiles_replace_llm_time_on_the_path_by_their_model():
+    llm = step("l", "llm", 0, 3, model="llama-3-70b", input_tokens=2000, output_tokens=200, ttft_ms=300)
+    ctx = task([llm, step("t", "tool", 3, 4, tool_name="x")])
+    segments = critical_path(ctx.steps, ctx.start_ms, ctx.end_ms)
+    w = project(ctx, segments, [])
+    assert set(w["hardware"]) == set(PROFILES)
+    for family, model in PROFILES.items():
+        expected = 1000 + model.step_ms(2000, 200, model_params_b=70)
+        assert w["hardware"][family]["ms"] == pytest.approx(expected, abs=0.1)
+    assert T0  # times are absolute epoch ms; the projection only uses lengths
+
+
+def test_model_size_is_read_from_the_model_name():
+    assert model_params_b("llama-3.1-70b-instruct") == 70
+    assert model_params_b("qwen2.5-coder-32b") == 32
+    assert model_params_b("gpt-4o") == 70
+
+
+def test_whatif_aggregates_per_release(project):
+    start = history(project, tasks=25)
+    task_record, steps = problem_task("p1", start)
+    store(project, task_record, steps)
+    for t in Task.objects.filter(project=project):
+        analyse_task(t.pk)
+    rows = {r["release"]: r for r in selectors.whatif_by_release(project=project, filters=TaskFilters())}
+    assert set(rows) == {"v1", "v2"}
+    assert rows["v2"]["tasks"] == 1 and rows["v1"]["tasks"] == 25
+    assert rows["v2"]["cached_ms"] == pytest.approx(rows["v2"]["actual_ms"] - 800, abs=1)
+    assert rows["v1"]["cached_ms"] == rows["v1"]["actual_ms"]
+    assert set(rows["v1"]["hardware"]) == set(PROFILES)
