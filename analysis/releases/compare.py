@@ -13,13 +13,18 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   way, and their steps, findings and analyses. Means and rates from 20,000 tasks are within a
   few percent of the full data; every figure carries the sample size it came from.
 
-Attribution method: a task's duration splits into the self time of each of its steps (its
-duration minus its children's, floored at zero, so nested steps are not counted twice) plus the
-rest (idle gaps, framework time outside any step, minus overlap of parallel steps). For every
-group (step kind + name, step kind, tool, model) the contribution is
-    Δ(mean self time per task) = Σ self_B / tasks_B − Σ self_A / tasks_A,
-so contributions over all steps plus the rest add up to Δ(mean task duration). Rows are sorted
-by contribution in the direction of the overall change: when B is slower, the top row is what
+Attribution method (docs/releases.md has a worked example): a task's duration splits into the
+self time of each of its steps (its duration minus its children's, floored at zero, so nested
+steps are not counted twice) plus the rest (idle gaps and framework time outside any step,
+minus overlap of parallel steps). For every group (step kind + name, step kind, tool, model):
+    contribution = Σ over task names t of w_t · (mean self time per task of t in B − in A)
+with w_t the pooled share of t's tasks in both releases. Comparing within task names keeps a
+different mix of task names (more research tasks in B, say) from being blamed on the steps
+those tasks happen to use; that mix effect is reported once, as `mix_ms`, so contributions over
+all steps plus the rest plus the mix add up to Δ(mean task duration). Each contribution has a
+standard error from the per-task variance, and rows are ranked by the end of the contribution's
+(1 − alpha) interval nearest zero, in the direction of the change: a certain +80 ms from a tool
+that doubled outranks a noisy ±150 ms from LLM calls. When B is slower, the top row is what
 made it slower.
 """
 
@@ -32,6 +37,7 @@ from datetime import datetime
 import numpy as np
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
+from scipy import stats as scipy_stats
 
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
 from analysis.releases import stats
@@ -41,6 +47,9 @@ from ingest.models import Device, Project, Release, Step, Task
 SAMPLE_CAP = 20_000
 ATTRIBUTION_TASKS = 20_000
 SPARKLINE_BUCKETS = 20
+WORK_MEM = "64MB"
+PER_CALL_CAP = 200_000
+PER_CALL_MIN = 5
 ERROR_STATUSES = ("error", "timeout")
 _FAILED_SQL = "IN (" + ", ".join(f"'{s}'" for s in ERROR_STATUSES) + ")"
 REST_KEY = "(time outside steps)"
@@ -200,7 +209,7 @@ def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
     both = ra["n"] > 0 and rb["n"] > 0
     estimate = [(rb["percentiles"][q] - ra["percentiles"][q]) if both else np.nan
                 for q in stats.PERCENTILES]
-    ci = (stats.bootstrap_percentile_diff(sa, sb, level=1 - alpha, seed=seed,
+    ci = (stats.bootstrap_percentile_diff(sa, sb, level=stats.interval_level(alpha), seed=seed,
                                           population_a=ra["n"], population_b=rb["n"],
                                           estimate=estimate)
           if both and sa.size and sb.size else np.full((len(stats.PERCENTILES), 2), np.nan))
@@ -215,11 +224,11 @@ def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
             "ci_low_ms": None if np.isnan(ci[i, 0]) else float(ci[i, 0]),
             "ci_high_ms": None if np.isnan(ci[i, 1]) else float(ci[i, 1]),
         })
-    head = rows[stats.PERCENTILES.index(stats.HEADLINE_PERCENTILE)]
-    verdict = stats.verdict(
-        n_a=ra["n"], n_b=rb["n"], before=head["a_ms"], after=head["b_ms"],
-        ci=(head["ci_low_ms"], head["ci_high_ms"]) if head["ci_low_ms"] is not None else None,
-        p_value=p_value, threshold_pct=threshold_pct, alpha=alpha)
+    changes = [stats.Change(q=r["q"], before=r["a_ms"], after=r["b_ms"],
+                            ci=(r["ci_low_ms"], r["ci_high_ms"]) if r["ci_low_ms"] is not None else None)
+               for r in rows if r["q"] in stats.HEADLINE_PERCENTILES]
+    verdict = stats.verdict(n_a=ra["n"], n_b=rb["n"], changes=changes, p_value=p_value,
+                            threshold_pct=threshold_pct, alpha=alpha)
     return {
         "name": name, "n_a": ra["n"], "n_b": rb["n"], "mean_a_ms": ra["mean"], "mean_b_ms": rb["mean"],
         "error_rate_a": ra["error_rate"], "error_rate_b": rb["error_rate"],
@@ -233,57 +242,80 @@ def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
 # --- where it changed ----------------------------------------------------------------------------
 
 SAMPLE_TABLE = "release_compare_sample"
+STEPS_TABLE = "release_compare_steps"
+# Bits of GROUPING(kind, name, tool_name, model): 1 = that column is not grouped.
+_DIMENSIONS = {0b0011: "steps", 0b0111: "kinds", 0b1101: "tools", 0b1110: "models"}
+_ALL_STEPS = 0b1111
 
 
 def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> None:
-    """Draws the attribution sample into a session-private temporary table (id, release,
-    duration_ms) that the queries below join: one scan of the tasks, no id lists shipped back
-    and forth."""
+    """Draws the attribution sample into session-private temporary tables that the queries below
+    read: the sampled tasks (id, release, task name, duration) and their steps with self time.
+    One scan of the tasks, one index lookup per sampled task, no id lists shipped back and forth."""
     probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}")
+        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}, {STEPS_TABLE}")
         cursor.execute(f"""
             CREATE TEMPORARY TABLE {SAMPLE_TABLE} ON COMMIT DROP AS
-            SELECT id, release, duration_ms FROM ({base[0]}) t
+            SELECT id, release, name, duration_ms FROM ({base[0]}) t
             WHERE random() < CASE release WHEN %s THEN %s::float8 ELSE %s::float8 END""",
                        base[1] + (a, *probs))
         cursor.execute(f"ALTER TABLE {SAMPLE_TABLE} ADD PRIMARY KEY (id)")
         cursor.execute(f"ANALYZE {SAMPLE_TABLE}")
+        cursor.execute(f"""
+            CREATE TEMPORARY TABLE {STEPS_TABLE} ON COMMIT DROP AS
+            WITH st AS (
+                SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
+                       s.duration_ms, (s.status {_FAILED_SQL}) AS failed,
+                       coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens,
+                       rs.release, rs.name AS task_name
+                FROM ingest_step s JOIN {SAMPLE_TABLE} rs ON rs.id = s.task_id
+            ), kids AS (
+                SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
+                FROM st WHERE parent_step_id <> '' GROUP BY 1, 2
+            )
+            SELECT st.release, st.task_name, st.task_id, st.kind, st.name, st.tool_name, st.model,
+                   st.duration_ms, st.failed, st.tokens,
+                   greatest(st.duration_ms - coalesce(kids.child_ms, 0), 0) AS self_ms
+            FROM st LEFT JOIN kids USING (task_id, step_id)""")
 
 
-_STEP_GROUPS_SQL = """
-    WITH st AS (
-        SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
-               s.duration_ms, (s.status {failed}) AS failed,
-               coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens, rs.release
-        FROM ingest_step s JOIN {sample} rs ON rs.id = s.task_id
-    ), kids AS (
-        SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
-        FROM st WHERE parent_step_id <> '' GROUP BY 1, 2
-    ), own AS (
-        SELECT st.*, greatest(st.duration_ms - coalesce(kids.child_ms, 0), 0) AS self_ms
-        FROM st LEFT JOIN kids USING (task_id, step_id)
-    )
-    SELECT release, kind, name, tool_name, model,
-           GROUPING(kind) AS no_kind, GROUPING(name) AS no_name,
-           GROUPING(tool_name) AS no_tool, GROUPING(model) AS no_model,
-           count(*), sum(self_ms), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY duration_ms),
-           avg(failed::int), sum(tokens), count(DISTINCT task_id)
-    FROM own
+# Per group and release, over all sampled steps: the figures shown next to the contribution.
+_GROUP_FIGURES_SQL = f"""
+    SELECT release, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model),
+           count(*), sum(self_ms), sum(self_ms * self_ms),
+           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY duration_ms),
+           avg(failed::int), sum(tokens)
+    FROM {STEPS_TABLE}
     GROUP BY GROUPING SETS ((release), (release, kind), (release, kind, name), (release, tool_name),
                             (release, model))"""
 
+# Per group, release and task name: Σ and Σ² over tasks of the group's self time in a task, for
+# the stratified mean and its standard error.
+_GROUP_MOMENTS_SQL = f"""
+    WITH per_task AS (
+        SELECT release, task_name, task_id, kind, name, tool_name, model,
+               GROUPING(kind, name, tool_name, model) AS g, sum(self_ms) AS self_ms,
+               count(*) AS calls
+        FROM {STEPS_TABLE}
+        GROUP BY GROUPING SETS ((release, task_name, task_id, kind, name),
+                                (release, task_name, task_id, kind),
+                                (release, task_name, task_id, tool_name),
+                                (release, task_name, task_id, model))
+    )
+    SELECT release, task_name, kind, name, tool_name, model, g, sum(self_ms), sum(self_ms * self_ms),
+           sum(calls), sum(calls * calls)
+    FROM per_task GROUP BY release, task_name, kind, name, tool_name, model, g"""
 
-def _dimension(no_kind, no_name, no_tool, no_model) -> str | None:
-    if not no_kind and not no_name:
-        return "steps"
-    if not no_kind:
-        return "kinds"
-    if not no_tool:
-        return "tools"
-    if not no_model:
-        return "models"
-    return None
+# Per release and task name: tasks, and Σ, Σ² of task duration and of time outside steps.
+_STRATA_SQL = f"""
+    SELECT rs.release, rs.name, count(*), sum(rs.duration_ms),
+           sum(rs.duration_ms - coalesce(t.self_ms, 0)),
+           sum((rs.duration_ms - coalesce(t.self_ms, 0)) ^ 2)
+    FROM {SAMPLE_TABLE} rs
+    LEFT JOIN (SELECT task_id, sum(self_ms) AS self_ms FROM {STEPS_TABLE} GROUP BY task_id) t
+           ON t.task_id = rs.id
+    GROUP BY 1, 2"""
 
 
 def _group_key(dimension: str, kind, name, tool, model) -> str | None:
@@ -296,39 +328,163 @@ def _group_key(dimension: str, kind, name, tool, model) -> str | None:
     return model or None
 
 
-def _step_attribution(a: str, b: str, task_totals: dict[str, dict]) -> dict:
-    groups: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
+def _stratified(moments: dict[str, dict[str, tuple[float, float]]], strata: dict[str, dict[str, int]],
+                weights: dict[str, float], a: str, b: str) -> tuple[float, float]:
+    """Σ_name w · (mean_B − mean_A) of a per-task quantity and its standard error, from Σ and Σ²
+    per (release, task name); a task without the group counts as 0."""
+    delta, variance = 0.0, 0.0
+    for name, w in weights.items():
+        for sign, r in ((1, b), (-1, a)):
+            n = strata[r][name]
+            total, squares = moments.get(r, {}).get(name, (0.0, 0.0))
+            mean = total / n
+            var = max(squares / n - mean * mean, 0.0) * n / (n - 1) if n > 1 else 0.0
+            delta += sign * w * mean
+            variance += w * w * var / n
+    return delta, variance ** 0.5
+
+
+def _effects(fa: dict, fb: dict, calls_a: list[float], calls_b: list[float], n_a: int, n_b: int
+             ) -> dict[str, float | None]:
+    """Splits a group's change in time per task into slower calls and more calls:
+        c_B·d_B − c_A·d_A = c̄·(d_B − d_A) + d̄·(c_B − c_A)
+    with c the calls per task, d the mean self time per call and bars the averages of A and B.
+    Standard errors: d from the per-call variance, c from the per-task variance of call counts.
+    `duration_effect_ms` is None when one release never made the call."""
+    def per_call(f: dict) -> tuple[float | None, float]:
+        count = f.get("count", 0)
+        if not count:
+            return None, 0.0
+        mean = f["self_ms"] / count
+        var = max(f["self_squares"] / count - mean * mean, 0.0) * count / max(count - 1, 1)
+        return mean, var / count
+
+    def per_task(calls: list[float], n: int) -> tuple[float, float]:
+        mean = calls[0] / n
+        var = max(calls[1] / n - mean * mean, 0.0) * n / max(n - 1, 1)
+        return mean, var / n
+
+    (d_a, vd_a), (d_b, vd_b) = per_call(fa), per_call(fb)
+    (c_a, vc_a), (c_b, vc_b) = per_task(calls_a, n_a), per_task(calls_b, n_b)
+    out: dict[str, float | None] = {"duration_effect_ms": None, "duration_effect_se_ms": None}
+    if d_a is not None and d_b is not None:
+        c_mid = (c_a + c_b) / 2
+        out = {"duration_effect_ms": c_mid * (d_b - d_a), "duration_effect_se_ms": c_mid * (vd_a + vd_b) ** 0.5}
+    known = [d for d in (d_a, d_b) if d is not None]
+    d_mid = sum(known) / len(known) if known else 0.0
+    out.update({"frequency_effect_ms": d_mid * (c_b - c_a),
+                "frequency_effect_se_ms": d_mid * (vc_a + vc_b) ** 0.5})
+    return out
+
+
+def _per_call_tests(a: str, b: str) -> dict[str, dict[str, float]]:
+    """Mann-Whitney p-value per dimension and group of the per-call self time, A against B, over
+    a uniform sample of at most PER_CALL_CAP of the sampled steps. Rank-based, so a tool whose
+    every call got twice as slow stands out even when a few timeouts make its mean noisy."""
+    total = _fetch(f"SELECT count(*) FROM {STEPS_TABLE}")[0][0]
+    rows = _fetch(f"""SELECT release, kind, name, tool_name, model, self_ms FROM {STEPS_TABLE}
+                      WHERE random() < %s""", (min(1.0, PER_CALL_CAP / max(total, 1)),))
+    values: dict[str, dict[str, dict[str, list[float]]]] = {
+        d: defaultdict(lambda: {a: [], b: []}) for d in _DIMENSIONS.values()}
+    for release, kind, name, tool, model, self_ms in rows:
+        for dimension in ("steps", "kinds", "tools", "models"):
+            key = _group_key(dimension, kind, name, tool, model)
+            if key is not None:
+                values[dimension][key][release].append(self_ms)
+    out: dict[str, dict[str, float]] = {}
+    for dimension, groups in values.items():
+        out[dimension] = {}
+        for key, sides in groups.items():
+            if len(sides[a]) >= PER_CALL_MIN and len(sides[b]) >= PER_CALL_MIN:
+                p = stats.mann_whitney_p(sides[a], sides[b])
+                if p is not None:
+                    out[dimension][key] = p
+    return out
+
+
+def _ranked(rows: list[dict], *, direction: int, alpha: float, p_values: dict[str, float]) -> list[dict]:
+    """Rows whose change is significant first, then the others; within each, by contribution in
+    `direction` (+1: what made B slower first, −1: what made it faster, 0: largest either way).
+
+    Significant = its calls got slower or faster (per-call Mann-Whitney p below alpha / rows) or
+    its contribution's interval excludes zero (z for alpha / rows): Bonferroni over the rows, so
+    with sixty groups one lucky row does not outrank a tool whose every call got twice as slow."""
+    tests = max(len(rows), 1)
+    z = float(scipy_stats.norm.ppf(1 - alpha / (2 * tests)))
+    for r in rows:
+        p = p_values.get(r["key"])
+        r["per_call_p_value"] = p
+        r["significant"] = bool((p is not None and p < alpha / tests)
+                                or abs(r["contribution_ms"]) > z * r["contribution_se_ms"])
+
+    def size(r: dict) -> float:
+        return direction * r["contribution_ms"] if direction else abs(r["contribution_ms"])
+
+    return sorted(rows, key=lambda r: (not r["significant"], -size(r), r["key"]))
+
+
+def _step_attribution(a: str, b: str, task_totals: dict[str, dict], *, alpha: float,
+                      direction: int) -> dict:
+    figures: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
     labels: dict[tuple[str, str], dict] = {}
     totals: dict[str, dict] = {}
-    for (release, kind, name, tool, model, no_kind, no_name, no_tool, no_model, count, self_ms,
-         pcts, error_rate, tokens, tasks) in _fetch(
-            _STEP_GROUPS_SQL.format(failed=_FAILED_SQL, sample=SAMPLE_TABLE)):
-        figures = {"count": count, "self_ms": float(self_ms or 0), "p50_ms": pcts[0],
-                   "p95_ms": pcts[1], "error_rate": float(error_rate), "tokens": int(tokens or 0),
-                   "tasks": tasks}
-        dimension = _dimension(no_kind, no_name, no_tool, no_model)
-        if dimension is None:
-            totals[release] = figures
+    for (release, kind, name, tool, model, g, count, self_ms, self_squares, pcts, error_rate,
+         tokens) in _fetch(_GROUP_FIGURES_SQL):
+        row = {"count": count, "self_ms": float(self_ms or 0), "self_squares": float(self_squares or 0),
+               "p50_ms": pcts[0], "p95_ms": pcts[1], "error_rate": float(error_rate),
+               "tokens": int(tokens or 0)}
+        if g == _ALL_STEPS:
+            totals[release] = row
             continue
+        dimension = _DIMENSIONS[g]
+        key = _group_key(dimension, kind, name, tool, model)
+        if key is not None:
+            figures[dimension][key][release] = row
+            labels[(dimension, key)] = {"kind": kind if dimension in ("steps", "kinds") else "",
+                                        "name": name if dimension == "steps" else ""}
+
+    per_call = _per_call_tests(a, b)
+    strata: dict[str, dict[str, int]] = {a: {}, b: {}}
+    duration_sums: dict[str, dict[str, float]] = {a: {}, b: {}}
+    rest: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
+    for release, task_name, n, duration, rest_sum, rest_squares in _fetch(_STRATA_SQL):
+        strata[release][task_name] = n
+        duration_sums[release][task_name] = float(duration)
+        rest[release][task_name] = (float(rest_sum), float(rest_squares))
+    common = set(strata[a]) & set(strata[b])
+    pooled = sum(strata[a][t] + strata[b][t] for t in common)
+    weights = {t: (strata[a][t] + strata[b][t]) / pooled for t in common} if pooled else {}
+
+    moments: dict[tuple[str, str], dict[str, dict[str, tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(dict))
+    call_moments: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(lambda: [0.0, 0.0]))
+    for (release, task_name, kind, name, tool, model, g, total, squares, calls,
+         call_squares) in _fetch(_GROUP_MOMENTS_SQL):
+        dimension = _DIMENSIONS[g]
         key = _group_key(dimension, kind, name, tool, model)
         if key is None:
             continue
-        groups[dimension][key][release] = figures
-        labels[(dimension, key)] = {"kind": kind if dimension in ("steps", "kinds") else "",
-                                    "name": name if dimension == "steps" else ""}
+        if task_name in common:
+            moments[(dimension, key)][release][task_name] = (float(total or 0), float(squares or 0))
+        acc = call_moments[(dimension, key)][release]
+        acc[0] += float(calls)
+        acc[1] += float(call_squares)
+
     n = {r: max(task_totals[r]["tasks"], 1) for r in (a, b)}
     overall_delta = task_totals[b]["mean_ms"] - task_totals[a]["mean_ms"]
-    direction = -1 if overall_delta < 0 else 1
+    within_delta = sum(w * (duration_sums[b][t] / strata[b][t] - duration_sums[a][t] / strata[a][t])
+                       for t, w in weights.items())
 
-    def row(dimension: str, key: str, per_release: dict[str, dict]) -> dict:
+    def row(dimension: str, key: str, per_release: dict[str, dict], contribution, se) -> dict:
         fa, fb = per_release.get(a, {}), per_release.get(b, {})
-        mean_a = fa.get("self_ms", 0.0) / n[a]
-        mean_b = fb.get("self_ms", 0.0) / n[b]
+        effects = _effects(fa, fb, call_moments.get((dimension, key), {}).get(a, [0.0, 0.0]),
+                           call_moments.get((dimension, key), {}).get(b, [0.0, 0.0]), n[a], n[b])
         return {
             "key": key, **labels.get((dimension, key), {"kind": "", "name": ""}),
-            "contribution_ms": mean_b - mean_a,
-            "contribution_share": ((mean_b - mean_a) / overall_delta) if overall_delta else None,
-            "mean_a_ms": mean_a, "mean_b_ms": mean_b,
+            "contribution_ms": contribution, "contribution_se_ms": se, **effects,
+            "contribution_share": (contribution / within_delta) if within_delta else None,
+            "mean_a_ms": fa.get("self_ms", 0.0) / n[a], "mean_b_ms": fb.get("self_ms", 0.0) / n[b],
             "share_a": _ratio(fa.get("self_ms", 0.0), task_totals[a]["sum_ms"]),
             "share_b": _ratio(fb.get("self_ms", 0.0), task_totals[b]["sum_ms"]),
             "p50_a_ms": fa.get("p50_ms"), "p50_b_ms": fb.get("p50_ms"),
@@ -340,20 +496,27 @@ def _step_attribution(a: str, b: str, task_totals: dict[str, dict]) -> dict:
 
     out: dict[str, list[dict]] = {}
     for dimension in ("steps", "kinds", "tools", "models"):
-        rows = [row(dimension, key, per) for key, per in groups[dimension].items()]
+        rows = []
+        for key, per in figures[dimension].items():
+            contribution, se = _stratified(moments[(dimension, key)], strata, weights, a, b)
+            rows.append(row(dimension, key, per, contribution, se))
         if dimension == "steps":
-            rest = {r: {"self_ms": task_totals[r]["sum_ms"] - totals.get(r, {}).get("self_ms", 0.0)}
-                    for r in (a, b)}
-            rows.append(row("steps", REST_KEY, rest) | {"kind": "", "name": REST_KEY})
-        rows.sort(key=lambda r: (-direction * r["contribution_ms"], r["key"]))
-        out[dimension] = rows
-    tool_rows = {r: groups["kinds"].get("tool", {}).get(r, {}) for r in (a, b)}
+            contribution, se = _stratified(rest, strata, weights, a, b)
+            outside = {r: {"self_ms": task_totals[r]["sum_ms"] - totals.get(r, {}).get("self_ms", 0.0)}
+                       for r in (a, b)}
+            rows.append(row("steps", REST_KEY, outside, contribution, se) | {
+                "kind": "", "name": REST_KEY, "frequency_effect_ms": None, "frequency_effect_se_ms": None})
+        out[dimension] = _ranked(rows, direction=direction, alpha=alpha,
+                                 p_values=per_call[dimension])
+    tool_rows = {r: figures["kinds"].get("tool", {}).get(r, {}) for r in (a, b)}
     out["totals"] = {
         r: {"steps_per_task": totals.get(r, {}).get("count", 0) / n[r],
             "tool_calls_per_task": tool_rows[r].get("count", 0) / n[r],
             "tokens_per_task": totals.get(r, {}).get("tokens", 0) / n[r],
             "step_error_rate": totals.get(r, {}).get("error_rate")}
         for r in (a, b)}
+    out["within_delta_ms"] = within_delta
+    out["mix_ms"] = overall_delta - within_delta
     return out
 
 
@@ -504,25 +667,40 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
 
     counts = {r: exact.get((r, None), {}).get("n", 0) for r in (a, b)}
     with transaction.atomic():
+        with connection.cursor() as cursor:
+            # The grouped percentiles sort a few hundred thousand steps: in memory, not on disk.
+            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
         _attribution_sample(base, a, b, counts)
         totals = _sample_task_totals(a, b)
-        attribution = _step_attribution(a, b, totals)
+        attribution = _step_attribution(a, b, totals, alpha=alpha,
+                                        direction=_direction(overall, tasks))
         budget = _budget(a, b, totals)
         findings = _finding_rates(a, b, totals)
         whatif = _whatif(a, b)
         with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE {SAMPLE_TABLE}")
+            cursor.execute(f"DROP TABLE {SAMPLE_TABLE}, {STEPS_TABLE}")
     step_totals = attribution.pop("totals")
+    slower_steps = [
+        {"key": r["key"], "p50_a_ms": r["p50_a_ms"], "p50_b_ms": r["p50_b_ms"],
+         "contribution_ms": r["contribution_ms"], "per_call_p_value": r["per_call_p_value"]}
+        for r in attribution["steps"]
+        if r["significant"] and r["contribution_ms"] > 0 and r["p50_a_ms"] and r["p50_b_ms"]
+        and r["per_call_p_value"] is not None and r["per_call_p_value"] < alpha
+        and 100 * (r["p50_b_ms"] / r["p50_a_ms"] - 1) >= threshold_pct]
     summary = _summary(exact.get((a, None)), exact.get((b, None)), step_totals[a], step_totals[b])
     report = {
         "project": project.name, "a": a, "b": b, "filters": filters.as_query(),
         "threshold_pct": threshold_pct, "alpha": alpha,
-        "headline_percentile": stats.HEADLINE_PERCENTILE,
+        "headline_percentiles": list(stats.HEADLINE_PERCENTILES),
+        "interval_level": stats.interval_level(alpha),
         "regressed": any(r["regressed"] for r in tasks),
+        "slower_steps": slower_steps,
         "overall": overall, "tasks": tasks, "summary": summary,
         "attribution": {
-            "method": "contribution = change in mean self time per task (ms); rows sorted by "
-                      "contribution in the direction of the overall change",
+            "method": "contribution = change in mean self time per task (ms), within task names, "
+                      "weighted by their pooled share of tasks; rows sorted by the end of the "
+                      "contribution's (1 - alpha) interval nearest zero, in the direction of the "
+                      "change; mix_ms = the part of the change due to a different task-name mix",
             "sample": {"tasks_a": totals[a]["tasks"], "tasks_b": totals[b]["tasks"],
                        "sampled": totals[a]["tasks"] < counts[a] or totals[b]["tasks"] < counts[b],
                        "analyzed_a": totals[a]["analyzed"], "analyzed_b": totals[b]["analyzed"]},
@@ -535,9 +713,21 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     return ReleaseComparison(report=report, durations=durations)
 
 
+def _direction(overall: dict, tasks: list[dict]) -> int:
+    """Which way "where it changed" looks: +1 (what made B slower) when a task name or the whole
+    regressed or got significantly slower, −1 when B got significantly faster and nothing got
+    slower, 0 (strongest change either way) when nothing changed significantly."""
+    rows = [overall, *tasks]
+    if any(r["label"] in ("regressed", "slower") for r in rows):
+        return 1
+    if any(r["label"] in ("improved", "faster") for r in rows):
+        return -1
+    return 0
+
+
 def _headline_delta_pct(row: dict) -> float:
     for p in row["percentiles"]:
-        if p["q"] == stats.HEADLINE_PERCENTILE and p["delta_pct"] is not None:
+        if p["q"] == stats.HEADLINE_PERCENTILES[-1] and p["delta_pct"] is not None:
             return p["delta_pct"]
     return float("-inf")
 

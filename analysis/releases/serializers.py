@@ -51,7 +51,15 @@ class AttributionRowSerializer(serializers.Serializer):
     key = serializers.CharField()
     kind = serializers.CharField(allow_blank=True)
     name = serializers.CharField(allow_blank=True)
+    significant = serializers.BooleanField(help_text="its calls or its contribution changed "
+                                                     "significantly (Bonferroni over the rows)")
+    per_call_p_value = Number()
     contribution_ms = Number()
+    contribution_se_ms = Number()
+    duration_effect_ms = Number()
+    duration_effect_se_ms = Number()
+    frequency_effect_ms = Number()
+    frequency_effect_se_ms = Number()
     contribution_share = Number()
     mean_a_ms = Number()
     mean_b_ms = Number()
@@ -73,6 +81,8 @@ class AttributionSerializer(serializers.Serializer):
     method = serializers.CharField()
     sample = serializers.DictField(child=serializers.JSONField())
     mean_delta_ms = serializers.FloatField()
+    within_delta_ms = serializers.FloatField(help_text="change in mean duration within task names")
+    mix_ms = serializers.FloatField(help_text="change due to a different mix of task names")
     steps = AttributionRowSerializer(many=True)
     kinds = AttributionRowSerializer(many=True)
     tools = AttributionRowSerializer(many=True)
@@ -109,6 +119,14 @@ class WhatIfRowSerializer(serializers.Serializer):
     tasks_b = serializers.IntegerField()
 
 
+class SlowerStepSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    p50_a_ms = Number()
+    p50_b_ms = Number()
+    contribution_ms = Number()
+    per_call_p_value = Number()
+
+
 class ReleaseComparisonSerializer(serializers.Serializer):
     project = serializers.CharField()
     a = serializers.CharField()
@@ -116,8 +134,14 @@ class ReleaseComparisonSerializer(serializers.Serializer):
     filters = serializers.DictField(child=serializers.CharField())
     threshold_pct = serializers.FloatField()
     alpha = serializers.FloatField()
-    headline_percentile = serializers.IntegerField()
+    headline_percentiles = serializers.ListField(
+        child=serializers.IntegerField(), help_text="the percentiles a regression is judged on")
+    interval_level = serializers.FloatField(
+        help_text="confidence level of each interval: 1 - alpha / number of headline percentiles")
     regressed = serializers.BooleanField(help_text="true when any task name regressed")
+    slower_steps = SlowerStepSerializer(
+        many=True, help_text="steps whose calls got slower by the threshold or more (per-call p50, "
+                             "significant) and that added time per task, largest first")
     overall = TaskComparisonSerializer()
     tasks = TaskComparisonSerializer(many=True)
     summary = SummaryRowSerializer(many=True)

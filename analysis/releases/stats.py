@@ -17,8 +17,10 @@ Choices, and why:
   the true task count. A percentile's spread shrinks like 1/sqrt(n), so deviations from a
   sample of m are scaled by sqrt(m / n): the interval has the width of the full data. Without
   a population the scale is 1 and this is the ordinary bootstrap.
-- Significance of a percentile change is "its (1 − alpha) interval excludes zero". The
-  Mann-Whitney U p-value is reported next to it: it asks whether one release's tasks tend to
+- A release regressed when p50 or p95 grew by at least the threshold (10 % by default) and its
+  interval excludes zero. Judging two percentiles at once doubles the chances of a fluke, so
+  each interval is at level 1 − alpha/2 (Bonferroni): the false-alarm rate stays at most alpha.
+  The Mann-Whitney U p-value is reported next to it: it asks whether one release's tasks tend to
   take longer at all, a question about the whole distribution rather than one percentile.
 - Below `MIN_SAMPLES` tasks on either side no verdict is given: a p95 from 15 tasks is the
   second-slowest task, and no interval built from it deserves trust. p99 needs about 100 tasks
@@ -34,7 +36,9 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 PERCENTILES = (50, 90, 95, 99)
-HEADLINE_PERCENTILE = 95
+# A regression is judged on the typical task (p50) and the tail users notice (p95); p90 and p99
+# are shown. Two percentiles judged at once → Bonferroni: each interval at 1 − alpha/2.
+HEADLINE_PERCENTILES = (50, 95)
 RESAMPLES = 2000
 MIN_SAMPLES = 20
 DEFAULT_THRESHOLD_PCT = 10.0
@@ -135,35 +139,71 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
 
 
-def verdict(*, n_a: int, n_b: int, before: float | None, after: float | None,
-            ci: tuple[float, float] | None, p_value: float | None,
-            threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
-            q: int = HEADLINE_PERCENTILE, min_samples: int = MIN_SAMPLES) -> Verdict:
-    """Whether p_q moved from `before` (release A) to `after` (release B), in words.
+@dataclass(frozen=True)
+class Change:
+    """One percentile of release A and B with the confidence interval of B − A."""
 
-    Regressed = at least `min_samples` tasks on both sides, p_q grew by at least
-    `threshold_pct` percent, and the (1 − alpha) interval of the difference lies above zero."""
+    q: int
+    before: float | None
+    after: float | None
+    ci: tuple[float, float] | None
+
+    @property
+    def pct(self) -> float:
+        delta = self.after - self.before
+        return 100.0 * delta / self.before if self.before > 0 else (0.0 if delta == 0 else float("inf"))
+
+    @property
+    def significant(self) -> bool:
+        return (self.ci is not None and not np.isnan(self.ci[0])
+                and (self.ci[0] > 0 or self.ci[1] < 0))
+
+    def text(self) -> str:
+        return f"p{self.q} {self.before:,.0f} → {self.after:,.0f} ms ({self.pct:+.1f}%)"
+
+
+def interval_level(alpha: float, tests: int = len(HEADLINE_PERCENTILES)) -> float:
+    """Confidence level of each interval so that judging `tests` percentiles at once keeps the
+    false-alarm rate at alpha (Bonferroni)."""
+    return 1 - alpha / tests
+
+
+def verdict(*, n_a: int, n_b: int, changes: Sequence[Change], p_value: float | None,
+            threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
+            min_samples: int = MIN_SAMPLES) -> Verdict:
+    """Whether the headline percentiles moved from release A to B, in words. `changes` carry
+    intervals at `interval_level(alpha, len(changes))`.
+
+    Regressed = at least `min_samples` tasks on both sides, and some headline percentile grew by
+    at least `threshold_pct` percent with its interval above zero. A regression anywhere wins
+    over an improvement elsewhere: this verdict exists to catch slowdowns."""
     warnings = []
     if n_a < 100 or n_b < 100:
         warnings.append(f"p99 rests on fewer than 100 tasks ({min(n_a, n_b)}); treat it as rough")
-    if n_a < min_samples or n_b < min_samples or before is None or after is None:
+    if (n_a < min_samples or n_b < min_samples
+            or any(c.before is None or c.after is None for c in changes)):
         warnings.insert(0, f"too few tasks for a verdict: {n_a} vs {n_b} (need {min_samples} each)")
         return Verdict("insufficient data", "Not enough tasks to tell.", False, False, False, warnings)
-    delta = after - before
-    pct = 100.0 * delta / before if before > 0 else (0.0 if delta == 0 else float("inf"))
-    significant = ci is not None and not np.isnan(ci[0]) and (ci[0] > 0 or ci[1] < 0)
     level = f"{100 * (1 - alpha):g}%"
-    moved = f"p{q} {before:,.0f} → {after:,.0f} ms ({pct:+.1f}%)"
     p_text = f"; Mann-Whitney p = {p_value:.3g}" if p_value is not None else ""
-    if not significant:
+    moved = ", ".join(c.text() for c in changes)
+    slower = [c for c in changes if c.significant and c.after > c.before]
+    faster = [c for c in changes if c.significant and c.after < c.before]
+    if not slower and not faster:
         return Verdict("no significant change",
-                       f"No significant change: {moved}, the {level} interval includes zero{p_text}.",
+                       f"No significant change: {moved}; every interval includes zero{p_text}.",
                        False, False, False, warnings)
-    slower = delta > 0
-    beyond = abs(pct) >= threshold_pct
-    label = ("regressed" if beyond else "slower") if slower else ("improved" if beyond else "faster")
+    if slower:
+        beyond = [c for c in slower if c.pct >= threshold_pct]
+        label = "regressed" if beyond else "slower"
+        shown = beyond or slower
+    else:
+        beyond = [c for c in faster if -c.pct >= threshold_pct]
+        label = "improved" if beyond else "faster"
+        shown = beyond or faster
     word = {"regressed": "Regressed", "slower": "Slightly slower", "improved": "Improved",
             "faster": "Slightly faster"}[label]
     qualifier = "" if beyond else f" (under the {threshold_pct:g}% threshold)"
-    return Verdict(label, f"{word}: {moved}{qualifier}, significant at {level}{p_text}.",
-                   label == "regressed", label == "improved", True, warnings)
+    text = (f"{word}: {', '.join(c.text() for c in shown)}{qualifier}, significant at {level} "
+            f"over {' and '.join(f'p{c.q}' for c in changes)}{p_text}.")
+    return Verdict(label, text, label == "regressed", label == "improved", True, warnings)

@@ -13,7 +13,7 @@ from django.shortcuts import render
 
 from analysis.access import project_for_user
 from analysis.filters import FilterError
-from analysis.releases import charts
+from analysis.releases import charts, stats
 from analysis.releases.compare import (
     CompareFilters,
     UnknownRelease,
@@ -100,6 +100,7 @@ def _present(report: dict) -> None:
             row["error_a_text"] = _percent(row["error_rate_a"], 1)
             row["error_b_text"] = _percent(row["error_rate_b"], 1)
             row["contribution_pct_text"] = _percent(row["contribution_share"])
+            row["p_text"] = _p_value(row["per_call_p_value"])
     for row in report["findings"]:
         row["rate_a_text"] = _percent(row["rate_a"], 1)
         row["rate_b_text"] = _percent(row["rate_b"], 1)
@@ -148,6 +149,7 @@ def release_compare_page(request):
         "project": project, "error": error, "report": report, "figures": figures,
         "a": a, "b": b, "release_names": names, "filters": filters,
         "threshold_pct": threshold_pct, "alpha": alpha,
+        "level_text": f"{100 * stats.interval_level(alpha):g}%",
         "attribution_rows": ATTRIBUTION_ROWS, "carry": _carry(request),
         "vendors": sorted(set(Device.objects.filter(project=project).exclude(vendor="")
                               .values_list("vendor", flat=True))) if project else [],

@@ -26,8 +26,9 @@ def test_prints_a_table_naming_the_slower_step(two_releases):
     assert "v1 → v2 in project acme" in text
     assert "checkout" in text and "regressed" in text
     steps = text.split("Where it changed")[1].splitlines()
-    assert steps[3].startswith("tool:fetch_invoice")
+    assert steps[3].startswith("* tool:fetch_invoice")
     assert "repeated_tool_call went from 5% to 20% of tasks" in text
+    assert "Calls got slower: tool:fetch_invoice" in text
 
 
 def test_fail_on_regression_exits_1_above_the_threshold_and_0_below(two_releases):

@@ -2,8 +2,8 @@
 comparison as a table in a terminal or a CI log.
 
 Exit status: 0 when no task name regressed (or no --fail-on-regression was given), 1 when some
-task name's p95 grew by at least PCT percent and the change is significant at --alpha, 2 when
-the input is wrong (unknown project or release, bad filter)."""
+task name's p50 or p95 grew by at least PCT percent and the change is significant at --alpha,
+2 when the input is wrong (unknown project or release, bad filter)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ class Command(BaseCommand):
         parser.add_argument("b", help="candidate release")
         parser.add_argument("--project", help="project name (needed when there are several)")
         parser.add_argument("--fail-on-regression", type=float, metavar="PCT", dest="fail_pct",
-                            help="exit 1 when a task name's p95 grew by at least PCT%% and the "
-                                 "change is significant")
+                            help="exit 1 when a task name's p50 or p95 grew by at least PCT%% "
+                                 "and the change is significant")
         parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
         parser.add_argument("--environment", default="")
         parser.add_argument("--name", default="", help="only tasks of this name")
@@ -75,7 +75,7 @@ class Command(BaseCommand):
         self.stdout.write(self._render(report, top=opts["top"]))
         regressed = [r["name"] for r in report["tasks"] if r["regressed"]]
         if opts["fail_pct"] is not None and regressed:
-            raise CommandError(f"regression of at least {threshold:g}% at p95 in: {', '.join(regressed)}",
+            raise CommandError(f"regression of at least {threshold:g}% at p50 or p95 in: {', '.join(regressed)}",
                                returncode=EXIT_REGRESSION)
 
     def _project(self, name: str | None) -> Project:
@@ -92,26 +92,31 @@ class Command(BaseCommand):
 
     def _render(self, report: dict, *, top: int) -> str:
         a, b = report["a"], report["b"]
-        out = [f"{a} → {b} in project {report['project']} (regression: p95 +"
+        out = [f"{a} → {b} in project {report['project']} (regression: p50 or p95 +"
                f"{report['threshold_pct']:g}% or more, significant at alpha {report['alpha']:g})", ""]
-        level = f"{100 * (1 - report['alpha']):g}% CI of Δ"
-        rows = [["task", "tasks A/B", "p50 A → B", "p95 A → B", "Δ p95", level, "MW p", "verdict"]]
+        level = f"{100 * report['interval_level']:g}% CI of Δ p95"
+        rows = [["task", "tasks A/B", "p50 A → B", "Δ p50", "p95 A → B", "Δ p95", level, "MW p", "verdict"]]
         for row in [*report["tasks"], report["overall"]]:
             p = {x["q"]: x for x in row["percentiles"]}
             ci = (f"[{_ms(p[95]['ci_low_ms'])}, {_ms(p[95]['ci_high_ms'])}]"
                   if p[95]["ci_low_ms"] is not None else "–")
             rows.append([row["name"] or "(all tasks)", f"{row['n_a']}/{row['n_b']}",
-                         f"{_ms(p[50]['a_ms'])} → {_ms(p[50]['b_ms'])}",
+                         f"{_ms(p[50]['a_ms'])} → {_ms(p[50]['b_ms'])}", _pct(p[50]["delta_pct"]),
                          f"{_ms(p[95]['a_ms'])} → {_ms(p[95]['b_ms'])}", _pct(p[95]["delta_pct"]), ci,
                          "–" if row["p_value"] is None else f"{row['p_value']:.3g}", row["label"]])
-        out += [_table(rows), "", "Where it changed (Δ mean self time per task, largest first):"]
-        steps = [["step", "Δ per task", "mean A → B", "p95 A → B", "calls/task A → B"]]
+        out += [_table(rows), "", "Where it changed (Δ mean self time per task within task names; "
+                                  "* = changed significantly, listed first):"]
+        steps = [["step", "Δ per task", "p50 per call A → B", "p95 A → B", "calls/task A → B"]]
         for r in report["attribution"]["steps"][:top]:
-            steps.append([r["key"], ("+" if r["contribution_ms"] > 0 else "") + _ms(r["contribution_ms"]),
-                          f"{_ms(r['mean_a_ms'])} → {_ms(r['mean_b_ms'])}",
+            steps.append([("* " if r["significant"] else "  ") + r["key"],
+                          ("+" if r["contribution_ms"] > 0 else "") + _ms(r["contribution_ms"]),
+                          f"{_ms(r['p50_a_ms'])} → {_ms(r['p50_b_ms'])}",
                           f"{_ms(r['p95_a_ms'])} → {_ms(r['p95_b_ms'])}",
                           f"{r['calls_per_task_a']:.2f} → {r['calls_per_task_b']:.2f}"])
         out.append(_table(steps))
+        for step in report["slower_steps"]:
+            out.append(f"Calls got slower: {step['key']} (p50 per call {_ms(step['p50_a_ms'])} → "
+                       f"{_ms(step['p50_b_ms'])}, +{_ms(step['contribution_ms'])} per task)")
         changed = [f for f in report["findings"] if abs(f["delta_rate"]) >= 0.01]
         if changed:
             out += ["", "Findings:"] + [f"  {f['summary']}" for f in changed[:top]]
