@@ -39,6 +39,10 @@ CLAIM_SECONDS = getattr(settings, "ANALYSIS_CLAIM_SECONDS", 300)
 # How long a task the sweep enqueued is left to the queue before the sweep enqueues it again.
 QUEUED_LEASE_SECONDS = 120
 SWEEP_BATCH = 500
+# The sweep looks at tasks whose last event is at most this old, so each run reads a recent
+# slice of the (project, last_event_at) index instead of every task ever stored. Tasks left
+# unanalysed longer (an outage of hours) are picked up by `manage.py analyze --due`.
+SWEEP_HORIZON_SECONDS = getattr(settings, "ANALYSIS_SWEEP_HORIZON_SECONDS", 6 * 3600)
 
 _CLAIM = """
 INSERT INTO analysis_taskanalysis (task_id, project_id, critical_path, budget, whatif, wasted_ms,
@@ -72,11 +76,15 @@ def is_due(task_pk: int) -> bool:
     return bool(_due_ids(task_ids=[task_pk], limit=1))
 
 
-def _due_ids(*, task_ids: list[int] | None = None, project_id: int | None = None, limit: int) -> list[int]:
+def _due_ids(*, task_ids: list[int] | None = None, project_id: int | None = None, limit: int,
+             horizon_seconds: int | None = None) -> list[int]:
     now = timezone.now()
     quiet = now - timedelta(seconds=settings.ANALYSIS_QUIET_SECONDS)
     abandon = now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
     where, params = [], [quiet, abandon]
+    if horizon_seconds is not None:  # the sweep: recent tasks nobody holds
+        where.append("t.last_event_at > %s AND (a.claimed_until IS NULL OR a.claimed_until < %s)")
+        params += [now - timedelta(seconds=horizon_seconds), now]
     if task_ids is not None:
         where.append("t.id = ANY(%s)")
         params.append(task_ids)
@@ -115,7 +123,7 @@ def run(task_pk: int, *, force: bool = False) -> str:
 
 def sweep(*, limit: int = SWEEP_BATCH) -> list[int]:
     """Mark due, unclaimed tasks as queued and return their ids (the caller enqueues them)."""
-    ids = _due_ids(limit=limit)
+    ids = _due_ids(limit=limit, horizon_seconds=SWEEP_HORIZON_SECONDS)
     if not ids:
         return []
     now = timezone.now()
