@@ -9,6 +9,7 @@ first successful call), one finding per (tool, arguments).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from analysis.detectors.base import Finding, TaskContext, canonical_args, fmt_ms, register
@@ -16,6 +17,18 @@ from analysis.detectors.base import Finding, TaskContext, canonical_args, fmt_ms
 MIN_WASTED_MS = 1.0
 # Retrieval steps are tool calls too (a vector search with the same query is a repeat).
 CALL_KINDS = ("tool", "retrieval")
+
+
+def _what(canonical: str) -> str:
+    """"order_id" for {"order_id": …}, "order_id and full" for two keys, else "arguments"."""
+    try:
+        parsed = json.loads(canonical)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and 0 < len(parsed) <= 3:
+        keys = [k[:40] for k in parsed]
+        return ", ".join(keys[:-1]) + (" and " if len(keys) > 1 else "") + keys[-1]
+    return "arguments"
 
 
 @register("repeated_tool_call")
@@ -37,8 +50,7 @@ def detect(ctx: TaskContext):
         wasted = sum(c.duration_ms for c in repeats)
         if not repeats or wasted < MIN_WASTED_MS:
             continue
-        shown = args if len(args) <= 80 else args[:77] + "..."
-        summary = (f"{tool} called {len(repeats) + 1}× with the same arguments {shown}; "
+        summary = (f"{tool} called {len(repeats) + 1}× with the same {_what(args)}; "
                    f"{fmt_ms(wasted)} repeated.")
         evidence = {"tool": tool, "arguments": args[:500], "calls": len(repeats) + 1,
                     "first_step_id": first_ok.step_id,
