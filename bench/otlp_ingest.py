@@ -97,7 +97,8 @@ def web_server(database_url: str, *, workers: int):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--timeout", "120", "--log-level", "warning"],
-        cwd=harness.ROOT, env=harness.bench_env(database_url))
+        # Plain HTTP: production settings would otherwise redirect to HTTPS (no TLS proxy here).
+        cwd=harness.ROOT, env={**harness.bench_env(database_url), "AGENTOPS_HTTPS": "0"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
