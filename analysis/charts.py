@@ -77,9 +77,9 @@ def empty_figure(message: str) -> dict:
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
         return "–"
-    if ms >= 60_000:
+    if abs(ms) >= 60_000:
         return f"{ms / 60_000:.1f} min"
-    if ms >= 1000:
+    if abs(ms) >= 1000:
         return f"{ms / 1000:.2f} s"
     return f"{ms:.1f} ms"
 
@@ -257,8 +257,15 @@ def histogram_figure(buckets: Sequence[tuple[float, float, int]], *, title: str,
     }], "layout": _layout(
         title=_title(title), height=300, bargap=0.05,
         xaxis={"title": {"text": "duration (log scale)"}, "tickvals": list(decades),
-               "ticktext": [fmt_ms(10 ** d) for d in decades]},
+               "ticktext": [_decade_label(d) for d in decades]},
         yaxis={"title": {"text": "count"}})}
+
+
+def _decade_label(exponent: int) -> str:
+    ms = 10.0 ** exponent
+    if ms >= 60_000:
+        return f"{ms / 60_000:g} min"
+    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
 
 
 def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], *,
@@ -278,7 +285,8 @@ def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | No
         "hoverinfo": "text",
     } for label, fractions, values in series]
     return {"data": data, "layout": _layout(
-        title=_title(title), height=300, xaxis={"title": {"text": "duration (ms, log scale)"}, "type": "log"},
+        title=_title(title), height=330, xaxis={"title": {"text": "duration (ms, log scale)"}, "type": "log"},
+        legend={"orientation": "h", "y": -0.28, "yanchor": "top"}, margin={"l": 60, "r": 20, "t": 36, "b": 60},
         yaxis={"title": {"text": "fraction ≤ x"}, "range": [0, 1.02]})}
 
 
@@ -529,6 +537,11 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
                           for i in flagged],
             "hoverinfo": "text",
         })
+    # The task's own span: device samples reach 30 s either side, and must not squeeze the bars.
+    end = max(v.row.start_ms + v.row.duration_ms for v in visible)
+    start = min(v.row.start_ms for v in visible)
+    pad = max((end - start) * 0.02, 1.0)
+    x_range = [start - pad, end + pad]
     n = len(visible)
     plot_height = max(140, min(n * 22, 900))
     yaxis = {"autorange": "reversed", "zeroline": False, "showgrid": False, "fixedrange": False}
@@ -557,11 +570,11 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
             layout[_axis_key(i + 2)] = {"domain": [low + band * 0.15, low + band],
                                         "title": {"text": label, "font": {"size": 10}},
                                         "rangemode": "tozero", "nticks": 3}
-        layout["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1),
+        layout["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1), "range": x_range,
                            "title": {"text": "ms since task start"}, "zeroline": False}
         layout["height"] = total
     else:
         layout["yaxis"] = yaxis
-        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False}
+        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False, "range": x_range}
         layout["height"] = plot_height + 70
     return {"data": data, "layout": layout}

@@ -95,7 +95,7 @@ def test_histogram_bars_sit_on_a_log_axis_and_carry_their_bounds():
     bar = fig["data"][0]
     assert bar["customdata"] == [[100.0, 125.9], [1000.0, 1259.0]]
     assert bar["x"][0] > 2 and bar["x"][1] > 3  # log10 of the bucket's centre
-    assert fig["layout"]["xaxis"]["ticktext"][0] == "100.0 ms"
+    assert fig["layout"]["xaxis"]["ticktext"] == ["100 ms", "1 s", "10 s"]
 
 
 def test_ecdf_uses_a_log_axis_and_escapes_labels():
@@ -176,15 +176,23 @@ def test_deep_chain_does_not_recurse():
 
 
 def test_device_lane_shares_the_waterfall_x_axis_on_its_own_y_axes():
-    samples = [SamplePoint("groq-<1>", 0.0, {"queue_depth": 3, "utilization": 0.9, "temperature_c": 70, "throttled": 0}),
+    samples = [SamplePoint("groq-<1>", -30_000.0, {"queue_depth": 1}),
+               SamplePoint("groq-<1>", 0.0, {"queue_depth": 3, "utilization": 0.9, "temperature_c": 70, "throttled": 0}),
                SamplePoint("groq-<1>", 50.0, {"queue_depth": 9, "utilization": 1.0, "temperature_c": 71, "throttled": 1})]
     fig = charts.waterfall_figure(chain(2), samples=samples)
     lane = [t for t in fig["data"] if t.get("yaxis")]
     assert {t["yaxis"] for t in lane} == {"y2", "y3", "y4", "y5"}
     assert all("xaxis" not in t for t in fig["data"])  # everything on the one x axis
     queue = next(t for t in lane if t["yaxis"] == "y2")
-    assert queue["y"] == [3, 9] and queue["name"] == "groq-&lt;1&gt;"
+    assert queue["y"] == [1, 3, 9] and queue["name"] == "groq-&lt;1&gt;"
     assert fig["layout"]["yaxis"]["domain"][0] > fig["layout"]["yaxis2"]["domain"][1]
+    # the x range is the task's span, not the samples' wider one
+    assert fig["layout"]["xaxis"]["range"][0] < 0 < 200 < fig["layout"]["xaxis"]["range"][1] < 210
+
+
+def test_durations_read_naturally():
+    assert [charts.fmt_ms(v) for v in (None, 12.34, 1500, -10941.9, 90_000)] == [
+        "–", "12.3 ms", "1.50 s", "-10.94 s", "1.5 min"]
 
 
 def test_device_timeseries_one_subplot_per_metric():
