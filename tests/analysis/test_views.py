@@ -4,6 +4,7 @@ isolation, filters in the URL, drill-downs, escaping of hostile trace content.""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -207,9 +208,6 @@ def test_task_list_sorts_and_pages_with_a_cursor_that_keeps_the_filters(client, 
     monkeypatch.setattr(views, "PAGE_SIZE", 3)
     body = page(client, "/tasks", sort="-duration_ms", release="v2")
     assert task_ids(body) == ["t9", "t8", "t7"]
-    import html
-    import re
-
     next_href = html.unescape(re.search(r'href="\?([^"]+)" rel="next"', body).group(1))
     assert "release=v2" in next_href and "sort=-duration_ms" in next_href
     second = page(client, "/tasks?" + next_href)
@@ -383,3 +381,23 @@ def test_findings_csv_lists_the_projects_findings(client, project, other_project
     rows = read_csv(client.get("/findings.csv"))
     assert len(rows) == 2 and rows[1][0] == "t0" and rows[1][-1] == "'@SUM(A1)"
     assert read_csv(client.get("/findings.csv", {"finding": "serial_gap"}))[1:] == []
+
+
+def test_global_filters_keep_the_page_filters_and_restart_paging(client, project, spread, monkeypatch):
+    from analysis import views
+
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    first = page(client, "/tasks", status="ok", release="v1")
+    next_href = html.unescape(re.search(r'href="\?([^"]+)" rel="next"', first).group(1))
+    body = page(client, "/tasks?" + next_href + "&range=30d")
+    form = body.split('id="global-filters"')[1].split("</form>")[0]
+    assert '<input type="hidden" name="status" value="ok">' in form
+    assert '<option value="30d" selected>' in form and '<option value="v1" selected>' in form
+    assert "cursor" not in form
+
+
+def test_a_custom_time_range_from_the_top_bar(client, project, spread):
+    # datetime-local inputs send minutes without a zone: read as UTC
+    body = page(client, "/tasks", since="2026-11-01T10:03", until="2026-11-01T10:06")
+    assert task_ids(body) == ["t5", "t4", "t3"]
+    assert 'name="since" value="2026-11-01T10:03"' in body
