@@ -191,7 +191,12 @@ def _value(any_value, depth: int = 0) -> object:
 
 
 def _attributes(key_values) -> dict:
-    return {kv.key: _value(kv.value) for kv in key_values}
+    out = {}
+    for kv in key_values:
+        value = kv.value
+        # Most attribute values are strings: answer them without a call.
+        out[kv.key] = value.string_value if value.WhichOneof("value") == "string_value" else _value(value)
+    return out
 
 
 def _time(nanos: int, *, path: str) -> datetime:
