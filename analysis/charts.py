@@ -162,6 +162,8 @@ def percentile_figure(points: Sequence[SeriesPoint]) -> dict:
     for release, rows in groups.items():
         for pct in ("p99", "p95", "p50"):
             values = [getattr(p, pct) for p in rows]
+            if all(v is None for v in values):  # e.g. "(other)": volume only
+                continue
             data.append({
                 "type": "scatter", "mode": "lines+markers",
                 "name": f"{_release_label(release)} {pct}", "legendgroup": release,

@@ -171,40 +171,38 @@ def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
 
 
 def overview_series(*, project: Project, filters: TaskFilters, max_releases: int = 6) -> list[SeriesPoint]:
-    """Per time bucket and release: volume, errors, p50/p95/p99 of task duration. Releases past
-    the `max_releases` busiest are folded into "(other)" so the chart stays readable."""
+    """Per time bucket and release: volume, errors, p50/p95/p99 of task duration, in one scan.
+    Releases past the `max_releases` busiest are folded into "(other)" so the chart stays
+    readable; percentiles of different releases cannot be merged, so "(other)" keeps only its
+    volume and errors."""
     span = time_span(project=project, filters=filters)
     if span is None:
         return []
-    step = bucket_seconds(span=span[1] - span[0])
-    qs = selectors.task_queryset(project=project, filters=filters)
-    top = list(qs.values("release").annotate(n=Count("pk")).order_by("-n").values_list("release", flat=True)[:max_releases + 1])
-    rows = (qs.annotate(bucket=DateBin("started_at", seconds=step))
-              .values("bucket", "release")
-              .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
-                        pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
-              .order_by("bucket", "release"))
-    fold = len(top) > max_releases
-    keep = set(top[:max_releases])
-    points = []
+    step = timedelta(seconds=bucket_seconds(span=span[1] - span[0]))
+    rows = list(selectors.task_queryset(project=project, filters=filters)
+                .annotate(bucket=DateBin("started_at", seconds=int(step.total_seconds())))
+                .values("bucket", "release")
+                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                          pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
+                .order_by("bucket", "release"))
+    volume: dict[str, int] = defaultdict(int)
     for r in rows:
-        p50, p95, p99 = r["pcts"] or (None, None, None)
-        release = r["release"] if not fold or r["release"] in keep else "(other)"
-        points.append(SeriesPoint(
-            bucket=r["bucket"].isoformat(), bucket_end=(r["bucket"] + timedelta(seconds=step)).isoformat(),
-            release=release, count=r["count"], errors=r["errors"], p50=p50, p95=p95, p99=p99))
-    if fold:  # "(other)" percentiles cannot be merged; keep its volume and errors only
-        merged: dict[tuple[str, str], SeriesPoint] = {}
-        for p in points:
-            key = (p.bucket, p.release)
-            if key in merged and p.release == "(other)":
-                old = merged[key]
-                merged[key] = SeriesPoint(p.bucket, p.bucket_end, p.release, old.count + p.count,
-                                          old.errors + p.errors, None, None, None)
-            else:
-                merged[key] = p if p.release != "(other)" else SeriesPoint(
-                    p.bucket, p.bucket_end, p.release, p.count, p.errors, None, None, None)
-        points = list(merged.values())
+        volume[r["release"]] += r["count"]
+    keep = set(sorted(volume, key=lambda rel: -volume[rel])[:max_releases])
+    points: list[SeriesPoint] = []
+    other: dict[str, list[int]] = {}
+    for r in rows:
+        start = r["bucket"].isoformat()
+        if r["release"] in keep:
+            p50, p95, p99 = r["pcts"] or (None, None, None)
+            points.append(SeriesPoint(start, (r["bucket"] + step).isoformat(), r["release"], r["count"],
+                                      r["errors"], p50, p95, p99))
+        else:
+            totals = other.setdefault(start, [0, 0, (r["bucket"] + step).isoformat()])
+            totals[0] += r["count"]
+            totals[1] += r["errors"]
+    points += [SeriesPoint(start, end, "(other)", n, errors, None, None, None)
+               for start, (n, errors, end) in other.items()]
     return points
 
 

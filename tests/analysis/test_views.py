@@ -401,3 +401,15 @@ def test_a_custom_time_range_from_the_top_bar(client, project, spread):
     body = page(client, "/tasks", since="2026-11-01T10:03", until="2026-11-01T10:06")
     assert task_ids(body) == ["t5", "t4", "t3"]
     assert 'name="since" value="2026-11-01T10:03"' in body
+
+
+def test_releases_past_the_busiest_six_fold_into_other(client, project):
+    for r in range(8):
+        for i in range(8 - r):
+            make_task(project, f"r{r}-{i}", release=f"v{r}", duration_ms=100.0 + i, start=T0 + timedelta(seconds=i))
+    figs = charts_json(client, "/charts/overview.json")
+    volume = {t["name"]: sum(t["y"]) for t in figs["volume"]["data"]}
+    assert volume == {"v0": 8, "v1": 7, "v2": 6, "v3": 5, "v4": 4, "v5": 3, "(other)": 2 + 1}
+    # percentiles of different releases are not merged: "(other)" has no percentile line
+    assert "(other) p99" not in {t["name"] for t in figs["percentiles"]["data"]}
+    assert "v5 p99" in {t["name"] for t in figs["percentiles"]["data"]}
