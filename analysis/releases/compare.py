@@ -10,8 +10,9 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   (`random() < cap / count`, one pass, no sort). Below the cap every task is used. The interval
   is centred on the exact SQL difference and scaled to the true counts (see stats.py).
 - "Where it changed" works on at most `ATTRIBUTION_TASKS` tasks per release, drawn the same
-  way, and their steps, findings and analyses. Means and rates from 20,000 tasks are within a
-  few percent of the full data; every figure carries the sample size it came from.
+  way, and their steps, findings and analyses. A mean or a rate from 10,000 tasks has a
+  standard error of 1 % of the spread of its per-task values; every figure carries the sample
+  size it came from, and every contribution its own standard error.
 
 Attribution method (docs/releases.md has a worked example): a task's duration splits into the
 self time of each of its steps (its duration minus its children's, floored at zero, so nested
@@ -22,10 +23,15 @@ with w_t the pooled share of t's tasks in both releases. Comparing within task n
 different mix of task names (more research tasks in B, say) from being blamed on the steps
 those tasks happen to use; that mix effect is reported once, as `mix_ms`, so contributions over
 all steps plus the rest plus the mix add up to Δ(mean task duration). Each contribution has a
-standard error from the per-task variance, and rows are ranked by the end of the contribution's
-(1 − alpha) interval nearest zero, in the direction of the change: a certain +80 ms from a tool
-that doubled outranks a noisy ±150 ms from LLM calls. When B is slower, the top row is what
-made it slower.
+standard error from the per-task variance and splits into slower calls and more calls.
+
+Ranking: rows that changed significantly come first — their per-call self times differ
+(Mann-Whitney, rank-based, so a few timeouts do not hide a tool whose every call doubled) or
+their contribution's interval excludes zero, both Bonferroni-corrected for the number of rows —
+then by contribution in the direction of the change (what made B slower, when it is slower).
+Sorting by contribution alone would let a noisy ±150 ms from LLM calls outrank a certain +70 ms
+from a tool that doubled; on the simulator's demo traffic the doubled tool is the top row
+(tests/releases/test_simulated_regression.py).
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ from analysis.selectors import task_queryset
 from ingest.models import Device, Project, Release, Step, Task
 
 SAMPLE_CAP = 20_000
-ATTRIBUTION_TASKS = 20_000
+ATTRIBUTION_TASKS = 10_000
 SPARKLINE_BUCKETS = 20
-WORK_MEM = "64MB"
+# Per sort, for this transaction only: 2 × 1M durations sort in memory.
+WORK_MEM = "256MB"
 PER_CALL_CAP = 200_000
 PER_CALL_MIN = 5
 ERROR_STATUSES = ("error", "timeout")
@@ -243,6 +250,7 @@ def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
 
 SAMPLE_TABLE = "release_compare_sample"
 STEPS_TABLE = "release_compare_steps"
+ANALYSES_TABLE = "release_compare_analyses"
 # Bits of GROUPING(kind, name, tool_name, model): 1 = that column is not grouped.
 _DIMENSIONS = {0b0011: "steps", 0b0111: "kinds", 0b1101: "tools", 0b1110: "models"}
 _ALL_STEPS = 0b1111
@@ -254,7 +262,7 @@ def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, in
     One scan of the tasks, one index lookup per sampled task, no id lists shipped back and forth."""
     probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}, {STEPS_TABLE}")
+        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}, {STEPS_TABLE}, {ANALYSES_TABLE}")
         cursor.execute(f"""
             CREATE TEMPORARY TABLE {SAMPLE_TABLE} ON COMMIT DROP AS
             SELECT id, release, name, duration_ms FROM ({base[0]}) t
@@ -262,6 +270,10 @@ def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, in
                        base[1] + (a, *probs))
         cursor.execute(f"ALTER TABLE {SAMPLE_TABLE} ADD PRIMARY KEY (id)")
         cursor.execute(f"ANALYZE {SAMPLE_TABLE}")
+        cursor.execute(f"""
+            CREATE TEMPORARY TABLE {ANALYSES_TABLE} ON COMMIT DROP AS
+            SELECT rs.id, rs.release, rs.duration_ms, ta.budget, ta.whatif
+            FROM {SAMPLE_TABLE} rs JOIN analysis_taskanalysis ta ON ta.task_id = rs.id""")
         cursor.execute(f"""
             CREATE TEMPORARY TABLE {STEPS_TABLE} ON COMMIT DROP AS
             WITH st AS (
@@ -525,8 +537,8 @@ def _ratio(part: float, whole: float) -> float | None:
 
 
 def _sample_task_totals(a: str, b: str) -> dict[str, dict]:
-    sql = f"""SELECT rs.release, count(*), sum(rs.duration_ms), count(ta.task_id)
-              FROM {SAMPLE_TABLE} rs LEFT JOIN analysis_taskanalysis ta ON ta.task_id = rs.id
+    sql = f"""SELECT rs.release, count(*), sum(rs.duration_ms), count(ta.id)
+              FROM {SAMPLE_TABLE} rs LEFT JOIN {ANALYSES_TABLE} ta ON ta.id = rs.id
               GROUP BY rs.release"""
     out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0} for r in (a, b)}
     for release, n, total, analyzed in _fetch(sql):
@@ -561,8 +573,8 @@ def _finding_rates(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
 
 def _budget(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     """Mean ms per analysed task in each latency-budget category, and its share of the budget."""
-    sql = f"""SELECT rs.release, kv.key, sum((kv.value)::text::float8)
-              FROM analysis_taskanalysis ta JOIN {SAMPLE_TABLE} rs ON rs.id = ta.task_id,
+    sql = f"""SELECT ta.release, kv.key, sum((kv.value)::text::float8)
+              FROM {ANALYSES_TABLE} ta,
                    jsonb_each(CASE jsonb_typeof(ta.budget) WHEN 'object' THEN ta.budget
                               ELSE '{{}}'::jsonb END) kv
               WHERE jsonb_typeof(kv.value) = 'number'
@@ -588,9 +600,7 @@ def _budget(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
 # per hardware family {"ms", "with_fixes_ms"}. Anything else in the document is ignored.
 _WHATIF_SQL = r"""
     WITH w AS (
-        SELECT rs.release, rs.duration_ms, ta.whatif
-        FROM analysis_taskanalysis ta JOIN {sample} rs ON rs.id = ta.task_id
-        WHERE jsonb_typeof(ta.whatif) = 'object'
+        SELECT release, duration_ms, whatif FROM {analyses} WHERE jsonb_typeof(whatif) = 'object'
     ), scenario AS (
         SELECT w.release, w.duration_ms, w.whatif, left(kv.key, -3) AS name,
                (kv.value)::text::float8 AS projected
@@ -618,7 +628,7 @@ def _whatif(a: str, b: str) -> list[dict]:
     The saving is measured against the task's critical path (`actual_ms`) when the analysis
     gives it, else against the task duration."""
     figures: dict[str, dict[str, tuple]] = defaultdict(dict)
-    for release, name, projected, saved, n in _fetch(_WHATIF_SQL.format(sample=SAMPLE_TABLE)):
+    for release, name, projected, saved, n in _fetch(_WHATIF_SQL.format(analyses=ANALYSES_TABLE)):
         figures[name][release] = (projected, saved, n)
     rows = []
     for name, per in figures.items():
@@ -651,6 +661,19 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     for param, name in (("a", a), ("b", b)):
         if not release_exists(project=project, name=name):
             raise UnknownRelease(param, name)
+    with transaction.atomic():
+        _set_work_mem()
+        return _release_compare(project=project, a=a, b=b, filters=filters,
+                                threshold_pct=threshold_pct, alpha=alpha, seed=seed)
+
+
+def _set_work_mem() -> None:
+    # The grouped percentiles sort up to millions of durations: in memory, not in temp files.
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
+
+
+def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> ReleaseComparison:
     qs = compared_tasks(project=project, releases=[a, b], filters=filters)
     base = _base_sql(qs, "id", "release", "name", "duration_ms", "status", "step_count",
                      "input_tokens", "output_tokens")
@@ -666,19 +689,14 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     tasks.sort(key=lambda r: (not r["regressed"], -_headline_delta_pct(r), r["name"]))
 
     counts = {r: exact.get((r, None), {}).get("n", 0) for r in (a, b)}
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            # The grouped percentiles sort a few hundred thousand steps: in memory, not on disk.
-            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
-        _attribution_sample(base, a, b, counts)
-        totals = _sample_task_totals(a, b)
-        attribution = _step_attribution(a, b, totals, alpha=alpha,
-                                        direction=_direction(overall, tasks))
-        budget = _budget(a, b, totals)
-        findings = _finding_rates(a, b, totals)
-        whatif = _whatif(a, b)
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE {SAMPLE_TABLE}, {STEPS_TABLE}")
+    _attribution_sample(base, a, b, counts)
+    totals = _sample_task_totals(a, b)
+    attribution = _step_attribution(a, b, totals, alpha=alpha, direction=_direction(overall, tasks))
+    budget = _budget(a, b, totals)
+    findings = _finding_rates(a, b, totals)
+    whatif = _whatif(a, b)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE {SAMPLE_TABLE}, {STEPS_TABLE}, {ANALYSES_TABLE}")
     step_totals = attribution.pop("totals")
     slower_steps = [
         {"key": r["key"], "p50_a_ms": r["p50_a_ms"], "p50_b_ms": r["p50_b_ms"],
@@ -760,13 +778,31 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
     filters = filters or CompareFilters()
     releases = list(Release.objects.filter(project=project).order_by("-first_seen", "-name"))
     names = [r.name for r in releases]
-    extra = sorted(set(Task.objects.filter(project=project).exclude(release="")
-                       .exclude(release__in=names).values_list("release", flat=True).distinct()))
-    names += extra
+    names += sorted(set(Task.objects.filter(project=project).exclude(release="")
+                        .exclude(release__in=names).values_list("release", flat=True).distinct()))
     if not names:
         return []
     base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
                      "release", "started_at", "duration_ms")
+    with transaction.atomic():
+        _set_work_mem()
+        spans, sparks = _release_figures(base)
+    by_name = {r.name: r for r in releases}
+    out = []
+    for name in names:
+        row = by_name.get(name)
+        span = spans.get(name, {})
+        out.append({
+            "name": name,
+            "first_seen": row.first_seen if row else span.get("lo"),
+            "last_seen": row.last_seen if row else span.get("hi"),
+            "tasks": span.get("tasks", 0), "p50_ms": span.get("p50_ms"), "p95_ms": span.get("p95_ms"),
+            "sparkline": sparks.get(name, []),
+        })
+    return out
+
+
+def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str, list]]:
     spans = {}
     for release, lo, hi, n, p50, p95 in _fetch(f"""
             SELECT release, min(started_at), max(started_at), count(*),
@@ -785,16 +821,4 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
             FROM t JOIN span USING (release) GROUP BY 1, 2 ORDER BY 1, 2""",
             base[1] + (SPARKLINE_BUCKETS,)):
         sparks[release].append({"bucket": bucket, "p95_ms": p95, "tasks": n})
-    by_name = {r.name: r for r in releases}
-    out = []
-    for name in names:
-        row = by_name.get(name)
-        span = spans.get(name, {})
-        out.append({
-            "name": name,
-            "first_seen": row.first_seen if row else span.get("lo"),
-            "last_seen": row.last_seen if row else span.get("hi"),
-            "tasks": span.get("tasks", 0), "p50_ms": span.get("p50_ms"), "p95_ms": span.get("p95_ms"),
-            "sparkline": sparks.get(name, []),
-        })
-    return out
+    return spans, sparks

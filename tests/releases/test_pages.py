@@ -33,7 +33,8 @@ def test_compare_page_names_the_regression_and_the_step_behind_it(member):
     page = r.content.decode()
     assert "Regressed: <b>checkout</b>" in page
     assert "Calls got slower: <b>tool:fetch_invoice</b>" in page
-    first = re.search(r'id="attribution-steps".*?<tr class="top">\s*<td>([^<]+)</td>', page, re.S)
+    steps_table = page.split('id="attribution-steps"')[1].split("</table>")[0]
+    first = re.search(r'<tr class="top">.*?<span class="group-key">([^<]+)</span>', steps_table, re.S)
     assert first and first.group(1) == "tool:fetch_invoice"
     figures = json.loads(re.search(r'<script id="release-figures" type="application/json">(.*?)</script>',
                                    page, re.S).group(1))
