@@ -100,30 +100,41 @@ class HardwareModel:
         """One resource sample of a device under this load (0–1 share of its capacity in use),
         queue and batch. Throttling shows as temperature at the throttle point, `throttled`=1,
         power held down and fewer tokens per second for the same batch."""
-        util = _clip(load + rng.normal(0, 0.02), 0.0, 1.0)
-        if queue_depth >= max(4.0, self.max_batch * 0.25):
-            util = max(util, 0.96 + rng.uniform(0, 0.04))  # a queue builds only when saturated
-        tpot = self.tpot_ms(batch_size=batch_size, queue_depth=queue_depth,
-                            model_params_b=model_params_b, throttled=throttled)
+        return self.sample_telemetry_many(
+            rng, load=[load], queue_depth=[queue_depth], batch_size=[batch_size], throttled=[throttled],
+            model_params_b=model_params_b, kv_cache_hit_rate=[kv_cache_hit_rate])[0]
+
+    def sample_telemetry_many(self, rng: np.random.Generator, *, load, queue_depth, batch_size,
+                              throttled, model_params_b: float = 70,
+                              kv_cache_hit_rate=0.5) -> list[dict[str, float]]:
+        """`sample_telemetry` for many readings at once (array-likes of equal length)."""
+        load = np.asarray(load, dtype=float)
+        n = load.size
+        queue = np.broadcast_to(np.asarray(queue_depth, dtype=float), n).clip(min=0.0)
+        batch = np.broadcast_to(np.asarray(batch_size, dtype=float), n).clip(min=0.0)
+        hot = np.broadcast_to(np.asarray(throttled, dtype=bool), n)
+        kv = np.broadcast_to(np.asarray(kv_cache_hit_rate, dtype=float), n)
+        util = np.clip(load + rng.normal(0, 0.02, n), 0.0, 1.0)
+        saturated = queue >= max(4.0, self.max_batch * 0.25)  # a queue builds only when saturated
+        util = np.where(saturated, np.maximum(util, 0.96 + rng.uniform(0, 0.04, n)), util)
+        tpot = self._decode_ms(batch_size=np.maximum(batch, 1.0), queue_depth=queue,
+                               model_params_b=model_params_b) * np.where(hot, self.throttle_slowdown, 1.0)
         # Every sequence in the batch gets one token per TPOT.
-        tokens_per_s = max(batch_size * 1000.0 / tpot * (1 + rng.normal(0, 0.03)), 0.0)
+        tokens_per_s = np.maximum(batch * 1000.0 / tpot * (1 + rng.normal(0, 0.03, n)), 0.0)
         power = self.idle_power_w + (self.tdp_w - self.idle_power_w) * util ** 0.8
+        power = np.where(hot, np.minimum(power, self.tdp_w * 0.75), power) * (1 + rng.normal(0, 0.02, n))
         temp = self.ambient_temp_c + (self.full_load_temp_c - self.ambient_temp_c) * util
-        if throttled:
-            power = min(power, self.tdp_w * 0.75)
-            temp = self.throttle_temp_c + rng.uniform(0.0, 4.0)
-        return {
-            "utilization": round(util, 4),
-            "queue_depth": float(round(max(queue_depth, 0.0))),
-            "batch_size": float(round(max(batch_size, 0.0))),
-            "power_w": round(power * (1 + rng.normal(0, 0.02)), 1),
-            "temperature_c": round(temp + rng.normal(0, 0.6), 1),
-            "mem_bw_util": round(_clip(self._mem_bw_util(util, model_params_b)
-                                       + rng.normal(0, 0.015), 0.0, 1.0), 4),
-            "kv_cache_hit_rate": round(_clip(kv_cache_hit_rate + rng.normal(0, 0.03), 0.0, 1.0), 4),
-            "tokens_per_s": round(tokens_per_s, 1),
-            "throttled": 1.0 if throttled else 0.0,
+        temp = np.where(hot, self.throttle_temp_c + rng.uniform(0.0, 4.0, n), temp) + rng.normal(0, 0.6, n)
+        mem = np.clip(self._mem_bw_util(util, model_params_b) + rng.normal(0, 0.015, n), 0.0, 1.0)
+        kv = np.clip(kv + rng.normal(0, 0.03, n), 0.0, 1.0)
+        columns = {
+            "utilization": util.round(4), "queue_depth": queue.round(), "batch_size": batch.round(),
+            "power_w": power.round(1), "temperature_c": temp.round(1), "mem_bw_util": mem.round(4),
+            "kv_cache_hit_rate": kv.round(4), "tokens_per_s": tokens_per_s.round(1),
+            "throttled": hot.astype(float),
         }
+        names = list(columns)
+        return [dict(zip(names, row, strict=True)) for row in zip(*(columns[k].tolist() for k in names), strict=True)]
 
     # --- what a family defines ------------------------------------------------------------
 
@@ -152,7 +163,3 @@ def _lognormal_mean(rng: np.random.Generator, mean: float, sigma: float) -> floa
     if mean <= 0:
         return 0.0
     return float(mean * math.exp(sigma * rng.standard_normal() - sigma * sigma / 2))
-
-
-def _clip(value: float, low: float, high: float) -> float:
-    return min(max(value, low), high)

@@ -18,7 +18,8 @@ reported by EE Times; not independently benchmarked: d-Matrix has not submitted 
   the vendor's "up to 100 B per rack".
 - Spill: weights beyond capacity are read from LPDDR5X each token. The per-card LPDDR5X
   bandwidth is not published; 0.4 TB/s per card at 60 % efficiency is an assumption (a
-  256 GB LPDDR5X bank on 8 chiplet interfaces). 120 B → TPOT +55 %; 405 B → ≈ 10×.
+  256 GB LPDDR5X bank on 8 chiplet interfaces). Against the SRAM-resident line: 120 B →
+  TPOT +50 %; 405 B → ≈ 4× (26 ms instead of 6).
 - Prefill: 2 · params · tokens FLOPs at 2 % of the pool's 8-bit peak (≈ 3 PFLOPS, about what
   4 H100s deliver: d-Matrix positions Corsair for decode and pairs it with GPUs for prefill,
   so we do not credit it with a prefill advantage) plus 30 ms of host overhead: 2,000 tokens
