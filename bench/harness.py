@@ -45,7 +45,7 @@ def bench_database_url(*, fresh: bool = True) -> str:
 
 def bench_env(database_url: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"DATABASE_URL": database_url, "SECRET_KEY": "bench", "DEBUG": "0",
+    env.update({"DATABASE_URL": database_url, "SECRET_KEY": "bench", "DEBUG": "0", "AGENTOPS_HTTPS": "0",
                 "DJANGO_SETTINGS_MODULE": "agentops.settings", "LOG_LEVEL": "WARNING"})
     return env
 
@@ -83,15 +83,15 @@ def web_server(database_url: str, *, workers: int = 2):
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            requests.get(f"{url}/login/", timeout=1)
-            break
-        except requests.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the benchmark web server did not start") from None
-            time.sleep(0.2)
     try:
+        while True:
+            try:
+                requests.get(f"{url}/login/", timeout=5, allow_redirects=False)
+                break
+            except requests.RequestException:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the benchmark web server did not start") from None
+                time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
