@@ -773,8 +773,8 @@ def _summary(ea: dict | None, eb: dict | None, sa: dict, sb: dict) -> list[dict]
 # --- the releases list -------------------------------------------------------------------------
 
 def release_list(*, project: Project, filters: CompareFilters | None = None) -> list[dict]:
-    """Every release of the project, newest first: first/last seen, task volume, p50/p95 and a
-    p95 sparkline over SPARKLINE_BUCKETS equal slices of the release's own time span."""
+    """Every release of the project, newest first: first/last task start, task volume, p50/p95
+    and a p95 sparkline over SPARKLINE_BUCKETS equal slices of the release's own time span."""
     filters = filters or CompareFilters()
     releases = list(Release.objects.filter(project=project).order_by("-first_seen", "-name"))
     names = [r.name for r in releases]
@@ -792,13 +792,15 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
     for name in names:
         row = by_name.get(name)
         span = spans.get(name, {})
+        # Seen = when its tasks started; the Release row (when it was ingested) when none match.
         out.append({
             "name": name,
-            "first_seen": row.first_seen if row else span.get("lo"),
-            "last_seen": row.last_seen if row else span.get("hi"),
+            "first_seen": span.get("lo") or (row.first_seen if row else None),
+            "last_seen": span.get("hi") or (row.last_seen if row else None),
             "tasks": span.get("tasks", 0), "p50_ms": span.get("p50_ms"), "p95_ms": span.get("p95_ms"),
             "sparkline": sparks.get(name, []),
         })
+    out.sort(key=lambda r: (r["first_seen"] is not None, r["first_seen"] or 0, r["name"]), reverse=True)
     return out
 
 

@@ -99,7 +99,6 @@ def _present(report: dict) -> None:
             row["share_b_text"] = _percent(row["share_b"], 1)
             row["error_a_text"] = _percent(row["error_rate_a"], 1)
             row["error_b_text"] = _percent(row["error_rate_b"], 1)
-            row["contribution_pct_text"] = _percent(row["contribution_share"])
             row["p_text"] = _p_value(row["per_call_p_value"])
     for row in report["findings"]:
         row["rate_a_text"] = _percent(row["rate_a"], 1)
