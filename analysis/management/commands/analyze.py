@@ -3,7 +3,6 @@ synchronously, through the same claim-and-replace path the Celery workers use.""
 
 from __future__ import annotations
 
-import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
@@ -48,10 +47,10 @@ class Command(BaseCommand):
             counts[outcome] = counts.get(outcome, 0) + 1
             if i % 100 == 0 or i == len(pks):
                 elapsed = time.monotonic() - started
-                sys.stderr.write(f"\ranalysed {i}/{len(pks)} tasks ({i / elapsed:.0f}/s)")
-                sys.stderr.flush()
+                self.stderr.write(f"\ranalysed {i}/{len(pks)} tasks ({i / elapsed:.0f}/s)", ending="")
+                self.stderr.flush()
         if pks:
-            sys.stderr.write("\n")
+            self.stderr.write("")
             steps = sum(Task.objects.filter(pk__in=pks).values_list("step_count", flat=True))
         elapsed = time.monotonic() - started
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing to do"
