@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analysis.releases.attribution import REST_KEY
 from analysis.releases.compare import (
-    REST_KEY,
     CompareFilters,
     UnknownRelease,
     release_compare,

@@ -1,0 +1,24 @@
+"""SQL helpers shared by the release comparison modules."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+ERROR_STATUSES = ("error", "timeout")
+FAILED_SQL = "IN (" + ", ".join(f"'{s}'" for s in ERROR_STATUSES) + ")"
+# Per sort, for the comparison's transaction only: 2 × 1M durations sort in memory.
+WORK_MEM = "256MB"
+
+
+def fetch(sql: str, params=None) -> list[tuple]:
+    """Rows of a query; `params` None means the SQL has no placeholders (and may hold a %)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def set_work_mem() -> None:
+    """Grouped percentiles sort up to millions of durations: in memory, not in temp files.
+    SET LOCAL: for the current transaction only."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
