@@ -202,6 +202,13 @@ def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: s
         step_baselines_compute(project=project, keys=missing_keys)
     if missing_devices:
         device_normals_compute(project=project, devices=missing_devices)
+    # Keys with no usable history (only failed steps, a device that sends no telemetry) get an
+    # empty row, so the next task does not compute them again; a refresh fills them in later.
+    placeholders = [Baseline(project=project, kind=kind, key=key[:200], count=0) for kind, key in missing_keys]
+    placeholders += [Baseline(project=project, kind=DEVICE, key=d[:200], device=d[:200], count=0)
+                     for d in missing_devices]
+    if placeholders:
+        Baseline.objects.bulk_create(placeholders, ignore_conflicts=True)
 
 
 def all_projects_refresh() -> None:

@@ -70,3 +70,14 @@ def test_baselines_of_one_project_ignore_another(project, other_project):
     baselines_refresh(project=other_project, full=True)
     assert Baseline.objects.get(project=project, key="lookup").median_ms == pytest.approx(100)
     assert Baseline.objects.get(project=other_project, key="lookup").median_ms == pytest.approx(900)
+
+
+def test_a_key_without_usable_history_is_not_recomputed_for_every_task(project, django_assert_max_num_queries):
+    from analysis.baselines import baselines_ensure
+
+    batch_store(project=project, batch=Batch(steps=[StepRecord("s", "t", at(0), at(1), kind="tool", name="flaky",
+                                                               tool_name="flaky", status="error")]))
+    baselines_ensure(project=project, keys={("tool", "flaky")}, devices={"gpu-silent"})
+    assert Baseline.objects.get(project=project, kind="tool", key="flaky").count == 0
+    with django_assert_max_num_queries(1):
+        baselines_ensure(project=project, keys={("tool", "flaky")}, devices={"gpu-silent"})
