@@ -5,7 +5,9 @@ what in-process mode stores."""
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from statistics import median
 
 import pytest
@@ -15,6 +17,7 @@ from django.db.models import Q
 from analysis.hardware import profile_for
 from analysis.simulator.catalog import AGENTS
 from analysis.simulator.generate import KINDS, SimulationConfig, simulate
+from analysis.simulator.sinks import SinkError, post_http
 from ingest.models import Device, IngestKey, Project, ResourceSample, Step, Task
 
 END_MS = 1_795_000_000_000.0  # 2026-11-18T09:46:40Z
@@ -354,6 +357,7 @@ def test_http_mode_stores_exactly_what_in_process_mode_stores(live_server, make_
 @pytest.mark.parametrize("options,message", [
     ({"devices": "tpu:2"}, "--devices: unknown hardware vendor or family 'tpu'"),
     ({"devices": "gpu:x"}, "the count after ':' must be a number"),
+    ({"devices": "gpu:1,nvidia:2"}, "--devices: gpu is named twice"),
     ({"since": "a week"}, "--since: 'a week' is not a duration"),
     ({"anomaly_rate": 1.5}, "--anomaly-rate: must be between 0 and 1"),
     ({"until": "yesterday"}, "--until: 'yesterday' is not an RFC 3339 timestamp"),
@@ -363,3 +367,53 @@ def test_bad_options_are_refused_by_name(db, options, message):
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
         call_command("simulate", project="x", tasks=5, **options)
     assert not Task.objects.exists()
+
+
+class _FlakyIngest(BaseHTTPRequestHandler):
+    """A server that is overloaded at first: 429, then 503, then accepts."""
+
+    answers: list[int] = []
+    bodies: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status = self.answers.pop(0) if self.answers else 200
+        self.send_response(status)
+        if status != 200:
+            self.send_header("Retry-After", "7")
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        if status == 200:
+            self.bodies.append({"auth": self.headers["Authorization"], "events": body["events"]})
+            self.wfile.write(json.dumps({"accepted": len(body["events"]), "rejected": [{"index": 0, "error": "x"}]}).encode())
+        else:
+            self.wfile.write(b'{"error": "busy"}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky_server():
+    _FlakyIngest.answers, _FlakyIngest.bodies = [429, 503], []
+    server = HTTPServer(("127.0.0.1", 0), _FlakyIngest)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_http_mode_waits_as_told_on_429_and_503_and_then_delivers(flaky_server):
+    waits, sent = [], []
+    rejected = post_http(url=flaky_server, key="ao_k_s", batches=[[{"type": "task", "task_id": "t1"}]],
+                         progress=sent.append, sleep=waits.append)
+    assert waits == [7.0, 7.0]  # Retry-After honoured, twice
+    assert sent == [1] and rejected == 1
+    assert _FlakyIngest.bodies == [{"auth": "Bearer ao_k_s", "events": [{"type": "task", "task_id": "t1"}]}]
+
+
+def test_http_mode_gives_up_with_the_servers_answer_on_other_errors(flaky_server):
+    _FlakyIngest.answers = [401]
+    with pytest.raises(SinkError, match="answered 401"):
+        post_http(url=flaky_server, key="bad", batches=[[{"type": "task", "task_id": "t1"}]],
+                  progress=lambda n: None, sleep=lambda s: None)

@@ -46,6 +46,8 @@ def parse_devices(text: str) -> tuple[tuple[str, int], ...]:
             raise CommandError(f"--devices: {part.strip()!r}: the count after ':' must be a number") from None
         if not 0 < n <= 64:
             raise CommandError(f"--devices: {part.strip()!r}: between 1 and 64 devices per family")
+        if model.family in {family for family, _ in devices}:
+            raise CommandError(f"--devices: {model.family} is named twice; give one count per family")
         devices.append((model.family, n))
     return tuple(devices)
 
