@@ -155,8 +155,12 @@ def _hex(*parts: object, n: int) -> str:
 
 
 def _canonical(args: object) -> str:
+    """Arguments compared the way the product compares them: key order, JSON spacing and runs
+    of whitespace in strings do not matter."""
     if isinstance(args, str):
         args = json.loads(args)
+    if isinstance(args, dict):
+        args = {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in args.items()}
     return json.dumps(args, sort_keys=True)
 
 
@@ -293,9 +297,8 @@ def simulate(config: SimulationConfig) -> Simulation:
         step_count += len(events) - 1
     samples = []
     for i, device in enumerate(devices):
-        params = 70.0
         readings = device_samples(device, start_ms=config.start_ms, end_ms=config.end_ms,
-                                  rng=np.random.default_rng([config.seed, 2, i]), model_params_b=params)
+                                  rng=np.random.default_rng([config.seed, 2, i]))
         samples.extend({"type": "resource", "device": device.name, "vendor": device.model.vendor,
                         "hardware": device.model.hardware, "ts": _ns(t), "metrics": metrics}
                        for t, metrics in readings)
