@@ -6,7 +6,8 @@ median. LLM steps use the token-aware expectation of `hardware_correlation.llm_s
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
 No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent).
-Failed steps are skipped: their duration measures the failure, not slowness.
+Failed steps are skipped: their duration measures the failure, not slowness; so are agent
+steps (made of their children) and framework steps (overhead is serial_gap's).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from analysis.detectors.base import (
 from analysis.hardware_correlation import MIN_EXCESS_MS, MIN_EXCESS_RATIO
 
 HARDWARE_VERDICTS = {"queueing", "throttling"}
+# An agent step is made of its children; framework time is serial_gap's (one home per ms).
+SKIPPED_KINDS = ("agent", "framework")
 
 
 @register("slow_step")
 def detect(ctx: TaskContext):
     for step in ctx.steps:
-        if step.status != "ok" or step.kind in ("agent",):
+        if step.status != "ok" or step.kind in SKIPPED_KINDS:
             continue
         if step.kind == "llm":
             verdict = ctx.verdicts.get(step.step_id)

@@ -49,3 +49,11 @@ def test_a_repeated_retrieval_counts_too():
                 step("b", "retrieval", 5, 5.2, name="vector_search", tool_args={"k": 8, "query": " EU  AI act "})])
     [finding] = detect(ctx)
     assert round(finding.wasted_ms) == 200
+
+
+def test_hostile_or_odd_arguments_never_break_the_detector():
+    odd = [["a", 1], "not json {", 12, None, {"nested": {"deep": [1, {"x": "\u0000"}]}}, "<script>x</script>"]
+    steps = [step(f"s{i}-{j}", "tool", i * 2 + j, i * 2 + j + 0.5, tool_name="t", tool_args=a)
+             for i, a in enumerate(odd) for j in (0, 1) if a is not None or j == 0]
+    found = {f.evidence["arguments"] for f in detect(task(steps))}
+    assert '["a",1]' in found and '"<script>x</script>"' in found and "12" in found
