@@ -181,6 +181,11 @@ def measure(project, *, a: str, b: str) -> dict:
     charts.ecdf_figure(series)
     charts.histogram_figure(series)
     timings["figures"] = time.perf_counter() - start
+    from analysis.releases.serializers import ReleaseComparisonSerializer
+
+    start = time.perf_counter()
+    ReleaseComparisonSerializer(comparison.report).data  # noqa: B018 (the API's serialisation)
+    timings["API JSON serialisation"] = time.perf_counter() - start
     start = time.perf_counter()
     release_list(project=project)
     timings["release_list"] = time.perf_counter() - start

@@ -334,14 +334,18 @@ def _summary(ea: dict | None, eb: dict | None, sa: dict, sb: dict) -> list[dict]
 
 # --- the releases list -------------------------------------------------------------------------
 
+def release_names(*, project: Project) -> list[str]:
+    """The project's release names, newest first (ingest records one Release row per name)."""
+    return list(Release.objects.filter(project=project).order_by("-first_seen", "-name")
+                .values_list("name", flat=True))
+
+
 def release_list(*, project: Project, filters: CompareFilters | None = None) -> list[dict]:
     """Every release of the project, newest first: first/last task start, task volume, p50/p95
     and a p95 sparkline over SPARKLINE_BUCKETS equal slices of the release's own time span."""
     filters = filters or CompareFilters()
     releases = list(Release.objects.filter(project=project).order_by("-first_seen", "-name"))
     names = [r.name for r in releases]
-    names += sorted(set(Task.objects.filter(project=project).exclude(release="")
-                        .exclude(release__in=names).values_list("release", flat=True).distinct()))
     if not names:
         return []
     base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),

@@ -21,9 +21,10 @@ from analysis.releases.compare import (
     parse_threshold,
     release_compare,
     release_list,
+    release_names,
 )
 from analysis.releases.stats import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
-from ingest.models import Device, Task
+from ingest.models import Device
 
 ATTRIBUTION_ROWS = 15
 # Filters kept when the release picker is submitted.
@@ -124,8 +125,7 @@ def release_compare_page(request):
             threshold_pct, alpha = parse_threshold(params)
         except FilterError as exc:
             error = str(exc)
-    listed = release_list(project=project) if project else []
-    names = [r["name"] for r in listed]
+    names = release_names(project=project) if project else []
     a = params.get("a", "").strip() or (names[1] if len(names) > 1 else "")
     b = params.get("b", "").strip() or (names[0] if names else "")
     report, figures = None, None
@@ -152,8 +152,7 @@ def release_compare_page(request):
         "attribution_rows": ATTRIBUTION_ROWS, "carry": _carry(request),
         "vendors": sorted(set(Device.objects.filter(project=project).exclude(vendor="")
                               .values_list("vendor", flat=True))) if project else [],
-        "task_names": sorted(set(Task.objects.filter(project=project, release__in=[a, b])
-                                 .exclude(name="").values_list("name", flat=True)))[:200]
-        if project else [],
+        "task_names": sorted({t["name"] for t in report["tasks"]} | ({filters.name} - {""}))
+        if report else [],
     }
     return render(request, "releases/compare.html", context, status=400 if error else 200)
