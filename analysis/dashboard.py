@@ -110,7 +110,7 @@ def project_environments(*, project: Project) -> list[str]:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT DISTINCT environment FROM (SELECT environment FROM ingest_task WHERE project_id = %s"
-            " ORDER BY started_at DESC NULLS LAST LIMIT 5000) recent WHERE environment <> ''"
+            " AND started_at IS NOT NULL ORDER BY started_at DESC LIMIT 5000) recent WHERE environment <> ''"
             " ORDER BY environment", [project.pk])
         return [row[0] for row in cur.fetchall()]
 
@@ -206,7 +206,21 @@ def overview_series(*, project: Project, filters: TaskFilters, max_releases: int
     return points
 
 
+_FINDING_OWN_FILTERS = {"release", "since", "until"}
+
+
 def _finding_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Finding]:
+    """Findings of the filtered tasks. Findings carry their task's release and start, so the
+    common filters need no join with the tasks table."""
+    if {k for k, v in vars(filters).items() if v not in (None, "")} <= _FINDING_OWN_FILTERS:
+        qs = Finding.objects.filter(project=project, task_started_at__isnull=False)
+        if filters.release:
+            qs = qs.filter(release=filters.release)
+        if filters.since:
+            qs = qs.filter(task_started_at__gte=filters.since)
+        if filters.until:
+            qs = qs.filter(task_started_at__lt=filters.until)
+        return qs
     tasks = selectors.task_queryset(project=project, filters=filters)
     return Finding.objects.filter(project=project, task__in=tasks.values("pk"))
 

@@ -413,3 +413,18 @@ def test_releases_past_the_busiest_six_fold_into_other(client, project):
     # percentiles of different releases are not merged: "(other)" has no percentile line
     assert "(other) p99" not in {t["name"] for t in figs["percentiles"]["data"]}
     assert "v5 p99" in {t["name"] for t in figs["percentiles"]["data"]}
+
+
+def test_findings_follow_every_task_filter(client, project, spread):
+    make_finding(spread[0], "slow_step", wasted_ms=100.0)  # v1, prod, 100 ms
+    staging = make_task(project, "stg", release="v1", environment="staging", duration_ms=5000.0)
+    make_finding(staging, "slow_step", wasted_ms=300.0)
+    make_finding(spread[7], "serial_gap", wasted_ms=50.0)  # v2
+    def wasted(**params):
+        bar = charts_json(client, "/charts/overview.json", **params)["findings"]["data"]
+        return dict(zip(bar[0]["customdata"], bar[0]["x"], strict=True)) if bar else {}
+    assert wasted() == {"slow_step": 0.4, "serial_gap": 0.05}
+    assert wasted(release="v1") == {"slow_step": 0.4}
+    assert wasted(environment="staging") == {"slow_step": 0.3}
+    assert wasted(min_duration_ms=1000) == {"slow_step": 0.3}
+    assert wasted(until="2026-11-01T10:05:00Z") == {"slow_step": 0.4}
