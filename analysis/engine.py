@@ -43,7 +43,7 @@ log = logging.getLogger("agentops.analysis")
 
 _STEP_FIELDS = ("step_id", "kind", "name", "started_at", "ended_at", "parent_step_id", "status", "depends_on",
                 "model", "device", "input_tokens", "output_tokens", "ttft_ms", "tool_name", "tool_args")
-_SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "throttled")
+_SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled")
 # Telemetry loaded around the task: enough to cover one sampling period either side.
 SAMPLE_MARGIN = timedelta(seconds=60)
 

@@ -21,7 +21,9 @@ device's own* normal (median/MAD over its trailing window), never with a global 
 a Groq LPU and an H100 have different normal queue depths.
 
 - `throttling`: the device reports `throttled` ≥ 0.5 in the interval, or temperature is an
-  outlier upwards while tokens/s is an outlier downwards (the thermal signature). When both
+  outlier upwards while tokens/s or power is an outlier downwards (the thermal signature),
+  or — for devices that report neither flag nor throughput — it is hot, not queued, and the
+  step's decode (TPOT) is the slow part. Heat alone is not enough: busy devices run hot. When both
   queueing and throttling signals are present, throttling wins only if decode (TPOT) is the
   slow part — throttling lowers clocks and so slows every token; queueing delays the start.
 - `queueing`: queue depth an outlier upwards (and at least one request above normal) or
@@ -109,11 +111,11 @@ def device_signals(ctx: TaskContext, step: StepData) -> dict:
     if not window:
         return {"samples": 0}
     signals: dict = {"samples": len(window)}
-    for metric in ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "throttled"):
+    for metric in ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled"):
         values = [s.metrics[metric] for s in window if s.metrics.get(metric) is not None]
         if not values:
             continue
-        worst = min(values) if metric == "tokens_per_s" else max(values)
+        worst = min(values) if metric in ("tokens_per_s", "power_w") else max(values)
         entry = {"value": round(worst, 3)}
         ref = normal.metrics.get(metric) if normal else None
         if ref is not None:
@@ -127,10 +129,14 @@ def _z(signals: dict, metric: str) -> float:
     return signals.get(metric, {}).get("z", 0.0)
 
 
+def _hot(signals: dict) -> bool:
+    return _z(signals, "temperature_c") > Z_OUTLIER
+
+
 def device_anomaly(signals: dict) -> tuple[bool, bool]:
     """(throttled, queued) from the device signals over a step."""
     throttled = signals.get("throttled", {}).get("value", 0.0) >= 0.5 or (
-        _z(signals, "temperature_c") > Z_OUTLIER and _z(signals, "tokens_per_s") < -Z_OUTLIER)
+        _hot(signals) and (_z(signals, "tokens_per_s") < -Z_OUTLIER or _z(signals, "power_w") < -Z_OUTLIER))
     queue = signals.get("queue_depth", {})
     queued = (queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0) or (
         _z(signals, "utilization") > Z_OUTLIER and signals.get("utilization", {}).get("value", 0.0) >= 0.9)
@@ -158,6 +164,10 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         verdict = "throttling"
     elif queued and not prompt_explains:
         verdict = "queueing"
+    elif _hot(signals) and decode_slow:
+        # Hot, not queued, and every token slower: the thermal signature, for devices that
+        # report neither a throttle flag nor throughput.
+        verdict = "throttling"
     elif long_prompt and not decode_slow:
         verdict = "prefill_bound"
     else:
@@ -178,7 +188,7 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
         if step.kind != "llm" or step.status != "ok":
             continue
         signals = device_signals(ctx, step) if step.device else {"samples": 0}
-        corroborated = any(device_anomaly(signals))
+        corroborated = any(device_anomaly(signals)) or _hot(signals)
         slowness = llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
         if slowness is not None:
             verdicts[step.step_id] = verdict_for(ctx, step, slowness, signals)

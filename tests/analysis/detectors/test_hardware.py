@@ -73,3 +73,18 @@ def test_a_long_prompt_explains_a_slow_start_even_on_a_busy_device():
     queueing, _, slow = run(ctx_with(s, busy))
     assert not queueing
     assert slow[0].evidence["verdict"] == "prefill_bound"
+
+
+def test_a_hot_device_without_a_throttle_flag_and_slow_decode_is_throttling():
+    s = step("a", "llm", 10, 15, model="m", device="gpu-1", ttft_ms=260, input_tokens=2000, output_tokens=101)
+    hot = [type(x)(x.ts_ms, {k: v for k, v in {**x.metrics, "temperature_c": 92}.items()
+                             if k not in ("throttled", "tokens_per_s")}) for x in samples(0, 30)]
+    _, throttling, slow = run(ctx_with(s, hot))
+    assert [f.kind for f in throttling] == ["hardware_throttling"] and not slow
+
+
+def test_a_hot_busy_device_with_a_slow_start_is_queueing_not_throttling():
+    s = step("a", "llm", 10, 13.8, model="m", device="gpu-1", ttft_ms=2000, input_tokens=2000, output_tokens=91)
+    busy = [type(x)(x.ts_ms, {**x.metrics, "temperature_c": 80, "queue_depth": 24}) for x in samples(0, 30)]
+    queueing, throttling, _ = run(ctx_with(s, busy))
+    assert [f.kind for f in queueing] == ["hardware_queueing"] and not throttling
