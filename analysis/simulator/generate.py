@@ -395,75 +395,108 @@ def _median_ms(tool: Tool, release: int) -> float:
 
 
 def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
-    agent, device, hw = a.agent, a.device, a.device.model
-    task_id = _hex(config.seed, "task", a.index, n=32)
-    release = config.releases[a.release_index] if config.releases else ""
-    turns = _plan(rng, agent, a.kinds)
-    marks = _inject(rng, agent, turns, a.kinds)
-
+    """One task's events (task, root step, steps in time order) and its labels."""
+    turns = _plan(rng, a.agent, a.kinds)
+    marks = _inject(rng, a.agent, turns, a.kinds)
     status = "ok"
     if not a.kinds and rng.random() < TIMEOUT_RATE and len(turns) >= 2:
-        turns = turns[:-1]  # the last tool turn times out and the framework gives up
-        call = turns[-1].calls[int(rng.integers(0, len(turns[-1].calls)))]
-        call.status = "timeout"
+        # The last call of the last tool turn hangs until its timeout and the framework gives
+        # up: no later call waits on it, no final answer follows.
+        turns = turns[:-1]
+        turns[-1].calls[-1].status = "timeout"
         status = "timeout"
     marked = {id(m) for m in marks.values() if isinstance(m, Call)}
     marked |= {id(m.repeat_of) for m in marks.values() if isinstance(m, Call) and m.repeat_of}
     for turn in turns:
         for call in turn.calls:
             if call.status == "ok" and id(call) not in marked and rng.random() < ERROR_RATE:
-                call.status = "error"
+                call.status = "error"  # the agent reads the error and carries on
                 if turn is turns[-2] and status == "ok" and rng.random() < 0.5:
                     status = "error"
+    return _Timeline(config, a, rng).run(turns, status)
 
-    root_id = _hex(task_id, 0, n=16)
-    steps: list[dict] = []
-    counter = [0]
 
-    def next_id() -> str:
-        counter[0] += 1
-        return _hex(task_id, counter[0], n=16)
+class _Timeline:
+    """Lays a planned task out in time: LLM turn, the tool calls it issues, the next turn…
+    and records the labels of what was injected as it goes."""
 
-    t = a.start_ms + float(rng.uniform(2, 15))  # request parsing before the first turn
-    context = int(rng.integers(*agent.system_tokens)) + int(rng.integers(40, 300))
-    system = agent.system_tokens[0]
-    previous_tools: list[str] = []
-    last_step_id = ""
-    llm_steps: list[dict] = []
-    hw_hits: dict[str, list[tuple[str, float]]] = {}
-    labels: list[dict] = []
+    def __init__(self, config: SimulationConfig, a: Arrival, rng: np.random.Generator):
+        self.a, self.rng, self.agent, self.device, self.hw = a, rng, a.agent, a.device, a.device.model
+        self.task_id = _hex(config.seed, "task", a.index, n=32)
+        self.release = config.releases[a.release_index] if config.releases else ""
+        self.environment = config.environment
+        self.root_id = _hex(self.task_id, 0, n=16)
+        self.counter = 0
+        self.steps: list[dict] = []
+        self.llm_steps: list[dict] = []
+        self.labels: list[dict] = []
+        self.hw_hits: dict[str, list[tuple[str, float]]] = {}
+        self.previous_tools: list[str] = []
+        self.last_step_id = ""
 
-    for turn in turns:
-        if turn.gap_before_ms:
-            gap_start = t
-            t += turn.gap_before_ms
-        elif previous_tools:
-            t += float(rng.lognormal(np.log(15.0), 0.5))  # framework: parse, append, re-prompt
-        # LLM turn
-        step_id = next_id()
+    def next_id(self) -> str:
+        self.counter += 1
+        return _hex(self.task_id, self.counter, n=16)
+
+    def run(self, turns: list[Turn], status: str) -> tuple[list[dict], list[dict]]:
+        rng = self.rng
+        t = self.a.start_ms + float(rng.uniform(2, 15))  # request parsing before the first turn
+        self.context = int(rng.integers(*self.agent.system_tokens)) + int(rng.integers(40, 300))
+        for turn in turns:
+            if turn.gap_before_ms:
+                gap_start = t
+                t += turn.gap_before_ms
+            elif self.previous_tools:
+                t += float(rng.lognormal(np.log(15.0), 0.5))  # framework: parse, append, re-prompt
+            step_id, t_end = self.llm_turn(t, turn)
+            if turn.gap_before_ms:
+                self.label("serial_gap", [self.last_step_id, step_id], turn.gap_before_ms,
+                           gap_start_ns=_ns(gap_start))
+            t, self.last_step_id = t_end, step_id
+            if not turn.calls:
+                break
+            t = self.tool_calls(t + float(rng.lognormal(np.log(8.0), 0.5)), turn)
+            if any(c.status == "timeout" for c in turn.calls):
+                break
+        end = t + float(rng.uniform(2, 20))
+        self.task_labels()
+        task = {"type": "task", "task_id": self.task_id, "name": self.agent.name, "release": self.release,
+                "environment": self.environment, "session_id": self.a.session_id,
+                "started_at": _ns(self.a.start_ms), "ended_at": _ns(end), "status": status,
+                "attributes": {"user_tier": ("free", "pro", "enterprise")[self.a.index % 3], "channel": "api"}}
+        root = {"type": "step", "task_id": self.task_id, "step_id": self.root_id, "parent_step_id": "",
+                "kind": "agent", "name": self.agent.name, "started_at": _ns(self.a.start_ms), "ended_at": _ns(end),
+                "status": status, "attributes": {}}
+        return [task, root, *self.steps], self.labels
+
+    def llm_turn(self, t: float, turn: Turn) -> tuple[str, float]:
+        """The LLM step at `t` on the task's device, as that device was at that moment."""
+        rng, hw, device = self.rng, self.hw, self.device
+        step_id = self.next_id()
         window = device.window_at(t)
         batch = device.batch(t) * float(rng.uniform(0.9, 1.1))
-        queue = device.background_queue(t)
-        nominal = {"queue_depth": queue, "batch_size": batch, "model_params_b": agent.model_params_b}
+        nominal = {"queue_depth": device.background_queue(t), "batch_size": batch,
+                   "model_params_b": self.agent.model_params_b}
         state = dict(nominal)
         if window is not None and window.kind == "hardware_queueing":
             state.update(queue_depth=window.queue_depth * float(rng.uniform(0.9, 1.1)),
                          batch_size=hw.max_batch * 0.9)
         elif window is not None:
             state["throttled"] = True
-        cached = min(system, context) if a.release_index >= 1 else 0
+        context = self.context
+        cached = min(self.agent.system_tokens[0], context) if self.a.release_index >= 1 else 0
         prefill_tokens = context - cached + cached // 10  # reusing a cached prefix is not free
         ttft = hw.sample_ttft_ms(rng, prefill_tokens, **state)
         tpot = hw.sample_tpot_ms(rng, **state)
         duration = ttft + tpot * turn.output_tokens
-        step = {"type": "step", "task_id": task_id, "step_id": step_id, "parent_step_id": root_id,
-                "kind": "llm", "name": f"chat {agent.model}", "started_at": _ns(t), "ended_at": _ns(t + duration),
-                "status": "ok", "model": agent.model, "device": device.name,
+        step = {"type": "step", "task_id": self.task_id, "step_id": step_id, "parent_step_id": self.root_id,
+                "kind": "llm", "name": f"chat {self.agent.model}", "started_at": _ns(t),
+                "ended_at": _ns(t + duration), "status": "ok", "model": self.agent.model, "device": device.name,
                 "input_tokens": context, "output_tokens": turn.output_tokens, "cached_tokens": cached,
-                "ttft_ms": round(ttft, 3), "streamed": True, "depends_on": previous_tools,
-                "attributes": {"gen_ai.system": hw.vendor, "turn": len(llm_steps) + 1}}
-        steps.append(step)
-        llm_steps.append(step)
+                "ttft_ms": round(ttft, 3), "streamed": True, "depends_on": self.previous_tools,
+                "attributes": {"gen_ai.system": hw.vendor, "turn": len(self.llm_steps) + 1}}
+        self.steps.append(step)
+        self.llm_steps.append(step)
         device.llm_steps.append((t, t + duration))
         if window is not None:
             # What this very step would have taken without the fault: same luck, scaled by
@@ -472,22 +505,18 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
                 prefill_tokens, turn.output_tokens, **state)
             extra = duration - usual
             if extra >= max(HW_MIN_EXTRA_MS, HW_MIN_EXTRA_RATIO * usual):
-                hw_hits.setdefault(window.kind, []).append((step_id, extra))
-        if turn.gap_before_ms:
-            labels.append(_label(task_id, "serial_gap", [last_step_id, step_id], turn.gap_before_ms,
-                                 gap_start_ns=_ns(gap_start)))
-        context += turn.output_tokens
-        t += duration
-        last_step_id = step_id
-        if not turn.calls:
-            break
-        # Tool calls issued by this turn
-        t += float(rng.lognormal(np.log(8.0), 0.5))
-        issued = t
-        previous_tools = []
+                self.hw_hits.setdefault(window.kind, []).append((step_id, extra))
+        self.context += turn.output_tokens
+        return step_id, t + duration
+
+    def tool_calls(self, issued: float, turn: Turn) -> float:
+        """The turn's calls: concurrent, chained (each consuming the previous), or — injected —
+        independent but one after another. Returns when the last one ends."""
+        rng = self.rng
+        self.previous_tools = []
         for n, call in enumerate(turn.calls):
-            call.step_id = next_id()
-            median = _median_ms(call.tool, a.release_index)
+            call.step_id = self.next_id()
+            median = _median_ms(call.tool, self.a.release_index)
             if call.status == "timeout":
                 dur = call.tool.timeout_ms
             elif call.status == "error":
@@ -497,7 +526,7 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
             else:
                 dur = median * float(rng.lognormal(0.0, call.tool.sigma))
             depends_on: list[str] = []
-            if agent.pattern == "chain" and n > 0:
+            if self.agent.pattern == "chain" and n > 0:
                 start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
                 depends_on = [turn.calls[n - 1].step_id]
             elif turn.serial and n > 0:
@@ -505,53 +534,43 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
             else:
                 start = issued + n * float(rng.uniform(0.3, 3.0))
             call.start_ms, call.end_ms = start, start + dur
-            step = {"type": "step", "task_id": task_id, "step_id": call.step_id, "parent_step_id": root_id,
-                    "kind": call.tool.kind, "name": call.tool.name, "started_at": _ns(start),
-                    "ended_at": _ns(start + dur), "status": call.status, "tool_name": call.tool.name,
-                    "tool_args": call.args, "depends_on": depends_on, "attributes": {"result_tokens": call.result_tokens}}
+            step = {"type": "step", "task_id": self.task_id, "step_id": call.step_id,
+                    "parent_step_id": self.root_id, "kind": call.tool.kind, "name": call.tool.name,
+                    "started_at": _ns(start), "ended_at": _ns(start + dur), "status": call.status,
+                    "tool_name": call.tool.name, "tool_args": call.args, "depends_on": depends_on,
+                    "attributes": {"result_tokens": call.result_tokens}}
             if call.status == "error":
                 step["error"] = _ERRORS[int(rng.integers(0, len(_ERRORS)))]
             elif call.status == "timeout":
                 step["error"] = f"tool call timed out after {call.tool.timeout_ms / 1000:g} s"
-            steps.append(step)
-            previous_tools.append(call.step_id)
-            context += call.result_tokens
+            self.steps.append(step)
+            self.previous_tools.append(call.step_id)
+            self.context += call.result_tokens
             if call.slow_factor > 1.0:
-                labels.append(_label(task_id, "slow_step", [call.step_id], dur - median,
-                                     baseline_median_ms=round(median, 1)))
+                self.label("slow_step", [call.step_id], dur - median, baseline_median_ms=round(median, 1))
             if call.repeat_of is not None:
-                labels.append(_label(task_id, "repeated_tool_call", [call.repeat_of.step_id, call.step_id], dur,
-                                     tool=call.tool.name))
-        t = max(c.end_ms for c in turn.calls)
-        last_step_id = max(turn.calls, key=lambda c: c.end_ms).step_id
+                self.label("repeated_tool_call", [call.repeat_of.step_id, call.step_id], dur, tool=call.tool.name)
+        last = max(turn.calls, key=lambda c: c.end_ms)
+        self.last_step_id = last.step_id
         if turn.serial:
             durations = [c.end_ms - c.start_ms for c in turn.calls]
-            labels.append(_label(task_id, "parallelizable_calls", [c.step_id for c in turn.calls],
-                                 sum(durations) - max(durations)))
-        if any(c.status == "timeout" for c in turn.calls):
-            break
+            self.label("parallelizable_calls", [c.step_id for c in turn.calls], sum(durations) - max(durations))
+        return last.end_ms
 
-    end = t + float(rng.uniform(2, 20))
-    if "context_growth" in a.kinds:
-        first = llm_steps[0]["ttft_ms"]
-        extra = sum(max(s["ttft_ms"] - first, 0.0) for s in llm_steps[1:])
-        labels.append(_label(task_id, "context_growth", [s["step_id"] for s in llm_steps], extra,
-                             input_tokens=[s["input_tokens"] for s in llm_steps]))
-    for kind, hits in sorted(hw_hits.items()):
-        labels.append(_label(task_id, kind, [s for s, _ in hits], sum(e for _, e in hits), device=device.name,
-                             verdicts={s: VERDICTS[kind] for s, _ in hits},
-                             step_magnitude_ms={s: round(e, 1) for s, e in hits}))
-    for label in labels:
-        label["release"] = release
-        label["task_name"] = agent.name
-    task = {"type": "task", "task_id": task_id, "name": agent.name, "release": release,
-            "environment": config.environment, "session_id": a.session_id, "started_at": _ns(a.start_ms),
-            "ended_at": _ns(end), "status": status,
-            "attributes": {"user_tier": ("free", "pro", "enterprise")[a.index % 3], "channel": "api"}}
-    root = {"type": "step", "task_id": task_id, "step_id": root_id, "parent_step_id": "", "kind": "agent",
-            "name": agent.name, "started_at": _ns(a.start_ms), "ended_at": _ns(end), "status": status,
-            "attributes": {}}
-    return [task, root, *steps], labels
+    def task_labels(self) -> None:
+        if "context_growth" in self.a.kinds:
+            first = self.llm_steps[0]["ttft_ms"]
+            extra = sum(max(s["ttft_ms"] - first, 0.0) for s in self.llm_steps[1:])
+            self.label("context_growth", [s["step_id"] for s in self.llm_steps], extra,
+                       input_tokens=[s["input_tokens"] for s in self.llm_steps])
+        for kind, hits in sorted(self.hw_hits.items()):
+            self.label(kind, [s for s, _ in hits], sum(e for _, e in hits), device=self.device.name,
+                       verdicts={s: VERDICTS[kind] for s, _ in hits},
+                       step_magnitude_ms={s: round(e, 1) for s, e in hits})
+
+    def label(self, kind: str, step_ids: list[str], magnitude_ms: float, **extra) -> None:
+        self.labels.append({**_label(self.task_id, kind, step_ids, magnitude_ms, **extra),
+                            "release": self.release, "task_name": self.agent.name})
 
 
 def _label(task_id: str, kind: str, step_ids: list[str], magnitude_ms: float, **extra) -> dict:
