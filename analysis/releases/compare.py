@@ -21,6 +21,8 @@ statistics.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -35,6 +37,8 @@ from analysis.releases.attribution import METHOD, where_it_changed
 from analysis.releases.db import FAILED_SQL, fetch, set_work_mem
 from analysis.selectors import task_queryset
 from ingest.models import Device, Project, Release, Step, Task
+
+log = logging.getLogger("agentops.analysis")
 
 SAMPLE_CAP = 20_000
 SPARKLINE_BUCKETS = 20
@@ -232,15 +236,23 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
                     threshold_pct: float = stats.DEFAULT_THRESHOLD_PCT,
                     alpha: float = stats.DEFAULT_ALPHA, seed: int = 0) -> ReleaseComparison:
     """Compare release `b` against baseline `a` in `project`. Raises UnknownRelease when a
-    release is missing or not one of the project's."""
+    release is missing or not one of the project's, FilterError when a and b are the same."""
     filters = filters or CompareFilters()
     for param, name in (("a", a), ("b", b)):
         if not release_exists(project=project, name=name):
             raise UnknownRelease(param, name)
+    if a == b:
+        raise FilterError("b: must be a different release from a")
+    started = time.monotonic()
     with transaction.atomic():
         set_work_mem()
-        return _release_compare(project=project, a=a, b=b, filters=filters,
-                                threshold_pct=threshold_pct, alpha=alpha, seed=seed)
+        comparison = _release_compare(project=project, a=a, b=b, filters=filters,
+                                      threshold_pct=threshold_pct, alpha=alpha, seed=seed)
+    report = comparison.report
+    log.info("releases.compared project=%s a=%s b=%s tasks=%s/%s regressed=%s ms=%.0f",
+             project.pk, a, b, report["overall"]["n_a"], report["overall"]["n_b"],
+             report["regressed"], 1000 * (time.monotonic() - started))
+    return comparison
 
 
 def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> ReleaseComparison:
@@ -379,14 +391,16 @@ def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str
             FROM ({base[0]}) t GROUP BY release""", base[1]):
         spans[release] = {"lo": lo, "hi": hi, "tasks": n, "p50_ms": p50, "p95_ms": p95}
     sparks: dict[str, list] = defaultdict(list)
+    if not spans:
+        return spans, sparks
+    # Each release's own span, passed in rather than recomputed: one more scan, no materialised CTE.
+    values = ", ".join(["(%s, %s::float8, %s::float8)"] * len(spans))
+    bounds = tuple(v for release, span in spans.items()
+                   for v in (release, span["lo"].timestamp(), span["hi"].timestamp() + 0.001))
     for release, bucket, p95, n in fetch(f"""
-            WITH t AS ({base[0]}),
-                 span AS (SELECT release, extract(epoch FROM min(started_at)) AS lo,
-                                 extract(epoch FROM max(started_at)) + 0.001 AS hi
-                          FROM t GROUP BY release)
-            SELECT t.release, width_bucket(extract(epoch FROM t.started_at), span.lo, span.hi, %s),
+            SELECT t.release, width_bucket(extract(epoch FROM t.started_at), s.lo, s.hi, %s),
                    percentile_cont(0.95) WITHIN GROUP (ORDER BY t.duration_ms), count(*)
-            FROM t JOIN span USING (release) GROUP BY 1, 2 ORDER BY 1, 2""",
-            base[1] + (SPARKLINE_BUCKETS,)):
+            FROM ({base[0]}) t JOIN (VALUES {values}) s(release, lo, hi) ON s.release = t.release
+            GROUP BY 1, 2 ORDER BY 1, 2""", (SPARKLINE_BUCKETS,) + base[1] + bounds):
         sparks[release].append({"bucket": bucket, "p95_ms": p95, "tasks": n})
     return spans, sparks

@@ -43,6 +43,7 @@ def test_threshold_and_filters_change_the_answer(api, two_releases, read_key):
     ({"b": "v2"}, "a: required"),
     ({"a": "v1"}, "b: required"),
     ({"a": "v1", "b": "nope"}, "b: no release 'nope'"),
+    ({"a": "v1", "b": "v1"}, "b: must be a different release from a"),
     ({"a": "v1", "b": "v2", "alpha": "2"}, "alpha:"),
     ({"a": "v1", "b": "v2", "threshold_pct": "lots"}, "threshold_pct:"),
     ({"a": "v1", "b": "v2", "since": "yesterday"}, "since:"),
