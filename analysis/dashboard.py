@@ -422,11 +422,12 @@ def task_waterfall_rows(*, task: Task) -> list[StepRow]:
             "SELECT step_id, parent_step_id, 0, kind, name,"
             " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"
             " ttft_ms, input_tokens, output_tokens, tool_name, coalesce(left(tool_args::text, 200), ''),"
-            " left(error, 200) FROM ingest_step WHERE task_id = %s", [task.started_at, task.pk])
+            " left(error, 200) FROM ingest_step WHERE task_id = %s"
+            ' ORDER BY started_at, ended_at, step_id COLLATE "C"', [task.started_at, task.pk])
         steps = [StepRow._make(row) for row in cur.fetchall()]
     # _make on a spliced tuple: NamedTuple._replace costs several times more at 50,000 rows
     rows = [StepRow._make(step[:2] + (depth,) + step[3:]) if depth else step
-            for step, depth in selectors.tree_order(steps)]
+            for step, depth in selectors.tree_order(steps, presorted=True)]
     _ROWS_CACHE[key] = rows
     while len(_ROWS_CACHE) > 4:
         _ROWS_CACHE.pop(next(iter(_ROWS_CACHE)))

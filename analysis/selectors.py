@@ -60,9 +60,11 @@ def task_list(*, project: Project, filters: TaskFilters, limit: int = 50, cursor
     return rows, next_cursor
 
 
-def tree_order(steps: Sequence[Step]) -> list[tuple[Step, int]]:
+def tree_order(steps: Sequence[Step], *, presorted: bool = False) -> list[tuple[Step, int]]:
     """Steps depth-first, children by start time, with their depth. Iterative: a 50,000-step
-    task with a deep chain does not recurse. A step whose parent is unknown is a root."""
+    task with a deep chain does not recurse. A step whose parent is unknown is a root.
+    `presorted`: the steps already come ordered by (started_at, ended_at, step_id), e.g. from
+    SQL, so siblings keep that order without a sort (the waterfall's hot path)."""
     ids = {s.step_id for s in steps}
     children: dict[str, list[Step]] = defaultdict(list)
     roots = []
@@ -72,9 +74,13 @@ def tree_order(steps: Sequence[Step]) -> list[tuple[Step, int]]:
         else:
             roots.append(s)
     key = lambda s: (s.started_at, s.ended_at, s.step_id)  # noqa: E731
+
+    def newest_first(items):  # step ids are unique, so keys never tie: reversed == reverse sort
+        return items[::-1] if presorted else sorted(items, key=key, reverse=True)
+
     ordered: list[tuple[Step, int]] = []
     seen: set[str] = set()
-    stack = [(s, 0) for s in sorted(roots, key=key, reverse=True)]
+    stack = [(s, 0) for s in newest_first(roots)]
     while stack:
         step, depth = stack.pop()
         if step.step_id in seen:
@@ -82,10 +88,11 @@ def tree_order(steps: Sequence[Step]) -> list[tuple[Step, int]]:
         seen.add(step.step_id)
         ordered.append((step, depth))
         kids = children.get(step.step_id)
-        if kids:  # most steps are leaves: skip the sort and the generator for them
-            stack.extend([(c, depth + 1) for c in sorted(kids, key=key, reverse=True)])
+        if kids:  # most steps are leaves: skip the sort and the list for them
+            stack.extend([(c, depth + 1) for c in newest_first(kids)])
     # Steps caught in a parent cycle are unreachable from a root: show them at the end.
-    ordered.extend((s, 0) for s in sorted(steps, key=key) if s.step_id not in seen)
+    if len(ordered) < len(steps):
+        ordered.extend((s, 0) for s in (steps if presorted else sorted(steps, key=key)) if s.step_id not in seen)
     return ordered
 
 

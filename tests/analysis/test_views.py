@@ -428,3 +428,19 @@ def test_findings_follow_every_task_filter(client, project, spread):
     assert wasted(environment="staging") == {"slow_step": 0.3}
     assert wasted(min_duration_ms=1000) == {"slow_step": 0.3}
     assert wasted(until="2026-11-01T10:05:00Z") == {"slow_step": 0.4}
+
+
+def test_waterfall_order_is_the_apis_tree_order(project):
+    """The waterfall reads steps presorted by SQL; the API sorts them in Python: same order,
+    including ties on start time, children before later siblings, and a parent cycle."""
+    from analysis import dashboard, selectors
+
+    task = make_task(project, "tree", duration_ms=1000.0)
+    specs = [("b", "", 0, 500), ("a", "", 0, 500), ("c", "", 0, 300), ("b2", "b", 10, 50), ("b1", "b", 10, 50),
+             ("B0", "b", 5, 100), ("deep", "b1", 20, 5), ("orphan", "missing", 1, 2), ("x", "y", 3, 4),
+             ("y", "x", 3, 4), ("é", "a", 1, 1), ("z", "a", 1, 1)]
+    for step_id, parent, offset, duration in reversed(specs):
+        make_step(task, step_id, parent=parent, offset_ms=offset, duration_ms=duration)
+    api = [(s.step_id, depth) for s, depth in selectors.task_steps(task=task)]
+    assert [(r.step_id, r.depth) for r in dashboard.task_waterfall_rows(task=task)] == api
+    assert api[:3] == [("c", 0), ("a", 0), ("z", 1)]
