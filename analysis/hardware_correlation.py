@@ -189,14 +189,36 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
             continue
         signals = device_signals(ctx, step) if step.device else {"samples": 0}
         corroborated = any(device_anomaly(signals)) or _hot(signals)
-        slowness = llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
-        if slowness is not None:
-            verdicts[step.step_id] = verdict_for(ctx, step, slowness, signals)
+        stats = ctx.baseline(step)
+        slowness = llm_slowness(step, stats, z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
+        if slowness is None:
+            continue
+        verdict = verdict_for(ctx, step, slowness, signals)
+        if corroborated and verdict["verdict"] not in ("queueing", "throttling"):
+            # The device evidence did not explain it: the step must be slow on its own merits.
+            slowness = llm_slowness(step, stats)
+            if slowness is None:
+                continue
+            verdict = verdict_for(ctx, step, slowness, signals)
+        verdicts[step.step_id] = verdict
     return verdicts
 
 
-_WHY = {"queueing": "its device {device} was saturated (queue depth {q} vs normal {qn})",
-        "throttling": "its device {device} was throttling (temperature {t} °C, throttled={th})"}
+def _reading(sig: dict, metric: str, label: str, unit: str = "") -> str | None:
+    entry = sig.get(metric)
+    if not entry:
+        return None
+    normal = f" vs normal {entry['normal']:g}{unit}" if "normal" in entry else ""
+    return f"{label} {entry['value']:g}{unit}{normal}"
+
+
+def _why(verdict_name: str, device: str, sig: dict) -> str:
+    if verdict_name == "queueing":
+        parts = [_reading(sig, "queue_depth", "queue depth"), _reading(sig, "utilization", "utilisation")]
+        return f"its device {device} was saturated ({'; '.join(p for p in parts if p) or 'no readings'})"
+    flag = "throttle flag set" if sig.get("throttled", {}).get("value", 0) >= 0.5 else None
+    parts = [flag, _reading(sig, "temperature_c", "temperature", " °C"), _reading(sig, "tokens_per_s", "tokens/s")]
+    return f"its device {device} was throttling ({'; '.join(p for p in parts if p) or 'no readings'})"
 
 
 def hardware_findings(ctx: TaskContext, verdict_name: str):
@@ -208,11 +230,7 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
         if verdict["verdict"] != verdict_name:
             continue
         step = by_id[step_id]
-        sig = verdict.get("signals", {})
-        why = _WHY[verdict_name].format(
-            device=step.device, q=sig.get("queue_depth", {}).get("value", "?"),
-            qn=sig.get("queue_depth", {}).get("normal", "?"),
-            t=sig.get("temperature_c", {}).get("value", "?"), th=sig.get("throttled", {}).get("value", "?"))
+        why = _why(verdict_name, step.device, verdict.get("signals", {}))
         wasted = verdict["excess_ms"]
         summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
                    f"{fmt_ms(verdict['expected_ms'])}) because {why}.")

@@ -88,3 +88,11 @@ def test_a_hot_busy_device_with_a_slow_start_is_queueing_not_throttling():
     busy = [type(x)(x.ts_ms, {**x.metrics, "temperature_c": 80, "queue_depth": 24}) for x in samples(0, 30)]
     queueing, throttling, _ = run(ctx_with(s, busy))
     assert [f.kind for f in queueing] == ["hardware_queueing"] and not throttling
+
+
+def test_a_hot_device_does_not_lower_the_bar_for_a_step_it_does_not_explain():
+    # TTFT 320 ms vs usual 200 (z ≈ 3.2): slow only with device evidence, and a hot but
+    # unqueued device does not explain a slow start.
+    s = step("a", "llm", 10, 10.52, model="m", device="gpu-1", ttft_ms=320, input_tokens=2000, output_tokens=11)
+    hot = [type(x)(x.ts_ms, {**x.metrics, "temperature_c": 85}) for x in samples(0, 30)]
+    assert run(ctx_with(s, hot)) == ([], [], [])
