@@ -30,9 +30,9 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
         if proc.poll() is not None:
             raise AssertionError(f"runstack exited early with {proc.returncode}")
         try:
-            requests.get(url, timeout=1)
+            requests.get(url, timeout=5)
             return
-        except requests.ConnectionError:
+        except requests.RequestException:
             time.sleep(0.3)
     raise AssertionError(f"{url} did not answer within {timeout}s")
 
