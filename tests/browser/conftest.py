@@ -1,5 +1,6 @@
 """Browser fixtures: Debian's Chromium driven by Playwright's sync API against pytest-django's
-live_server. Skipped, with the reason, when /usr/bin/chromium is missing (`make browsers`)."""
+live_server. Browser test modules call `skip_without_chromium()` first: they are skipped, with
+the reason, when /usr/bin/chromium (or $AGENTOPS_CHROMIUM) is missing (`make browsers`)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
-if not os.path.exists(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is missing: run `make browsers` (apt-get install chromium)",
-                allow_module_level=True)
+
+def skip_without_chromium() -> None:
+    """Called at the top of each browser test module (a conftest cannot skip a module)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: run `make browsers` (apt-get install chromium)",
+                    allow_module_level=True)
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the same
 # thread (fixtures creating rows) would otherwise be refused as "async unsafe".

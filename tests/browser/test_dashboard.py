@@ -21,8 +21,9 @@ from tests.analysis.factories import (
     make_step,
     make_task,
 )
-from tests.browser.conftest import ARTIFACTS, screenshot
+from tests.browser.conftest import ARTIFACTS, screenshot, skip_without_chromium
 
+skip_without_chromium()
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 XSS_NAME = "<script>window.pwned=1</script>checkout"
