@@ -14,7 +14,7 @@ from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
 from analysis.serializers import (
     FindingPageSerializer,
-    LatencyRowSerializer,
+    LatencyPageSerializer,
     TaskDetailSerializer,
     TaskPageSerializer,
 )
@@ -125,7 +125,7 @@ class LatencyView(APIView):
 
     @extend_schema(operation_id="latency", parameters=TASK_FILTER_PARAMETERS + [
         OpenApiParameter("group_by", OpenApiTypes.STR, required=False, enum=list(LATENCY_GROUPS))],
-        responses=LatencyRowSerializer(many=True))
+        responses=LatencyPageSerializer)
     def get(self, request):
         project = request_project(request)
         group_by = request.query_params.get("group_by", "task")
@@ -133,4 +133,4 @@ class LatencyView(APIView):
             raise ValidationError({"error": f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"})
         filters = filters_or_400(request.query_params)
         rows = selectors.latency_percentiles(project=project, filters=filters, group_by=group_by)
-        return Response({"group_by": group_by, "results": LatencyRowSerializer(rows, many=True).data})
+        return Response(LatencyPageSerializer({"group_by": group_by, "results": rows}).data)

@@ -80,3 +80,8 @@ class LatencyRowSerializer(serializers.Serializer):
     p95 = serializers.FloatField(allow_null=True)
     p99 = serializers.FloatField(allow_null=True)
     max = serializers.FloatField(allow_null=True)
+
+
+class LatencyPageSerializer(serializers.Serializer):
+    group_by = serializers.CharField()
+    results = LatencyRowSerializer(many=True)
