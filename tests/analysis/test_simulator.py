@@ -362,6 +362,7 @@ def test_http_mode_stores_exactly_what_in_process_mode_stores(live_server, make_
     ({"anomaly_rate": 1.5}, "--anomaly-rate: must be between 0 and 1"),
     ({"until": "yesterday"}, "--until: 'yesterday' is not an RFC 3339 timestamp"),
     ({"url": "http://localhost:1"}, "--url needs --key"),
+    ({"labels": "/nonexistent/dir/labels.jsonl"}, "--labels: cannot write"),
 ])
 def test_bad_options_are_refused_by_name(db, options, message):
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):

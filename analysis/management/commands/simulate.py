@@ -116,9 +116,12 @@ class Command(BaseCommand):
         sim = simulate(config)
         generated = time.monotonic() - started
         if o["labels"]:
-            with open(o["labels"], "w", encoding="utf-8") as fh:
-                for label in sim.labels:
-                    fh.write(json.dumps(label, sort_keys=True) + "\n")
+            try:
+                with open(o["labels"], "w", encoding="utf-8") as fh:
+                    for label in sim.labels:
+                        fh.write(json.dumps(label, sort_keys=True) + "\n")
+            except OSError as exc:
+                raise CommandError(f"--labels: cannot write {o['labels']!r}: {exc.strerror}") from None
 
         total = sim.event_count
         progress = _Progress(total, self.stderr if o["verbosity"] > 0 else None)
