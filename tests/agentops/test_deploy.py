@@ -10,7 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _manage(env_overrides: dict, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "AGENTOPS_HTTPS"}}
+    # A deployment's environment: none of the test run's own switches (the browser tests set
+    # DJANGO_ALLOW_ASYNC_UNSAFE in this process).
+    dropped = {"SECRET_KEY", "DEBUG", "AGENTOPS_HTTPS", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update({"DJANGO_SETTINGS_MODULE": "agentops.settings",
                 "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
                 "CELERY_BROKER_URL": "redis://127.0.0.1:1/0", **env_overrides})
