@@ -102,6 +102,8 @@ class Task(models.Model):
             models.Index(fields=["project", "-started_at", "-id"], name="task_project_time"),
             models.Index(fields=["project", "release", "-started_at"], name="task_project_release"),
             models.Index(fields=["project", "name", "-started_at"], name="task_project_name"),
+            # The task list sorted by duration ("slowest first"), keyset-paginated like by time.
+            models.Index(fields=["project", "-duration_ms", "-id"], name="task_project_duration"),
             models.Index(fields=["last_event_at"], name="task_last_event"),
         ]
 
