@@ -1,7 +1,9 @@
 """parallelizable_calls: independent tool calls run one after another.
 
 Candidates are the tool/retrieval calls one LLM turn issued: consecutive tool or retrieval
-steps under the same parent with no LLM step between them. Calls are dependent when one
+steps under the same parent with no LLM step between them, started after some LLM step of
+the task had finished (calls before any LLM answer — a RAG pipeline's retrieve-then-rerank,
+say — were not issued by a model turn and are often a pipeline whose stages feed each other). Calls are dependent when one
 lists the other in `depends_on` (the trace's own statement that it consumed that output);
 otherwise they are independent and could have run at once.
 
@@ -83,9 +85,10 @@ def distinct_calls(group: list[StepData]) -> list[StepData]:
 
 @register("parallelizable_calls")
 def detect(ctx: TaskContext):
+    llm_ends = sorted(s.end_ms for s in ctx.steps if s.kind == "llm")
     for group in turn_groups(ctx.steps):
         group = distinct_calls(group)
-        if len(group) < 2:
+        if len(group) < 2 or not llm_ends or llm_ends[0] > group[0].start_ms:
             continue
         ids = {s.step_id for s in group}
         linked = {s.step_id for s in group if ids.intersection(s.depends_on)}

@@ -33,7 +33,8 @@ def test_calls_that_depend_on_each_other_must_not_fire():
 
 
 def test_a_partly_dependent_group_wastes_only_what_the_chain_allows():
-    ctx = task([step("a", "tool", 0, 1, tool_name="find_user"),
+    ctx = task([llm("l1", -1, 0),
+                step("a", "tool", 0, 1, tool_name="find_user"),
                 step("b", "tool", 1, 2, tool_name="find_orders", depends_on=("a",)),
                 step("c", "tool", 2, 2.5, tool_name="weather")])
     [finding] = detect(ctx)
@@ -52,11 +53,19 @@ def test_calls_already_in_parallel_are_fine():
 
 
 def test_a_small_but_certain_serialisation_is_reported():
-    ctx = task([step("a", "tool", 0, 0.4, tool_name="refund"), step("b", "retrieval", 0.41, 0.48, name="kb")])
+    ctx = task([llm("l1", -1, 0), step("a", "tool", 0, 0.4, tool_name="refund"),
+                step("b", "retrieval", 0.41, 0.48, name="kb")])
     [finding] = detect(ctx)
     assert round(finding.wasted_ms) == 70
 
 
 def test_calls_dispatched_together_with_a_little_skew_are_not_serial():
     ctx = task([step("a", "tool", 0, 0.5, tool_name="x"), step("b", "tool", 0.03, 0.6, tool_name="y")])
+    assert detect(ctx) == []
+
+
+def test_calls_before_any_llm_answer_are_a_pipeline_not_a_turn():
+    ctx = task([step("r", "retrieval", 0, 0.5, name="vector_search"),
+                step("k", "tool", 0.5, 1.2, tool_name="rerank"),
+                llm("l1", 1.2, 3)])
     assert detect(ctx) == []
