@@ -5,7 +5,9 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont.
   LLM steps get one baseline per (model, device) and one per model across devices (the
   fallback while a device has little history). Stored: count, median, MAD, p90, p99 of the
   duration, and for LLM steps median/MAD of TTFT, of time per output token and of input
-  tokens, and MADs of the logs for the log-scale z (`stats`). Only successful steps count: a failure's duration is not "normal".
+  tokens, MADs of the logs for the log-scale z, and — for LLM steps without TTFT — a
+  resistant line duration ≈ a + b × output tokens (b = median slope from the centre) with the
+  MAD of the log residuals (`stats`). Only successful steps count: a failure's duration is not "normal".
 - Device normals (`kind="device"`, key = device): median/MAD of each telemetry metric and
   the median sampling interval.
 - The window is the WINDOW_DAYS before the key's newest step (not before "now"), so
@@ -39,16 +41,16 @@ _STEP_KEY = ("CASE WHEN s.kind = 'llm' THEN coalesce(nullif(s.model, ''), s.name
 _STEP_SQL = f"""
 WITH base AS (
     SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
-           s.input_tokens::float8 AS input_tokens,
+           s.input_tokens::float8 AS input_tokens, s.output_tokens::float8 AS output_tokens,
            CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1
                 THEN greatest(s.duration_ms - s.ttft_ms, 0) / (s.output_tokens - 1) END AS tpot
     FROM ingest_step s
     WHERE s.project_id = %(project)s AND s.status = 'ok' {{filter}}
 ), expanded AS (
-    SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, tpot
+    SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, tpot
     FROM base WHERE kind = 'llm' AND device <> ''
     UNION ALL
-    SELECT kind, key, '' AS device, started_at, duration_ms, ttft_ms, input_tokens, tpot FROM base
+    SELECT kind, key, '' AS device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, tpot FROM base
 ), windowed AS (
     SELECT * FROM (
         SELECT e.*, max(started_at) OVER (PARTITION BY kind, key, device) AS latest FROM expanded e
@@ -60,10 +62,24 @@ WITH base AS (
            percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS d_p99,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms) AS t_med,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot) AS p_med,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY input_tokens) AS i_med
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY input_tokens) AS i_med,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY output_tokens) AS o_med
     FROM windowed GROUP BY kind, key, device
+), slope AS (
+    -- LLM duration against output tokens, for steps without TTFT: the median of the slopes
+    -- from the centre (d_med, o_med) to each step far enough from it (a resistant line).
+    SELECT w.kind, w.key, w.device, greatest(percentile_cont(0.5) WITHIN GROUP (
+               ORDER BY (w.duration_ms - m.d_med) / (w.output_tokens - m.o_med)), 0) AS b
+    FROM windowed w JOIN med m USING (kind, key, device)
+    WHERE w.kind = 'llm' AND abs(w.output_tokens - m.o_med) >= greatest(0.25 * m.o_med, 1)
+    GROUP BY w.kind, w.key, w.device
+), line AS (
+    SELECT m.*, sl.b AS l_b, m.d_med - sl.b * m.o_med AS l_a
+    FROM med m LEFT JOIN slope sl USING (kind, key, device)
 )
-SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99,
+SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.l_a, m.l_b,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.duration_ms, 0.001))
+           - ln(greatest(m.l_a + m.l_b * w.output_tokens, 1)))) AS l_lmad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.duration_ms - m.d_med)) AS d_mad,
        m.t_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.ttft_ms - m.t_med)) AS t_mad,
        m.p_med, percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.tpot - m.p_med)) AS p_mad,
@@ -72,8 +88,9 @@ SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.ttft_ms, 0.001)) - ln(greatest(m.t_med, 0.001)))) AS t_lmad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.tpot, 0.001)) - ln(greatest(m.p_med, 0.001)))) AS p_lmad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.input_tokens, 1)) - ln(greatest(m.i_med, 1)))) AS i_lmad
-FROM windowed w JOIN med m USING (kind, key, device)
-GROUP BY m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.t_med, m.p_med, m.i_med
+FROM windowed w JOIN line m USING (kind, key, device)
+GROUP BY m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.t_med, m.p_med, m.i_med,
+         m.l_a, m.l_b
 """
 
 _METRICS = ("utilization", "queue_depth", "batch_size", "power_w", "temperature_c", "mem_bw_util",
@@ -138,7 +155,8 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
         "stats": {"ttft_median": r["t_med"], "ttft_mad": r["t_mad"], "tpot_median": r["p_med"],
                   "tpot_mad": r["p_mad"], "input_median": r["i_med"], "input_mad": r["i_mad"],
                   "log_mad": r["d_lmad"], "ttft_log_mad": r["t_lmad"], "tpot_log_mad": r["p_lmad"],
-                  "input_log_mad": r["i_lmad"]},
+                  "input_log_mad": r["i_lmad"], "line_a": r["l_a"], "line_b": r["l_b"],
+                  "line_log_mad": r["l_lmad"]},
         "window_start": r["w_start"], "window_end": r["w_end"],
     } for r in found]
     return _save(project, rows)

@@ -87,7 +87,8 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
                 ttft_median=st.get("ttft_median"), ttft_mad=st.get("ttft_mad"), tpot_median=st.get("tpot_median"),
                 tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
                 log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
-                input_log_mad=st.get("input_log_mad"))
+                input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
+                line_log_mad=st.get("line_log_mad"))
     if devices and steps:
         first = min(s.start_ms for s in steps if s.device)
         last = max(s.end_ms for s in steps if s.device)

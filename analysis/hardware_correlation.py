@@ -4,7 +4,8 @@ An LLM step is *slow* when its TTFT or its time per output token (TPOT) is an ou
 against the baseline of its model on its device (log-scale modified z, see detectors.base)
 and the step as a whole took at least 20 % (and 100 ms) longer than expected. Expected
 duration is `TTFT_median + TPOT_median × (output_tokens − 1)`: a step that is long because
-it generated many tokens at the usual speed is not slow. 20 % is about the smallest change
+it generated many tokens at the usual speed is not slow. Without TTFT (non-streaming
+clients) it is the baseline's resistant line over output tokens, compared as a whole. 20 % is about the smallest change
 in a duration people notice (Weber fraction for time intervals is 10–20 %).
 
 The outlier cut-off is z > 4 (`Z_SLOW`) when nothing else is known: every LLM step is
@@ -80,6 +81,10 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
             tpot = max(step.duration_ms - step.ttft_ms, 0.0) / out
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
         outlier = ttft_z > z_cut or (tpot_z is not None and tpot_z > z_cut)
+    elif step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
+        # No TTFT: the duration against the resistant line over output tokens.
+        expected = max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
+        outlier = log_z(step.duration_ms, expected, stats.line_log_mad) > z_cut
     else:
         expected = stats.median_ms
         outlier = log_z(step.duration_ms, stats.median_ms, stats.spread("duration")) > z_cut

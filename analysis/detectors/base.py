@@ -117,6 +117,10 @@ class BaselineStats:
     ttft_log_mad: float | None = None
     tpot_log_mad: float | None = None
     input_log_mad: float | None = None
+    # LLM steps without TTFT: duration ≈ line_a + line_b × output tokens (a resistant line).
+    line_a: float | None = None
+    line_b: float | None = None
+    line_log_mad: float | None = None
 
     def spread(self, name: str) -> float:
         """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""

@@ -81,3 +81,19 @@ def test_a_key_without_usable_history_is_not_recomputed_for_every_task(project, 
     assert Baseline.objects.get(project=project, kind="tool", key="flaky").count == 0
     with django_assert_max_num_queries(1):
         baselines_ensure(project=project, keys={("tool", "flaky")}, devices={"gpu-silent"})
+
+
+def test_llm_steps_without_ttft_get_a_line_over_output_tokens(project):
+    rng = random.Random(5)
+    steps = []
+    for i in range(80):
+        out = rng.randint(20, 400)
+        ms = (150 + 20 * out) * rng.uniform(0.95, 1.05)
+        steps.append(StepRecord(f"s{i}", f"t{i}", at(i * 60), at(i * 60 + ms / 1000), kind="llm", name="chat",
+                                model="m", output_tokens=out))
+    batch_store(project=project, batch=Batch(steps=steps))
+    baselines_refresh(project=project, full=True)
+    stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
+    assert stats["line_b"] == pytest.approx(20, rel=0.1)
+    assert stats["line_a"] == pytest.approx(150, abs=150)
+    assert stats["line_log_mad"] < 0.06

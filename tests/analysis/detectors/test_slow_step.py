@@ -64,3 +64,12 @@ def test_the_device_baseline_falls_back_to_the_model_baseline_when_young():
                baselines={("tool", "x", "d"): stats(100, 10, count=3), ("tool", "x", ""): stats(500, 50)})
     [finding] = detect(ctx)
     assert finding.evidence["baseline_median_ms"] == 500
+
+
+def test_without_ttft_a_step_is_judged_against_the_line_over_output_tokens():
+    base = {("llm", "m", ""): stats(1200, 500, line_a=150.0, line_b=20.0, line_log_mad=0.08)}
+    long_but_normal = step("a", "llm", 0, 4.2, model="m", output_tokens=200)   # 150 + 20 × 200 = 4150
+    slow = step("b", "llm", 0, 3.0, model="m", output_tokens=50)               # expected 1150
+    assert detect(task([long_but_normal], baselines=base)) == []
+    [finding] = detect(task([slow], baselines=base))
+    assert finding.evidence["expected_ms"] == 1150 and finding.evidence["slow_part"] == "whole"
