@@ -14,6 +14,8 @@ token counts and TTFT):
   shows a smaller rise for the same growth; the growth is still there, its cost is what it
   is;
 - wasted = Σ over turns of TTFT above that first-turns reference.
+For calls without TTFT (not streamed), the time the output does not explain stands in for it:
+duration − the baseline's per-output-token cost × output tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from statistics import median
 
 from scipy.stats import kendalltau
 
-from analysis.detectors.base import Finding, TaskContext, fmt_ms, register
+from analysis.detectors.base import Finding, StepData, TaskContext, fmt_ms, register
 
 MIN_TURNS = 4
 MIN_TOKEN_TAU = 0.7
@@ -39,14 +41,26 @@ def kendall_tau(values: list[float]) -> float:
     return float(kendalltau(range(len(values)), values).statistic)
 
 
+def first_token_ms(ctx: TaskContext, step: StepData) -> float | None:
+    """TTFT, or for a non-streamed call the time its output does not explain: duration minus
+    the baseline's per-token cost × output tokens (its prefill plus fixed overhead)."""
+    if step.ttft_ms is not None:
+        return step.ttft_ms
+    stats = ctx.baseline(step)
+    if stats is None or stats.line_b is None or step.output_tokens is None:
+        return None
+    return max(step.duration_ms - stats.line_b * max(step.output_tokens - 1, 0), 0.0)
+
+
 @register("context_growth")
 def detect(ctx: TaskContext):
-    turns = sorted((s for s in ctx.steps if s.kind == "llm" and s.input_tokens and s.ttft_ms is not None),
-                   key=lambda s: (s.start_ms, s.step_id))
-    if len(turns) < MIN_TURNS:
+    timed = [(s, first_token_ms(ctx, s)) for s in ctx.steps if s.kind == "llm" and s.input_tokens]
+    timed = sorted(((s, t) for s, t in timed if t is not None), key=lambda x: (x[0].start_ms, x[0].step_id))
+    if len(timed) < MIN_TURNS:
         return
+    turns = [s for s, _ in timed]
     tokens = [float(s.input_tokens) for s in turns]
-    ttfts = [float(s.ttft_ms) for s in turns]
+    ttfts = [float(t) for _, t in timed]
     token_tau, ttft_tau = kendall_tau(tokens), kendall_tau(ttfts)
     reference = min(ttfts[:2])
     later = median(ttfts[len(ttfts) // 2:])

@@ -41,3 +41,17 @@ def test_one_queued_first_turn_neither_hides_nor_fakes_the_climb():
     assert finding.evidence["reference_ttft_ms"] == 190
     flat = turns([1100, 10000, 22000, 24000, 30000], [160, 84, 95, 101, 95])
     assert list(context_growth.detect(flat)) == []
+
+
+def test_without_ttft_the_time_the_output_does_not_explain_stands_in():
+    from .builders import stats
+
+    base = {("llm", "m", ""): stats(1200, 300, line_a=150.0, line_b=20.0, line_log_mad=0.08)}
+    steps, t = [], 0.0
+    for i, (tok, prefill) in enumerate(zip([1000, 3000, 6000, 11000, 18000], [150, 300, 600, 1100, 1800],
+                                           strict=True)):
+        dur = prefill + 20 * 49
+        steps.append(step(f"l{i}", "llm", t, t + dur / 1000, model="m", input_tokens=tok, output_tokens=50))
+        t += dur / 1000 + 0.5
+    [finding] = context_growth.detect(task(steps, baselines=base))
+    assert finding.evidence["ttft_ms"] == [150, 300, 600, 1100, 1800]
