@@ -11,12 +11,13 @@ Times are float milliseconds since the Unix epoch: interval arithmetic stays exa
 Shared statistics, used the same way by every detector so thresholds mean one thing:
 - modified z-score (Iglewicz & Hoaglin, 1993): z = 0.6745·(x − median) / MAD. The constant
   makes MAD comparable to a standard deviation under normality; |z| > 3.5 is their
-  recommended outlier cut-off, and the one used throughout.
+  recommended outlier cut-off (`Z_OUTLIER`, used for device telemetry and prompt sizes);
+  slowness, which screens every step, uses z > 4 (`Z_SLOW`, see below).
 - Durations, TTFT, time per token and prompt sizes are compared on a log scale (`log_z`):
   latencies are right-skewed (roughly log-normal), so a symmetric z on raw milliseconds
-  flags the natural long tail of every busy tool. On the log scale z > 3.5 means "more than
-  3.5 typical spreads *slower by a factor*", and the false-alarm rate per step stays near the
-  one-sided normal tail (2e-4).
+  flags the natural long tail of every busy tool. On the log scale z > 4 means "more than
+  4 typical spreads *slower by a factor*", and the false-alarm rate per step stays near the
+  one-sided normal tail (3e-5).
 - MAD is floored (`mad_floor`, `LOG_MAD_FLOOR`): a perfectly steady metric has MAD 0, and then
   any wobble would be an "outlier". The floor is the larger of a measurement resolution and
   5 % of the median, i.e. we never call a 5 % deviation anomalous.
