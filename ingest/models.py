@@ -112,10 +112,16 @@ class Task(models.Model):
 
 
 class Step(models.Model):
+    """One unit of work in a task. In the database the table is partitioned by week of
+    `started_at` (see ingest/partitions.py): its primary key is (id, started_at) and its unique
+    key (task, step_id, started_at); Django sees `id` as the key, which stays unique."""
+
     KINDS = ["llm", "tool", "retrieval", "agent", "framework", "queue", "other"]
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    # No single-column FK indexes: (task, step_id, started_at) serves "steps of a task" and the
+    # (project, …) indexes serve everything else; two more B-trees would only slow ingest.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps", db_index=False)
     step_id = models.CharField(max_length=128)
     parent_step_id = models.CharField(max_length=128, blank=True, default="")
     kind = models.CharField(max_length=16, default="other")
@@ -173,14 +179,14 @@ class Device(models.Model):
 
 class ResourceSample(models.Model):
     """One telemetry reading of a device. Known metrics get columns (the analysis filters and
-    aggregates them); anything else stays in `extra`."""
+    aggregates them); anything else stays in `extra`. Partitioned by week of `ts`."""
 
     METRICS = [
         "utilization", "queue_depth", "batch_size", "power_w", "temperature_c",
         "mem_bw_util", "kv_cache_hit_rate", "tokens_per_s", "throttled",
     ]
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     device = models.CharField(max_length=200)
     ts = models.DateTimeField()
     utilization = models.FloatField(null=True)

@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from ingest import partitions
 from ingest.models import IngestKey, Project, ResourceSample
 from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
 
@@ -142,6 +143,10 @@ def batch_store(*, project: Project, batch: Batch) -> StoreResult:
     histograms = _dedupe(batch.histograms, lambda h: (h.metric, h.model, h.device, h.ts))
     now = timezone.now()
     ended: list[int] = []
+    if steps:
+        partitions.ensure(table="ingest_step", times=(s.started_at for s in steps))
+    if samples:
+        partitions.ensure(table="ingest_resourcesample", times=(s.ts for s in samples))
     with transaction.atomic(), connection.cursor() as cursor:
         _releases_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
         task_pks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
@@ -260,10 +265,18 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
         else f"u.{name}"
         for name, _ in columns
     ]
+    if not rows:
+        return
+    # The start time is part of the key (the table is partitioned by it): a step sent again with
+    # a corrected start replaces its old row instead of standing beside it.
+    cursor.execute(
+        "DELETE FROM ingest_step s USING unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS u(t, sid, st) "
+        "WHERE s.task_id = u.t AND s.step_id = u.sid AND s.started_at <> u.st",
+        [[r[0] for r in rows], [r[1] for r in rows], [r[5] for r in rows]])
     updated = [c.strip() for c in _STEP_COLUMNS.split(",")][3:]
     _upsert(
         cursor, table="ingest_step", target=_STEP_COLUMNS, columns=columns, rows=rows, select=select,
-        conflict="task_id, step_id",
+        conflict="task_id, step_id, started_at",
         update=", ".join(f"{c} = EXCLUDED.{c}" for c in updated),
     )
 

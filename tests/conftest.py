@@ -21,6 +21,16 @@ def django_db_modify_db_settings():
         db.setdefault("TEST", {})["NAME"] = f"test_agentops_{suffix}"
 
 
+@pytest.fixture(autouse=True)
+def _partition_cache():
+    # Partitions created inside a rolled-back test transaction vanish; so must the cache.
+    from ingest import partitions
+
+    partitions.forget_cache()
+    yield
+    partitions.forget_cache()
+
+
 @pytest.fixture
 def project(db) -> Project:
     return Project.objects.create(name="acme")
