@@ -12,11 +12,9 @@ log = logging.getLogger("agentops.analysis")
 
 
 def on_tasks_ended(sender, *, project_id: int, task_ids: list[int], **kwargs) -> None:
-    from analysis.tasks import analyse_task
+    from analysis.tasks import enqueue
 
-    for pk in task_ids:
-        try:
-            analyse_task.apply_async(args=[pk], countdown=settings.ANALYSIS_QUIET_SECONDS)
-        except Exception as exc:  # broker down or unreachable: the sweep catches up
-            log.warning("analysis.enqueue_failed project=%s tasks=%d error=%s", project_id, len(task_ids), exc)
-            return
+    try:
+        enqueue(list(task_ids), countdown=settings.ANALYSIS_QUIET_SECONDS)
+    except Exception as exc:  # broker down or unreachable: the sweep catches up
+        log.warning("analysis.enqueue_failed project=%s tasks=%d error=%s", project_id, len(task_ids), exc)
