@@ -10,7 +10,25 @@ app = Celery("agentops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["analysis", "analysis.alerts"])
 
+# Beat's jobs get a queue of their own (runstack gives it its own worker process), so alert
+# evaluation never waits behind a backlog of analysis jobs.
+PERIODIC_TASKS = {"analysis.sweep", "analysis.refresh_baselines", "analysis.maintain_partitions",
+                  "analysis.alerts.tasks.evaluate_alerts"}
+
+
+def periodic_queue() -> str:
+    return f"{app.conf.task_default_queue}.periodic"
+
+
+def route_task(name, args, kwargs, options, task=None, **kw):
+    return {"queue": periodic_queue()} if name in PERIODIC_TASKS else None
+
+
+app.conf.task_routes = (route_task,)
+
 app.conf.beat_schedule = {
+    "maintain-partitions": {"task": "analysis.maintain_partitions", "schedule": 3600.0,
+                            "options": {"expires": 3000}},
     "evaluate-alerts": {"task": "analysis.alerts.tasks.evaluate_alerts", "schedule": 60.0,
                         "options": {"expires": 50}},
     # Due tasks the ingest signal missed (broker down, worker killed, end never reported).

@@ -227,6 +227,10 @@ ANALYSIS_QUIET_SECONDS = env_int("AGENTOPS_ANALYSIS_QUIET_SECONDS", 5)
 # after this much silence.
 ANALYSIS_ABANDON_SECONDS = env_int("AGENTOPS_ANALYSIS_ABANDON_SECONDS", 120)
 
+# Keep steps, samples and tasks this many days (0: keep everything). Old weekly partitions are
+# dropped whole by the hourly maintenance job.
+AGENTOPS_RETENTION_DAYS = env_int("AGENTOPS_RETENTION_DAYS", 0)
+
 # Where people reach this dashboard: links in alert notifications point here.
 AGENTOPS_BASE_URL = env_str("AGENTOPS_BASE_URL", "http://127.0.0.1:8000")
 

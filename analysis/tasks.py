@@ -58,3 +58,27 @@ def sweep() -> int:
 @shared_task(name="analysis.refresh_baselines")
 def refresh_baselines() -> None:
     baselines.all_projects_refresh()
+
+
+@shared_task(name="analysis.maintain_partitions")
+def maintain_partitions() -> dict[str, int]:
+    """Create the coming weeks' partitions and, with AGENTOPS_RETENTION_DAYS set, drop what is
+    older (whole partitions, then the tasks that started before the cut-off)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from ingest import partitions
+    from ingest.services import data_delete
+
+    created = partitions.ensure_ahead(weeks=2)
+    dropped: list[str] = []
+    deleted = {"tasks": 0}
+    if settings.AGENTOPS_RETENTION_DAYS:
+        cutoff = timezone.now() - timedelta(days=settings.AGENTOPS_RETENTION_DAYS)
+        dropped = partitions.drop_before(cutoff)
+        deleted = data_delete(before=cutoff)
+    log.info("analysis.partitions_maintained created=%d dropped=%d tasks_deleted=%d",
+             len(created), len(dropped), deleted["tasks"])
+    return {"created": len(created), "dropped": len(dropped), "tasks_deleted": deleted["tasks"]}

@@ -70,7 +70,7 @@ def test_runstack_serves_ingest_and_stops_cleanly(stack_env, tmp_path):
     log.seek(0)
     output = log.read()
     assert code == 0, output
-    for child in ("web", "worker", "beat"):
+    for child in ("web", "worker", "worker-periodic", "beat"):
         assert f"started {child}" in output
     assert "runstack: stopped" in output
     assert "did not stop in time" not in output

@@ -71,3 +71,19 @@ def test_partitions_are_created_ahead_of_time():
     assert {"ingest_step_p20261102", "ingest_step_p20261109", "ingest_step_p20261116",
             "ingest_resourcesample_p20261116"} <= set(created)
     assert partitions.ensure_ahead(weeks=2, now=MONDAY) == []
+
+
+@pytest.mark.django_db
+def test_the_hourly_job_applies_retention(project, settings):
+    from analysis.tasks import maintain_partitions
+
+    now = timezone.now()
+    old, recent = now - timedelta(days=60), now - timedelta(days=1)
+    batch_store(project=project, batch=Batch(steps=_steps(old, task_id="old") + [
+        StepRecord(step_id="r", task_id="recent", started_at=recent, ended_at=recent + timedelta(seconds=1))]))
+    Task.objects.filter(task_id="old").update(last_event_at=old)
+    settings.AGENTOPS_RETENTION_DAYS = 30
+    result = maintain_partitions()
+    assert result["dropped"] >= 1 and result["tasks_deleted"] == 1
+    assert list(Task.objects.values_list("task_id", flat=True)) == ["recent"]
+    assert list(Step.objects.values_list("step_id", flat=True)) == ["r"]

@@ -15,6 +15,9 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agentops.celery import app as celery_app
+from agentops.celery import periodic_queue
+
 RESTART_LIMIT = 5  # deaths of one child within RESTART_WINDOW
 RESTART_WINDOW = 60.0
 
@@ -37,7 +40,11 @@ class Command(BaseCommand):
                     "--workers", str(web_workers), "--timeout", "60", "--graceful-timeout", "20",
                     "--access-logfile", "-", "--access-logformat", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'],
             "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
-                       "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h"],
+                       "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h",
+                       "--queues", celery_app.conf.task_default_queue],
+            "worker-periodic": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
+                                "--concurrency", "1", "--hostname", f"periodic-{os.getpid()}@%h",
+                                "--queues", periodic_queue()],
         }
         if not no_beat:
             commands["beat"] = [python, "-m", "celery", "-A", "agentops", "beat", "--loglevel", "INFO",
