@@ -145,7 +145,10 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
                  "JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s "
                  "WHERE s.project_id = %(project)s)")
     sql = _STEP_SQL.format(filter=where)
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The CTEs' row estimates are poor (rows=1 for the slope join), and a nested loop on
+        # them re-sorts the window once per step: 90 s instead of 0.2 s on 33k steps.
+        cursor.execute("SET LOCAL enable_nestloop = off")
         cursor.execute(sql, params)
         columns = [c.name for c in cursor.description]
         found = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]

@@ -155,7 +155,7 @@ def analyse_task(task_pk: int, *, claim_token: str = "") -> dict | None:
     ctx = load_context(task, steps)
     result = analyse(ctx)
     _store(task, result, seen_through=seen_through, claim_token=claim_token)
-    log.info("analysis.task_done task=%s steps=%d findings=%d seconds=%.3f", task.pk, len(steps),
+    log.debug("analysis.task_done task=%s steps=%d findings=%d seconds=%.3f", task.pk, len(steps),
              len(result["findings"]), time.monotonic() - started)
     return result
 

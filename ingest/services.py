@@ -161,7 +161,7 @@ def batch_store(*, project: Project, batch: Batch) -> StoreResult:
                 lambda: tasks_ended.send(sender=Project, project_id=project.pk, task_ids=ended)
             )
     result = StoreResult(len(tasks), len(steps), len(samples), len(histograms))
-    log.info("ingest.stored project=%s tasks=%d steps=%d samples=%d histograms=%d",
+    log.debug("ingest.stored project=%s tasks=%d steps=%d samples=%d histograms=%d",
              project.pk, *(getattr(result, f) for f in ("tasks", "steps", "samples", "histograms")))
     return result
 
