@@ -74,3 +74,50 @@ def test_runstack_serves_ingest_and_stops_cleanly(stack_env, tmp_path):
         assert f"started {child}" in output
     assert "runstack: stopped" in output
     assert "did not stop in time" not in output
+
+
+@pytest.mark.slow
+def test_runstack_on_the_embedded_default_stops_its_services_and_keeps_the_data(tmp_path_factory):
+    """No DATABASE_URL, no CELERY_BROKER_URL: what `make demo` runs."""
+    import os
+
+    from agentops import embedded
+
+    data = tmp_path_factory.mktemp("stack")  # short: Unix socket paths are limited
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}}
+    env.update({"AGENTOPS_DATA_DIR": str(data), "DJANGO_SETTINGS_MODULE": "agentops.settings"})
+
+    def manage(*args):
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=180)
+
+    assert manage("migrate", "--noinput").returncode == 0
+    key = manage("create_project", "embedded").stdout.strip().splitlines()[-1]
+    manage("create_key", "embedded", "--scope", "read")
+    port = _free_port()
+    log = open(data / "runstack.log", "w+")
+    proc = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(port),
+                             "--web-workers", "1", "--worker-concurrency", "1"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/login/", proc)
+        event = {"type": "task", "task_id": "kept", "name": "n", "started_at": "2026-11-01T10:00:00Z",
+                 "ended_at": "2026-11-01T10:00:01Z"}
+        r = requests.post(f"http://127.0.0.1:{port}/api/v1/ingest", json={"events": [event]},
+                          headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        assert r.json()["accepted"] == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    log.seek(0)
+    output = log.read()
+    assert code == 0, output
+    assert "stopped the embedded PostgreSQL" in output and "stopped the embedded Redis" in output
+    assert not (data / "postgres" / "postmaster.pid").exists()
+    assert not embedded._redis_answers(embedded._redis_socket(data))
+    # Started again, the data is still there.
+    shell = manage("shell", "-c", "from ingest.models import Task; print(Task.objects.get(task_id='kept').duration_ms)")
+    assert shell.stdout.strip().splitlines()[-1] == "1000.0", shell.stderr
+    embedded.stop_redis(data)
+    embedded.stop_postgres(data)

@@ -1,6 +1,7 @@
-"""Web (gunicorn) + Celery worker + Celery beat as child processes, in the foreground.
+"""Web (gunicorn) + Celery workers + Celery beat as child processes, in the foreground.
 
-The embedded Postgres and Redis were started when settings loaded (when no URLs are set).
+The embedded Postgres and Redis were started when settings loaded (when no URLs are set) and
+are stopped when the stack stops; other commands leave them running for the next one.
 Ctrl-C / SIGTERM stops every child cleanly; a child that dies is reported and restarted, and
 the stack gives up (exit 1) if one keeps dying."""
 
@@ -51,7 +52,23 @@ class Command(BaseCommand):
                                 "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
         stack = Stack(commands, out=self.stdout, err=self.stderr)
         self.stdout.write(f"agentops on http://{host}:{port}  (Ctrl-C to stop)")
-        sys.exit(stack.run())
+        status = stack.run()
+        self._stop_embedded()
+        sys.exit(status)
+
+    def _stop_embedded(self) -> None:
+        """The embedded services started with the stack; they stop with it (their data stays)."""
+        from django.db import connections
+
+        from agentops import embedded
+
+        connections.close_all()
+        if settings.EMBEDDED_BROKER:
+            embedded.stop_redis(settings.DATA_DIR)
+            self.stdout.write("runstack: stopped the embedded Redis")
+        if settings.EMBEDDED_DATABASE:
+            embedded.stop_postgres(settings.DATA_DIR)
+            self.stdout.write("runstack: stopped the embedded PostgreSQL")
 
 
 class Stack:
