@@ -1,0 +1,51 @@
+"""Security headers on every response: a Content-Security-Policy and the cross-origin isolation
+headers Django's SecurityMiddleware does not set.
+
+The policy allows only what the pages use: scripts and styles from this origin (`static/js/*.js`
+and the vendored Plotly; no CDN), `fetch` of chart JSON from this origin, images from this
+origin plus `data:` (Plotly's toolbar icons and PNG export are data URLs). Plotly draws with SVG
+and sets element style attributes and a generated <style> rule sheet at run time, so
+`style-src` must allow 'unsafe-inline'; it never needs 'unsafe-eval' for the trace types the
+dashboard uses (verified by tests/security/test_csp_browser.py, which fails on any CSP
+violation). Scripts stay strict: no inline script, no eval, so an injected `<script>` or
+`onerror=` in trace content cannot run even if escaping were ever missed.
+"""
+
+from __future__ import annotations
+
+CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data: blob:",
+    "font-src 'self'",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+])
+
+HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    # The dashboard uses no device features; deny them to anything that manages to run.
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), usb=(), payment=(), "
+                          "interest-cohort=()",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class SecurityHeadersMiddleware:
+    """Adds HEADERS to every response that does not set them itself."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        for name, value in HEADERS.items():
+            if name not in response:
+                response[name] = value
+        return response
