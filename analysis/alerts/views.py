@@ -120,7 +120,10 @@ def _form(request, *, project, rule: AlertRule | None):
 
 @login_required
 def rule_list(request):
-    project = project_for_user(request.user, request.GET.get("project"))
+    name = request.GET.get("project")
+    project = project_for_user(request.user, name)
+    if project is None and name:
+        raise Http404("no such project")  # like every other page: never a silent empty list
     rules = list(selectors.rule_list(project=project)) if project else []
     for rule in rules:
         values = [v for _, v in (rule.recent or [])][-60:]
