@@ -16,6 +16,7 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DB = "agentops_bench"
+BENCH_QUEUE = "agentops-bench"
 
 
 def _base_url() -> str:
@@ -45,8 +46,11 @@ def bench_database_url(*, fresh: bool = True) -> str:
 
 def bench_env(database_url: str) -> dict[str, str]:
     env = dict(os.environ)
+    # A queue of its own: the analysis messages ingest publishes must never reach a running
+    # product worker (it would look the bench's task ids up in the product's database).
     env.update({"DATABASE_URL": database_url, "SECRET_KEY": "bench", "DEBUG": "0", "AGENTOPS_HTTPS": "0",
-                "DJANGO_SETTINGS_MODULE": "agentops.settings", "LOG_LEVEL": "WARNING"})
+                "DJANGO_SETTINGS_MODULE": "agentops.settings", "LOG_LEVEL": "WARNING",
+                "AGENTOPS_QUEUE": BENCH_QUEUE})
     return env
 
 
@@ -105,3 +109,11 @@ def progress(label: str, done: int, total: int) -> None:
     if done >= total:
         sys.stderr.write("\n")
     sys.stderr.flush()
+
+
+def purge_bench_queue() -> int:
+    """Drop the analysis messages the benchmarks published (nobody consumes the bench queue)."""
+    from agentops.celery import app
+
+    with app.connection_for_write() as conn:
+        return conn.default_channel.queue_purge(BENCH_QUEUE) or 0

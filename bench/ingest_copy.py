@@ -1,5 +1,10 @@
-"""The physical limit for ingest on this machine: a raw COPY of the same step rows the native
-benchmark sends, into the same table with the same indexes, with no HTTP, parsing or upsert.
+"""The physical limit for ingest on this machine: a raw COPY of the same rows, into the same
+tables with the same indexes, with no HTTP, parsing or upsert.
+
+`copy_stored` is what `make bench` uses: after the OTLP (or native) benchmark it reads back
+exactly the task and step rows that benchmark stored, empties the tables and times COPY of
+those rows as a new project — so the ratio compares like with like. `run` (the command line)
+generates the native benchmark's rows itself.
 
     .venv/bin/python bench/ingest_copy.py --steps 100000
 """
@@ -60,6 +65,70 @@ def run(*, steps: int, fresh: bool = True) -> dict:
                 copy.write_row(row)
     elapsed = time.perf_counter() - started
     return {"steps": steps, "seconds": round(elapsed, 2), "steps_per_s": round(steps / elapsed)}
+
+
+def _columns(cursor, table: str) -> list[str]:
+    cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                   "AND column_name <> 'id' ORDER BY ordinal_position", [table])
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _copy_out(cursor, sql: str, params: list) -> list[list[bytes]]:
+    query = cursor.mogrify(sql, params)
+    chunks = []
+    with cursor.copy(f"COPY ({query}) TO STDOUT") as copy:
+        for data in copy:
+            chunks.append(bytes(data))
+    return [line.split(b"\t") for line in b"".join(chunks).split(b"\n") if line]
+
+
+def _copy_in(cursor, table: str, columns: list[str], rows: list[list[bytes]]) -> float:
+    payload = b"\n".join(b"\t".join(row) for row in rows) + b"\n"
+    started = time.perf_counter()
+    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for first in range(0, len(payload), 1 << 20):
+            copy.write(payload[first:first + (1 << 20)])
+    return time.perf_counter() - started
+
+
+def copy_stored(*, project_name: str) -> dict:
+    """Time COPY of the rows a benchmark stored for `project_name` (in the current database):
+    they are read out, the tables emptied (partitions kept), and copied back as a new project."""
+    from django.db import connection
+
+    from ingest.models import Project
+
+    source = Project.objects.filter(name=project_name).order_by("-pk").first()
+    if source is None:
+        raise RuntimeError(f"no project {project_name!r} to copy rows from")
+    raw = connection.cursor().connection  # psycopg's own connection: COPY needs it
+    with raw.cursor() as cursor:
+        task_cols, step_cols = _columns(cursor, "ingest_task"), _columns(cursor, "ingest_step")
+        tasks = _copy_out(cursor, f"SELECT {', '.join(task_cols)} FROM ingest_task WHERE project_id = %s",
+                          [source.pk])
+        steps = _copy_out(cursor, f"SELECT {', '.join(step_cols)} FROM ingest_step WHERE project_id = %s",
+                          [source.pk])
+        cursor.execute("SELECT id, task_id FROM ingest_task WHERE project_id = %s", [source.pk])
+        old_task_id = {pk: task_id for pk, task_id in cursor.fetchall()}
+        cursor.execute("TRUNCATE ingest_task, ingest_step CASCADE")
+    raw.commit()
+    target = Project.objects.create(name=f"{project_name}-copy-{time.time_ns()}")
+    pid = str(target.pk).encode()
+    with raw.cursor() as cursor:
+        project_at = task_cols.index("project_id")
+        for row in tasks:
+            row[project_at] = pid
+        seconds = _copy_in(cursor, "ingest_task", task_cols, tasks)
+        cursor.execute("SELECT task_id, id FROM ingest_task WHERE project_id = %s", [target.pk])
+        new_pk = {task_id: str(pk).encode() for task_id, pk in cursor.fetchall()}
+        project_at, task_at = step_cols.index("project_id"), step_cols.index("task_id")
+        for row in steps:
+            row[project_at] = pid
+            row[task_at] = new_pk[old_task_id[int(row[task_at])]]
+        seconds += _copy_in(cursor, "ingest_step", step_cols, steps)
+    raw.commit()
+    return {"tasks": len(tasks), "steps": len(steps), "seconds": round(seconds, 2),
+            "steps_per_s": round(len(steps) / seconds)}
 
 
 if __name__ == "__main__":

@@ -73,4 +73,81 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
         release_compare = None
     if release_compare is not None:
         out["release compare v1 vs v2"] = lambda: release_compare(project=project, a="v1", b="v2")
+    out.update(_dashboard_queries(project))
+    out.update(_alert_queries(project))
+    out.update(_pages(project))
     return out
+
+
+def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
+    """The selectors behind the Overview and Latency pages (whole 30 days, no filter: the
+    default view and the worst case)."""
+    from analysis import dashboard
+    from analysis.filters import TaskFilters
+
+    f = TaskFilters()
+    wanted = {
+        "overview totals": ("overview_totals", {}),
+        "overview series (volume, p50/p95/p99 per bucket)": ("overview_series", {}),
+        "top findings": ("top_findings", {}),
+        "latency budget by release": ("budget_by_release", {}),
+        "latency histogram (tasks)": ("duration_histogram", {}),
+        "latency histogram (llm steps)": ("duration_histogram", {"group_by": "kind", "group": "llm"}),
+        "latency ECDF by model": ("duration_quantiles", {"group_by": "model",
+                                                         "groups": ["llama-3.1-70b", "llama-3.1-8b"]}),
+    }
+    out = {}
+    for label, (name, kwargs) in wanted.items():
+        fn = getattr(dashboard, name, None)
+        if fn is not None:
+            out[label] = lambda fn=fn, kwargs=kwargs: fn(project=project, filters=f, **kwargs)
+    return out
+
+
+def _alert_queries(project) -> dict[str, Callable[[], object]]:
+    """A full evaluation of one alert rule (measure, baseline, state, history), as beat runs it
+    every minute: a task percentile, and the worst case — a step percentile against a release
+    baseline (bench/alerts_eval.py times every metric)."""
+    from datetime import UTC, datetime
+
+    from analysis.alerts.evaluation import rules_evaluate
+    from analysis.alerts.models import AlertRule
+
+    rules = {
+        "alert evaluation: task p95 (10 min)": dict(metric="task_duration_p95", threshold=5000, filters={},
+                                                   baseline="none", baseline_release=""),
+        "alert evaluation: chat p99 vs release v2": dict(
+            metric="step_duration_p99", threshold=20, filters={"release": "v3", "step_name": "chat"},
+            baseline="release", baseline_release="v2"),
+    }
+    out = {}
+    for label, fields in rules.items():
+        rule = AlertRule.objects.create(project=project, name=label[:100], window_minutes=10, min_samples=20,
+                                        for_minutes=10, **fields)
+
+        def evaluate(rule=rule):
+            AlertRule.objects.filter(pk=rule.pk).update(last_evaluated_at=None)  # not a duplicate tick
+            return rules_evaluate(now=datetime.now(tz=UTC), rule_ids=[rule.pk], deliver=False)
+        out[label] = evaluate
+    return out
+
+
+def _pages(project) -> dict[str, Callable[[], object]]:
+    """Whole requests, server side (Django test client, no network): what a person waits for."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_superuser": True})
+    client = Client()
+    client.force_login(user)
+
+    def page(path: str):
+        def get():
+            response = client.get(path, {"project": project.name})
+            assert response.status_code == 200, (path, response.status_code)
+            return response.content
+        return get
+
+    return {"page: overview charts JSON": page("/charts/overview.json"),
+            "page: latency charts JSON": page("/charts/latency.json"),
+            "page: task detail waterfall JSON (50,000 steps)": page("/tasks/big-task/waterfall.json")}
