@@ -142,6 +142,12 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(DATABASE_URL)}
+# Optional streaming read replica: dashboard and read-API GETs read traces and analysis results
+# from it; writes, ingest, auth and every background job stay on the primary (agentops/db.py).
+if env_str("DATABASE_REPLICA_URL"):
+    DATABASES["replica"] = {**database_from_url(env_str("DATABASE_REPLICA_URL")), "TEST": {"MIRROR": "default"}}
+    DATABASE_ROUTERS = ["agentops.db.ReplicaRouter"]
+    MIDDLEWARE.append("agentops.db.ReplicaReadsMiddleware")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

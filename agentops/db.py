@@ -1,0 +1,96 @@
+"""Read-replica routing: dashboard reads on a streaming replica, everything else on the primary.
+
+With `DATABASE_REPLICA_URL` set, settings add a `replica` database, this router and the
+middleware below. Reads of the trace and analysis tables (`REPLICA_MODELS`) go to the
+replica only inside `replica_reads()` — which the middleware enters for GET and HEAD requests
+outside the admin, i.e. the dashboard pages, chart JSON and the read API. Everything else
+stays on the primary:
+
+- every write (ingest, claims, analysis results, alert state), by construction;
+- Celery workers, beat and management commands (analysis, baselines, alert evaluation,
+  partitions): they never enter `replica_reads()`, so an analysis never reads a lagging copy
+  of the steps it is about to judge;
+- projects, keys, users and sessions even in a GET: a key or a login that was just created
+  must work on the very next request, whatever the replica's lag;
+- reads inside a transaction on the primary (they must see that transaction's writes).
+
+Only ORM queries are routed. Selectors that open `django.db.connection.cursor()` for raw SQL
+talk to the primary; `read_connection()` is the replica-aware connection for them to use.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+
+REPLICA = "replica"
+# (app label, model name) whose reads may be served by the replica: the big, append-mostly
+# tables behind the dashboard. A replica a second behind shows a task a second later.
+REPLICA_MODELS = {
+    ("ingest", "task"), ("ingest", "step"), ("ingest", "resourcesample"), ("ingest", "latencyhistogram"),
+    ("ingest", "device"), ("ingest", "release"),
+    ("analysis", "taskanalysis"), ("analysis", "finding"), ("analysis", "baseline"),
+}
+_replica_reads = contextvars.ContextVar("agentops_replica_reads", default=False)
+
+
+def replica_configured() -> bool:
+    return REPLICA in settings.DATABASES
+
+
+@contextmanager
+def replica_reads() -> Iterator[None]:
+    """Within this block, reads of REPLICA_MODELS go to the replica (when one is configured)."""
+    token = _replica_reads.set(True)
+    try:
+        yield
+    finally:
+        _replica_reads.reset(token)
+
+
+def read_alias() -> str:
+    """The alias reads should use right now: the replica inside `replica_reads()` (and outside
+    a transaction on the primary), else the primary."""
+    if (_replica_reads.get() and replica_configured()
+            and not connections[DEFAULT_DB_ALIAS].in_atomic_block):
+        return REPLICA
+    return DEFAULT_DB_ALIAS
+
+
+def read_connection():
+    """The connection for a raw-SQL read selector (replica-aware, like the router)."""
+    return connections[read_alias()]
+
+
+class ReplicaRouter:
+    def db_for_read(self, model, **hints):
+        if (model._meta.app_label, model._meta.model_name) in REPLICA_MODELS:
+            return read_alias()
+        return DEFAULT_DB_ALIAS
+
+    def db_for_write(self, model, **hints):
+        return DEFAULT_DB_ALIAS
+
+    def allow_relation(self, obj1, obj2, **hints):
+        return True  # one database, two copies of it
+
+    def allow_migrate(self, db, app_label, model_name=None, **hints):
+        return db == DEFAULT_DB_ALIAS  # the replica follows the primary's schema by replication
+
+
+class ReplicaReadsMiddleware:
+    """Serve GET and HEAD requests (dashboard pages, chart JSON, the read API) from the
+    replica; the admin and every request that writes read the primary."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.method in ("GET", "HEAD") and not request.path.startswith("/admin/"):
+            with replica_reads():
+                return self.get_response(request)
+        return self.get_response(request)

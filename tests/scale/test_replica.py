@@ -1,0 +1,131 @@
+"""The read-replica route (agentops/db.py): with a `replica` database configured, dashboard and
+read-API GETs read traces from it, while ingest, auth, analysis jobs and reads inside a
+transaction stay on the primary. Here the replica alias is a second connection to the test
+database (what a streaming replica is, minus the lag), so which connection ran which query
+is what the tests look at."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.db.utils import load_backend
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from agentops.db import read_alias, replica_reads
+from analysis import engine
+from ingest.models import IngestKey, Task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def replica(transactional_db, settings):
+    """What DATABASE_REPLICA_URL configures, with the replica a second connection to the test
+    database (made by hand: the test runner only allows the aliases it set up)."""
+    alias = {**connections["default"].settings_dict}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding setting DATABASES can lead to unexpected behavior"
+        settings.DATABASES = {**settings.DATABASES, "replica": alias}
+    settings.DATABASE_ROUTERS = ["agentops.db.ReplicaRouter"]
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "agentops.db.ReplicaReadsMiddleware"]
+    wrapper = load_backend(alias["ENGINE"]).DatabaseWrapper(alias, "replica")
+    connections["replica"] = wrapper
+    yield wrapper
+    wrapper.close()
+    del connections["replica"]
+
+
+def _ingest(client: Client, key: str) -> None:
+    events = [{"type": "task", "task_id": "t-1", "name": "checkout", "release": "v1",
+               "started_at": T0.isoformat(), "ended_at": (T0 + timedelta(seconds=2)).isoformat()}]
+    events += [{"type": "step", "task_id": "t-1", "step_id": f"s{i}", "kind": "tool", "name": "search",
+                "tool_name": "search", "started_at": (T0 + timedelta(seconds=i * 0.5)).isoformat(),
+                "ended_at": (T0 + timedelta(seconds=i * 0.5 + 0.4)).isoformat()} for i in range(4)]
+    response = client.post("/api/v1/ingest", data=json.dumps({"events": events}), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert response.status_code == 200, response.content
+
+
+def _tables(queries) -> str:
+    return " ".join(q["sql"] for q in queries)
+
+
+def test_ingest_writes_only_the_primary_and_the_read_api_reads_traces_from_the_replica(replica, project, make_key):
+    client = Client()
+    with CaptureQueriesContext(connections["default"]) as primary, CaptureQueriesContext(replica) as copy:
+        _ingest(client, make_key(project, IngestKey.SCOPE_INGEST))
+    assert primary.captured_queries and not copy.captured_queries
+
+    read_key = make_key(project, IngestKey.SCOPE_READ)
+    with CaptureQueriesContext(connections["default"]) as primary, CaptureQueriesContext(replica) as copy:
+        response = client.get("/api/v1/tasks/t-1", HTTP_AUTHORIZATION=f"Bearer {read_key}")
+    assert response.status_code == 200, response.content
+    assert [s["step_id"] for s in response.json()["steps"]] == ["s0", "s1", "s2", "s3"]
+    # The trace came from the replica; the key that was created a moment ago was checked on the
+    # primary (a lagging replica must never turn a fresh key away).
+    assert '"ingest_step"' in _tables(copy.captured_queries)
+    assert '"ingest_task"' in _tables(copy.captured_queries)
+    assert '"ingest_ingestkey"' in _tables(primary.captured_queries)
+    assert '"ingest_ingestkey"' not in _tables(copy.captured_queries)
+    assert '"ingest_step"' not in _tables(primary.captured_queries)
+
+
+def test_dashboard_pages_read_from_the_replica_and_sessions_from_the_primary(replica, project, make_key,
+                                                                              django_user_model):
+    client = Client()
+    _ingest(client, make_key(project, IngestKey.SCOPE_INGEST))
+    user = django_user_model.objects.create_user("ann", password="pw-pw-pw-1")
+    project.members.add(user)
+    client.force_login(user)
+    with CaptureQueriesContext(connections["default"]) as primary, CaptureQueriesContext(replica) as copy:
+        response = client.get("/tasks", {"project": project.name})
+    assert response.status_code == 200
+    assert b"t-1" in response.content
+    assert '"ingest_task"' in _tables(copy.captured_queries)
+    assert '"django_session"' in _tables(primary.captured_queries)
+    assert '"django_session"' not in _tables(copy.captured_queries)
+
+
+def test_analysis_jobs_and_reads_inside_a_transaction_stay_on_the_primary(replica, project, make_key):
+    _ingest(Client(), make_key(project, IngestKey.SCOPE_INGEST))
+    task = Task.objects.get(project=project, task_id="t-1")
+    with CaptureQueriesContext(replica) as copy:
+        engine.analyse_task(task.pk)  # what a Celery worker runs: never inside replica_reads()
+        with replica_reads(), transaction.atomic():
+            assert read_alias() == "default"
+            assert Task.objects.filter(project=project).count() == 1
+    assert not copy.captured_queries
+    with replica_reads():
+        assert read_alias() == "replica"
+        assert Task.objects.db_manager().filter(project=project).db == "replica"
+
+
+def _settings_in_subprocess(**env) -> dict:
+    code = ("import json; from django.conf import settings; "
+            "print(json.dumps({'dbs': {k: [v['HOST'], v['NAME']] for k, v in settings.DATABASES.items()}, "
+            "'routers': getattr(settings, 'DATABASE_ROUTERS', []), 'middleware': settings.MIDDLEWARE[-1]}))")
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_REPLICA_URL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**base, "DJANGO_SETTINGS_MODULE": "agentops.settings", "SECRET_KEY": "x",
+                              "DATABASE_URL": "postgres://agentops@db-primary:5432/agentops", **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_database_replica_url_adds_the_replica_database_router_and_middleware():
+    with_replica = _settings_in_subprocess(DATABASE_REPLICA_URL="postgres://agentops@db-replica:5432/agentops")
+    assert with_replica["dbs"] == {"default": ["db-primary", "agentops"], "replica": ["db-replica", "agentops"]}
+    assert with_replica["routers"] == ["agentops.db.ReplicaRouter"]
+    assert with_replica["middleware"] == "agentops.db.ReplicaReadsMiddleware"
+    without = _settings_in_subprocess()
+    assert list(without["dbs"]) == ["default"] and without["routers"] == []
