@@ -13,7 +13,7 @@ app.autodiscover_tasks(["analysis", "analysis.alerts"])
 # Beat's jobs get a queue of their own (runstack gives it its own worker process), so alert
 # evaluation never waits behind a backlog of analysis jobs.
 PERIODIC_TASKS = {"analysis.sweep", "analysis.refresh_baselines", "analysis.maintain_partitions",
-                  "analysis.alerts.tasks.evaluate_alerts"}
+                  "analysis.alerts.tasks.evaluate_alerts", "analysis.refresh_rollups"}
 
 
 def periodic_queue() -> str:
@@ -35,4 +35,6 @@ app.conf.beat_schedule = {
     "analysis-sweep": {"task": "analysis.sweep", "schedule": 5.0, "options": {"expires": 5}},
     "analysis-baselines": {"task": "analysis.refresh_baselines", "schedule": 300.0,
                            "options": {"expires": 290}},
+    # Latency rollups: recompute the hours that changed (analysis/rollups.py).
+    "analysis-rollups": {"task": "analysis.refresh_rollups", "schedule": 60.0, "options": {"expires": 55}},
 }

@@ -6,6 +6,11 @@ page, in the API and in the CSV export, and one project's rows never reach anoth
 Aggregation happens in Postgres (percentile_cont, date_bin, width_bucket) so a page costs one
 scan of the filtered rows whatever their number, and only a few hundred numbers come back.
 
+Long ranges read the latency rollups (analysis/rollups.py): whole hours from pre-aggregated
+histograms, only the edges and the fresh tail from raw rows, percentiles within 1.93 % of
+percentile_cont. Filters the rollups cannot answer (status, duration bounds, finding, device,
+search; task name for steps) and overview buckets shorter than an hour use the exact raw query.
+
 Time buckets: the overview aims at about BUCKETS_TARGET points per series: enough to see a
 regression, few enough to draw a readable line per release.
 """
@@ -34,7 +39,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast
 
-from analysis import selectors
+from analysis import rollups, selectors
 from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
 from analysis.filters import TaskFilters
 from analysis.models import Finding, TaskAnalysis
@@ -164,6 +169,12 @@ def project_has_data(*, project: Project) -> bool:
 
 
 def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
+    summaries = rollups.task_summaries(project=project, filters=filters)
+    if summaries is not None:
+        total = rollups.Summary()
+        for summary in summaries.values():
+            total.merge(summary)
+        return {"count": total.count, "errors": total.errors, **_percentiles(total.quantiles(PERCENTILES))}
     qs = selectors.task_queryset(project=project, filters=filters)
     row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
                        pcts=PercentileCont("duration_ms", PERCENTILES))
@@ -179,12 +190,7 @@ def overview_series(*, project: Project, filters: TaskFilters, max_releases: int
     if span is None:
         return []
     step = timedelta(seconds=bucket_seconds(span=span[1] - span[0]))
-    rows = list(selectors.task_queryset(project=project, filters=filters)
-                .annotate(bucket=DateBin("started_at", seconds=int(step.total_seconds())))
-                .values("bucket", "release")
-                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
-                          pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
-                .order_by("bucket", "release"))
+    rows = _series_rows(project=project, filters=filters, seconds=int(step.total_seconds()))
     volume: dict[str, int] = defaultdict(int)
     for r in rows:
         volume[r["release"]] += r["count"]
@@ -204,6 +210,22 @@ def overview_series(*, project: Project, filters: TaskFilters, max_releases: int
     points += [SeriesPoint(start, end, "(other)", n, errors, None, None, None)
                for start, (n, errors, end) in other.items()]
     return points
+
+
+def _series_rows(*, project: Project, filters: TaskFilters, seconds: int) -> list[dict]:
+    """(bucket, release, count, errors, [p50, p95, p99]) rows, from the rollups when the bucket is
+    a whole number of hours and the filters allow, else from the raw rows."""
+    summaries = rollups.task_summaries(project=project, filters=filters, group="release", bucket_seconds=seconds)
+    if summaries is not None:
+        return [{"bucket": bucket, "release": release, "count": s.count, "errors": s.errors,
+                 "pcts": s.quantiles((0.5, 0.95, 0.99))}
+                for (bucket, release), s in sorted(summaries.items())]
+    return list(selectors.task_queryset(project=project, filters=filters)
+                .annotate(bucket=DateBin("started_at", seconds=seconds))
+                .values("bucket", "release")
+                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                          pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
+                .order_by("bucket", "release"))
 
 
 _FINDING_OWN_FILTERS = {"release", "since", "until"}
@@ -274,16 +296,37 @@ def _group_queryset(*, project: Project, filters: TaskFilters, group_by: str, gr
     return qs, column
 
 
+def _summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
+               groups: Sequence[str] | None = None) -> dict[str, rollups.Summary] | None:
+    """Rollup summaries per group ("" for tasks), or None when the filters need raw rows."""
+    if group_by == "task":
+        found = rollups.task_summaries(project=project, filters=filters)
+        if found is None:
+            return None
+        total = rollups.Summary()
+        for summary in found.values():
+            total.merge(summary)
+        return {"": total}
+    return rollups.step_summaries(project=project, filters=filters, group_by=group_by, group=group, groups=groups)
+
+
 def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str = "task",
                        group: str = "") -> list[tuple[float, float, int]]:
     """Counts per log-spaced bucket: (low ms inclusive, high ms exclusive, count)."""
-    qs, _ = _group_queryset(project=project, filters=filters, group_by=group_by, group=group)
     edges = log_edges()
-    sql, params = qs.values("duration_ms").query.sql_with_params()
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
-                    f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
-        counts = dict(cur.fetchall())
+    summaries = _summaries(project=project, filters=filters, group_by=group_by, group=group)
+    if summaries is not None:
+        merged = rollups.Summary()
+        for summary in summaries.values():
+            merged.merge(summary)
+        counts = dict(sorted(merged.chart_buckets().items()))
+    else:
+        qs, _ = _group_queryset(project=project, filters=filters, group_by=group_by, group=group)
+        sql, params = qs.values("duration_ms").query.sql_with_params()
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
+                        f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
+            counts = dict(cur.fetchall())
     out = []
     for b, n in counts.items():
         low = edges[b - 1] if b >= 1 else 0.0
@@ -295,6 +338,11 @@ def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str 
 def duration_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
                          limit: int = 30) -> list[dict]:
     """count, p50/p90/p95/p99 and max per group (one row for tasks), busiest groups first."""
+    summaries = _summaries(project=project, filters=filters, group_by=group_by)
+    if summaries is not None:
+        rows = [{"group": name, "count": s.timed, "max": s.max_ms, **_percentiles(s.quantiles(PERCENTILES))}
+                for name, s in summaries.items() if s.timed]
+        return sorted(rows, key=lambda r: (-r["count"], r["group"]))[:limit]
     qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
     aggregates = {"count": Count("pk"), "max": Max("duration_ms"),
                   "pcts": PercentileCont("duration_ms", PERCENTILES)}
@@ -308,12 +356,20 @@ def duration_percentiles(*, project: Project, filters: TaskFilters, group_by: st
 def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
                        groups: Iterable[str] = ()) -> list[tuple[str, Sequence[float], list[float | None]]]:
     """ECDF points: (label, fractions, durations at those fractions) for tasks or each group."""
+    groups = list(groups)
+    summaries = _summaries(project=project, filters=filters, group_by=group_by,
+                           groups=None if group_by == "task" else groups)
+    if summaries is not None:
+        if group_by == "task":
+            values = summaries[""].quantiles(ECDF_FRACTIONS)
+            return [("tasks", ECDF_FRACTIONS, values)] if values else []
+        found = {g: s.quantiles(ECDF_FRACTIONS) for g, s in summaries.items()}
+        return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
     qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
     agg = PercentileCont("duration_ms", ECDF_FRACTIONS)
     if column is None:
         values = qs.aggregate(q=agg)["q"]
         return [("tasks", ECDF_FRACTIONS, values)] if values else []
-    groups = list(groups)
     rows = qs.filter(**{f"{column}__in": groups}).values(column).annotate(q=agg)
     found = {r[column]: r["q"] for r in rows}
     return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]

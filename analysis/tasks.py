@@ -82,3 +82,11 @@ def maintain_partitions() -> dict[str, int]:
     log.info("analysis.partitions_maintained created=%d dropped=%d tasks_deleted=%d",
              len(created), len(dropped), deleted["tasks"])
     return {"created": len(created), "dropped": len(dropped), "tasks_deleted": deleted["tasks"]}
+
+
+@shared_task(name="analysis.refresh_rollups")
+def refresh_rollups() -> dict[str, int]:
+    """Recompute the latency rollup hours that changed since the last run (analysis/rollups.py)."""
+    from analysis import rollups
+
+    return rollups.rollups_refresh()

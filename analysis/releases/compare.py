@@ -9,6 +9,8 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   `SAMPLE_CAP` per (release, task name) are fetched, drawn uniformly at random in SQL
   (`random() < cap / count`, one pass, no sort). Below the cap every task is used. The interval
   is centred on the exact SQL difference and scaled to the true counts (see stats.py).
+- The releases list reads the latency rollups (analysis/rollups.py) unless filtered by vendor:
+  whole hours pre-aggregated, p50/p95 within 1.93 %.
 - "Where it changed" works on at most `attribution.ATTRIBUTION_TASKS` tasks per release, drawn
   the same way, with their steps, findings and analyses.
 - All of it runs in one transaction with a larger `work_mem` (db.WORK_MEM) so sorts stay in
@@ -31,6 +33,7 @@ import numpy as np
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
+from analysis import rollups
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
@@ -360,11 +363,15 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
     names = [r.name for r in releases]
     if not names:
         return []
-    base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
-                     "release", "started_at", "duration_ms")
-    with transaction.atomic():
-        set_work_mem()
-        spans, sparks = _release_figures(base)
+    figures = None if filters.vendor else _release_figures_rolled_up(project=project, filters=filters)
+    if figures is not None:
+        spans, sparks = figures
+    else:
+        base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
+                         "release", "started_at", "duration_ms")
+        with transaction.atomic():
+            set_work_mem()
+            spans, sparks = _release_figures(base)
     by_name = {r.name: r for r in releases}
     out = []
     for name in names:
@@ -380,6 +387,28 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
         })
     out.sort(key=lambda r: (r["first_seen"] is not None, r["first_seen"] or 0, r["name"]), reverse=True)
     return out
+
+
+def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
+                               ) -> tuple[dict[str, dict], dict[str, list]] | None:
+    """The list's figures from the latency rollups (analysis/rollups.py): p50/p95 within 1.93 %,
+    sparkline slices at hour granularity; None when the filters need raw rows."""
+    task_filters = filters.task_filters()
+    summaries = rollups.task_summaries(project=project, filters=task_filters, group="release")
+    if summaries is None:
+        return None
+    spans = {}
+    for (_, release), s in summaries.items():
+        if s.timed:
+            p50, p95 = s.quantiles((0.5, 0.95))
+            spans[release] = {"lo": s.first_at, "hi": s.last_at, "tasks": s.timed, "p50_ms": p50, "p95_ms": p95}
+    sparks: dict[str, list] = defaultdict(list)
+    sliced = rollups.task_summaries(project=project, filters=task_filters, group="release", slices=(
+        {r: (span["lo"], span["hi"]) for r, span in spans.items()}, SPARKLINE_BUCKETS)) if spans else {}
+    for (bucket, release), s in sorted((sliced or {}).items()):
+        if s.timed:
+            sparks[release].append({"bucket": bucket, "p95_ms": s.quantiles((0.95,))[0], "tasks": s.timed})
+    return spans, sparks
 
 
 def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str, list]]:

@@ -1,0 +1,553 @@
+"""Pre-aggregated latency rollups: the dashboard's percentiles over days and months without
+scanning millions of raw task and step rows.
+
+What is stored (tables from migration analysis/0002, read and written with SQL here):
+- `analysis_task_rollup`: per (project, hour of the task's start, release, environment, task
+  name): tasks, failed tasks (error/timeout), sum and max of duration, first and last start, and
+  a histogram of durations.
+- `analysis_step_rollup`: per (project, hour of the *task's* start, the task's release and
+  environment, step kind, name, tool name, model, device): steps, failed steps, sum and max of
+  duration and the histogram. Steps are bucketed by their task, not by their own start, because
+  every dashboard filter (release, environment, time range) selects tasks first and then their
+  steps: a rollup row then holds exactly the steps the raw query would have read.
+- `analysis_rollup_state`: the job's watermark.
+
+The histogram: fixed log buckets, BINS_PER_DECADE = 60 per decade (each bucket 3.9% wider than
+the previous one) from 0.01 ms to 10^9 ms (11.6 days); bucket 0 holds [0, 0.01 ms), the last one
+everything ≥ 10^9 ms. Stored sparse, as two arrays (`bins` smallint[], `counts` int[]) of the
+non-empty buckets, so a row of 30 tasks costs ~30 pairs, not 662. Histograms merge by addition:
+any set of hours, releases or names adds up to the histogram of their union, which is what lets
+"all time, all releases" read a few thousand rows instead of millions.
+
+Error bound: a percentile is computed like percentile_cont (linear interpolation between the two
+order statistics around rank q·(n−1)), each order statistic replaced by the geometric middle of
+its bucket. Any value in [lo, hi) is within a factor 10^(1/120) of that middle, so the estimate is
+within **1.93 % relative** of the exact percentile_cont (an interpolation of two values each within
+1.93 % stays within 1.93 %), clamped to the exact maximum. Below 0.01 ms the error is absolute
+(< 0.01 ms); above 10^9 ms the exact maximum stands in. The 60-per-decade grid is also a refinement
+of the Latency page's histogram (charts.log_edges: 10 per decade), so six rollup buckets make one
+chart bar; the chart's edges are rounded to 4 significant digits, so a duration within 0.01 % of an
+edge can land one bar over.
+
+Maintenance (`rollups_refresh`, Celery beat every REFRESH_SECONDS): never incremented on ingest,
+since a resent batch would count twice. Instead whole (project, hour) buckets are recomputed from
+raw rows — DELETE + INSERT … SELECT grouped in SQL, all in one transaction, so a reader sees the
+old or the new figures, never half. Which hours: those holding a task whose `last_event_at`
+(bumped by every task or step event, index `task_last_event`) is after the previous run's
+watermark minus OVERLAP (a batch that was still committing when the last run looked), plus every
+recent hour whose task count no longer matches the raw rows (RECONCILE_HOURS: catches a task that
+moved to another hour when its real start arrived, and deleted tasks). Running twice gives the
+same rows. With AGENTOPS_RETENTION_DAYS set, rollup hours older than the cut-off are deleted.
+`manage.py rollups_rebuild [--project NAME]` recomputes everything (the first run of the job does
+the same for all projects).
+
+Reading (`task_summaries`, `step_summaries`): whole hours before the hour of the watermark come
+from the rollups; the partial hours at the edges of the requested range and the fresh tail since
+the last run come from raw rows, binned into the same buckets in SQL, so new data shows at once
+and a range boundary is exact to the row. Late data for an old hour shows after the next run
+(≤ REFRESH_SECONDS). Only filters the rollups have dimensions for are served (tasks: release,
+task name, environment, time range; steps: release, environment, time range); any other filter
+returns None and the caller runs its exact raw query. Where statistics need raw samples
+(bootstrap intervals, Mann-Whitney in the release comparison) the raw rows are still read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+
+from analysis.filters import TaskFilters
+from ingest.models import Project, Step
+
+log = logging.getLogger("agentops.analysis")
+
+BINS_PER_DECADE = 60
+LOW_EXP = -2  # 0.01 ms
+HIGH_EXP = 9  # 10^9 ms ≈ 11.6 days
+TOP_BIN = BINS_PER_DECADE * (HIGH_EXP - LOW_EXP) + 1  # the overflow bucket
+NBINS = TOP_BIN + 1
+RELATIVE_ERROR = 10 ** (1 / (2 * BINS_PER_DECADE)) - 1  # 1.93 %
+
+HOUR = timedelta(hours=1)
+ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
+REFRESH_SECONDS = 60
+# A batch stamps last_event_at when it starts and commits a little later; a run looks back this
+# far past its previous start so such a batch is never skipped (recomputing twice is harmless).
+OVERLAP = timedelta(minutes=5)
+RECONCILE_HOURS = 48
+FAILED = ("error", "timeout")
+_FAILED_SQL = "IN ('error', 'timeout')"
+_LOCK = 7_201_100  # pg advisory lock key: one refresh at a time
+
+TASK_DIMENSIONS = ("release", "environment", "name")
+STEP_DIMENSIONS = ("release", "environment", "kind", "name", "tool_name", "model", "device")
+# Dashboard group_by → step rollup column.
+STEP_GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
+TASK_FILTERS = {"release", "name", "environment", "since", "until"}
+STEP_FILTERS = {"release", "environment", "since", "until"}
+
+
+def bin_sql(column: str) -> str:
+    """The bucket of a duration column, in SQL (NULL stays NULL). log() of float8 is base 10."""
+    return (f"CASE WHEN {column} IS NULL THEN NULL WHEN {column} < {10.0 ** LOW_EXP!r} THEN 0"
+            f" ELSE least({TOP_BIN}, floor({BINS_PER_DECADE} * log({column}) + {-LOW_EXP * BINS_PER_DECADE})::int + 1)"
+            f" END")
+
+
+def bin_bounds(index: int) -> tuple[float, float]:
+    """[low, high) in ms of bucket `index`."""
+    if index <= 0:
+        return 0.0, 10.0 ** LOW_EXP
+    low = 10.0 ** (LOW_EXP + (index - 1) / BINS_PER_DECADE)
+    return low, (math.inf if index >= TOP_BIN else 10.0 ** (LOW_EXP + index / BINS_PER_DECADE))
+
+
+_MIDDLES = np.array([0.0] + [10.0 ** (LOW_EXP + (i - 0.5) / BINS_PER_DECADE) for i in range(1, NBINS)])
+
+
+@dataclass
+class Summary:
+    """Merged figures of a set of rows: counts, sum, max, time bounds and the histogram."""
+
+    count: int = 0
+    errors: int = 0
+    sum_ms: float = 0.0
+    max_ms: float | None = None
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+    bins: np.ndarray = field(default_factory=lambda: np.zeros(NBINS, dtype=np.int64))
+
+    def add(self, *, count=0, errors=0, sum_ms=0.0, max_ms=None, first_at=None, last_at=None) -> None:
+        self.count += int(count or 0)
+        self.errors += int(errors or 0)
+        self.sum_ms += float(sum_ms or 0.0)
+        if max_ms is not None and (self.max_ms is None or max_ms > self.max_ms):
+            self.max_ms = float(max_ms)
+        if first_at is not None and (self.first_at is None or first_at < self.first_at):
+            self.first_at = first_at
+        if last_at is not None and (self.last_at is None or last_at > self.last_at):
+            self.last_at = last_at
+
+    def merge(self, other: Summary) -> None:
+        self.add(count=other.count, errors=other.errors, sum_ms=other.sum_ms, max_ms=other.max_ms,
+                 first_at=other.first_at, last_at=other.last_at)
+        self.bins += other.bins
+
+    @property
+    def timed(self) -> int:
+        """Rows with a duration (the histogram's total)."""
+        return int(self.bins.sum())
+
+    def quantiles(self, fractions: Sequence[float]) -> list[float | None] | None:
+        """percentile_cont at each fraction, within RELATIVE_ERROR; None when nothing is timed."""
+        cumulative = np.cumsum(self.bins)
+        n = int(cumulative[-1])
+        if n == 0:
+            return None
+        middles = _MIDDLES.copy()
+        if self.max_ms is not None:
+            middles[TOP_BIN] = self.max_ms
+        out = []
+        for q in fractions:
+            rank = q * (n - 1)
+            k = int(math.floor(rank))
+            below = middles[np.searchsorted(cumulative, k, side="right")]
+            above = middles[np.searchsorted(cumulative, min(k + 1, n - 1), side="right")]
+            value = float(below + (rank - k) * (above - below))
+            out.append(min(value, self.max_ms) if self.max_ms is not None else value)
+        return out
+
+    def chart_buckets(self, *, per_decade: int = 10, low_exp: int = -1, high_exp: int = 7) -> dict[int, int]:
+        """Counts per bucket of charts.log_edges(per_decade, low_exp, high_exp), numbered like
+        SQL width_bucket over those edges (0 below the first edge, len(edges) from the last)."""
+        group = BINS_PER_DECADE // per_decade
+        last = per_decade * (high_exp - low_exp) + 1
+        out: dict[int, int] = defaultdict(int)
+        for index in np.nonzero(self.bins)[0]:
+            if index == 0:
+                chart = 0
+            else:
+                chart = min(last, max(0, (int(index) - 1 - BINS_PER_DECADE * (low_exp - LOW_EXP)) // group + 1))
+            out[chart] += int(self.bins[index])
+        return dict(out)
+
+
+# --- maintenance ---------------------------------------------------------------------------------
+
+
+def _task_rollup_sql(where: str) -> str:
+    """INSERT … SELECT of the task rollup rows of the tasks matching `where` (alias t)."""
+    return f"""
+        INSERT INTO analysis_task_rollup (project_id, hour, release, environment, name, tasks, errors,
+                                          sum_ms, max_ms, first_at, last_at, bins, counts)
+        SELECT project_id, hour, release, environment, name, sum(n), sum(e), sum(s), max(mx),
+               min(lo), max(hi),
+               coalesce(array_agg(b ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}'),
+               coalesce(array_agg(n ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}')
+        FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
+                     t.release, t.environment, t.name, {bin_sql('t.duration_ms')} AS b, count(*) AS n,
+                     count(*) FILTER (WHERE t.status {_FAILED_SQL}) AS e,
+                     coalesce(sum(t.duration_ms), 0) AS s, max(t.duration_ms) AS mx,
+                     min(t.started_at) AS lo, max(t.started_at) AS hi
+              FROM ingest_task t WHERE {where}
+              GROUP BY 1, 2, 3, 4, 5, 6) g
+        GROUP BY 1, 2, 3, 4, 5"""
+
+
+def _step_rollup_sql(where: str) -> str:
+    dims = ", ".join(f"s.{d}" for d in STEP_DIMENSIONS[2:])
+    return f"""
+        INSERT INTO analysis_step_rollup (project_id, hour, release, environment, kind, name, tool_name,
+                                          model, device, steps, errors, sum_ms, max_ms, bins, counts)
+        SELECT project_id, hour, release, environment, kind, name, tool_name, model, device,
+               sum(n), sum(e), sum(s), max(mx), array_agg(b ORDER BY b), array_agg(n ORDER BY b)
+        FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
+                     t.release, t.environment, {dims}, {bin_sql('s.duration_ms')} AS b, count(*) AS n,
+                     count(*) FILTER (WHERE s.status {_FAILED_SQL}) AS e, sum(s.duration_ms) AS s,
+                     max(s.duration_ms) AS mx
+              FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
+              WHERE {where}
+              GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10) g
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
+
+
+def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> int:
+    """Replace the rollup rows of these hours of a project with figures from the raw rows.
+    Contiguous hours go as one range. Returns the number of hours."""
+    hours = sorted(set(hours))
+    runs: list[list[datetime]] = []
+    for hour in hours:
+        if runs and hour - runs[-1][1] == HOUR:
+            runs[-1][1] = hour
+        else:
+            runs.append([hour, hour])
+    for first, last in runs:
+        _range_recompute(cursor, project_id=project_id, lo=first, hi=last + HOUR)
+    return len(hours)
+
+
+def _range_recompute(cursor, *, project_id: int, lo: datetime | None, hi: datetime | None) -> None:
+    """Recompute [lo, hi) (whole hours; None = unbounded) of a project."""
+    bounds, params = ["project_id = %s"], [project_id]
+    raw, raw_params = ["t.project_id = %s", "t.started_at IS NOT NULL"], [project_id]
+    if lo is not None:
+        bounds.append("hour >= %s")
+        raw.append("t.started_at >= %s")
+        params.append(lo)
+        raw_params.append(lo)
+    if hi is not None:
+        bounds.append("hour < %s")
+        raw.append("t.started_at < %s")
+        params.append(hi)
+        raw_params.append(hi)
+    for table in ("analysis_task_rollup", "analysis_step_rollup"):
+        cursor.execute(f"DELETE FROM {table} WHERE {' AND '.join(bounds)}", params)
+    where = " AND ".join(raw)
+    cursor.execute(_task_rollup_sql(where), raw_params)
+    cursor.execute(_step_rollup_sql(where), raw_params)
+
+
+def project_rebuild(*, project: Project, progress: Callable[[str], None] | None = None) -> int:
+    """Recompute every hour of a project, a week at a time (bounded sorts), in one transaction
+    so readers keep the old figures until the new ones are complete. Returns the hours written."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s",
+                       [project.pk])
+        first, last = cursor.fetchone()
+        cursor.execute("DELETE FROM analysis_task_rollup WHERE project_id = %s", [project.pk])
+        cursor.execute("DELETE FROM analysis_step_rollup WHERE project_id = %s", [project.pk])
+        if first is None:
+            return 0
+        lo = _hour_floor(first)
+        while lo <= last:
+            hi = lo + timedelta(days=7)
+            _range_recompute(cursor, project_id=project.pk, lo=lo, hi=hi)
+            if progress:
+                progress(f"{project.name}: {lo:%Y-%m-%d} … {min(hi, last):%Y-%m-%d}")
+            lo = hi
+        cursor.execute("SELECT count(DISTINCT hour) FROM analysis_task_rollup WHERE project_id = %s",
+                       [project.pk])
+        return cursor.fetchone()[0]
+
+
+def rollups_rebuild(*, project: Project | None = None, progress=None) -> dict[str, int]:
+    """Recompute the rollups of one project, or of all projects and then set the watermark to
+    the start of the rebuild (so the next refresh only looks at what arrived since)."""
+    if project is not None:
+        return {project.name: project_rebuild(project=project, progress=progress)}
+    started = _now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
+        out = {p.name: project_rebuild(project=p, progress=progress) for p in Project.objects.order_by("pk")}
+        _watermark_set(started)
+    return out
+
+
+def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
+    """The periodic job: recompute the hours that changed since the last run. Skips (returns
+    {"skipped": 1}) when another refresh holds the lock; the first run rebuilds everything."""
+    started = now or _now()
+    clock = time.monotonic()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_LOCK])
+        if not cursor.fetchone()[0]:
+            return {"skipped": 1}
+        cursor.execute("SELECT watermark FROM analysis_rollup_state WHERE name = 'rollups'")
+        row = cursor.fetchone()
+        if row is None or row[0] is None:
+            hours = sum(project_rebuild(project=p) for p in Project.objects.order_by("pk"))
+            _watermark_set(started)
+            log.info("analysis.rollups_rebuilt hours=%d ms=%.0f", hours, 1000 * (time.monotonic() - clock))
+            return {"hours": hours, "rebuilt": 1}
+        cursor.execute(
+            f"SELECT project_id, date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) FROM ingest_task"
+            " WHERE last_event_at > %s AND started_at IS NOT NULL GROUP BY 1, 2", [row[0] - OVERLAP])
+        changed: dict[int, set[datetime]] = defaultdict(set)
+        for project_id, hour in cursor.fetchall():
+            changed[project_id].add(hour)
+        for project_id in Project.objects.values_list("pk", flat=True):
+            changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
+        deleted = _retention_delete(cursor, now=started)
+        _watermark_set(started)
+    log.info("analysis.rollups_refreshed hours=%d deleted=%d ms=%.0f", hours, deleted,
+             1000 * (time.monotonic() - clock))
+    return {"hours": hours, "deleted": deleted}
+
+
+def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[datetime]:
+    """Recent hours whose rolled-up task count differs from the raw rows' (a task that moved
+    to another hour, deleted tasks)."""
+    lo = _hour_floor(since) - timedelta(hours=RECONCILE_HOURS)
+    cursor.execute(f"""
+        SELECT coalesce(a.hour, b.hour) FROM
+            (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, count(*) AS n
+             FROM ingest_task WHERE project_id = %s AND started_at >= %s GROUP BY 1) a
+        FULL JOIN
+            (SELECT hour, sum(tasks) AS n FROM analysis_task_rollup
+             WHERE project_id = %s AND hour >= %s GROUP BY 1) b ON a.hour = b.hour
+        WHERE a.n IS DISTINCT FROM b.n""", [project_id, lo, project_id, lo])
+    return {row[0] for row in cursor.fetchall()}
+
+
+def _retention_delete(cursor, *, now: datetime) -> int:
+    days = getattr(settings, "AGENTOPS_RETENTION_DAYS", 0)
+    if not days:
+        return 0
+    cutoff = _hour_floor(now - timedelta(days=days))
+    deleted = 0
+    for table in ("analysis_task_rollup", "analysis_step_rollup"):
+        cursor.execute(f"DELETE FROM {table} WHERE hour < %s", [cutoff])
+        deleted += cursor.rowcount
+    return deleted
+
+
+def _watermark_set(value: datetime) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO analysis_rollup_state (name, watermark) VALUES ('rollups', %s)"
+                       " ON CONFLICT (name) DO UPDATE SET watermark = EXCLUDED.watermark", [value])
+
+
+def watermark() -> datetime | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT watermark FROM analysis_rollup_state WHERE name = 'rollups'")
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+def _hour_floor(value: datetime) -> datetime:
+    value = value.astimezone(UTC)
+    return value.replace(minute=0, second=0, microsecond=0)
+
+
+def _hour_ceil(value: datetime) -> datetime:
+    floor = _hour_floor(value)
+    return floor if floor == value else floor + HOUR
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def covered_hours(*, filters: TaskFilters, allowed: set[str]) -> tuple[datetime | None, datetime] | None:
+    """[lo, hi) of whole hours the rollups answer for these filters (lo None: from the start),
+    or None when a filter needs raw rows, nothing was rolled up yet, or no whole hour fits."""
+    used = {k for k, v in vars(filters).items() if v not in (None, "")}
+    if not used <= allowed:
+        return None
+    mark = watermark()
+    if mark is None:
+        return None
+    hi = _hour_floor(mark)
+    if filters.until is not None:
+        hi = min(hi, _hour_floor(filters.until))
+    lo = _hour_ceil(filters.since) if filters.since is not None else None
+    if lo is not None and lo >= hi:
+        return None
+    return lo, hi
+
+
+def _time_bucket(column: str, seconds: int | None) -> str:
+    if seconds is None:
+        return "NULL::timestamptz"
+    return f"date_bin(INTERVAL '{int(seconds)} seconds', {column}, {ORIGIN})"
+
+
+def _rollup_where(*, project: Project, lo, hi, equal: dict[str, str], extra: str = "") -> tuple[str, list]:
+    clauses, params = ["r.project_id = %s", "r.hour < %s"], [project.pk, hi]
+    if lo is not None:
+        clauses.append("r.hour >= %s")
+        params.append(lo)
+    for column, value in equal.items():
+        if value:
+            clauses.append(f"r.{column} = %s")
+            params.append(value)
+    if extra:
+        clauses.append(extra)
+    return " AND ".join(clauses), params
+
+
+def _collect(out: dict, totals: Iterable[tuple], bins: Iterable[tuple]) -> None:
+    """Add (key…, count, errors, sum, max, first, last) totals and (key…, bin, n) rows; a key is
+    the first two columns."""
+    for bucket, group, count, errors, sum_ms, max_ms, first_at, last_at in totals:
+        out[(bucket, group)].add(count=count, errors=errors, sum_ms=sum_ms, max_ms=max_ms,
+                                 first_at=first_at, last_at=last_at)
+    for bucket, group, index, n in bins:
+        if index is not None:
+            out[(bucket, group)].bins[index] += n
+
+
+def _edge(lo: datetime | None, hi: datetime) -> Q:
+    """Tasks outside the rolled-up hours: the fresh tail and the partial first hour."""
+    return Q(started_at__gte=hi) | Q(started_at__lt=lo) if lo is not None else Q(started_at__gte=hi)
+
+
+def _fetch(sql: str, params) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def task_summaries(*, project: Project, filters: TaskFilters, group: str | None = None,
+                   bucket_seconds: int | None = None,
+                   slices: tuple[dict[str, tuple[datetime, datetime]], int] | None = None,
+                   ) -> dict[tuple[object, str], Summary] | None:
+    """Task figures keyed by (time bucket, value of `group` or ""), or None when these filters
+    need the raw query. `group`: a task rollup dimension (e.g. "release"). The time bucket is
+    None, or the start of a `bucket_seconds` bucket (a whole number of hours), or with
+    `slices` = ({group value: (lo, hi)}, n) the number (1..n) of the equal slice of that group's
+    own [lo, hi) the row falls in (hour granularity: a rolled-up hour counts whole in the slice
+    of its first task's start)."""
+    from analysis import selectors
+
+    if bucket_seconds is not None and bucket_seconds % 3600:
+        return None
+    if slices is not None and (group not in TASK_DIMENSIONS or not slices[0]):
+        return None
+    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
+    if span is None:
+        return None
+    lo, hi = span
+    group_sql = f"r.{group}" if group in TASK_DIMENSIONS else "''"
+    where, params = _rollup_where(project=project, lo=lo, hi=hi,
+                                  equal={"release": filters.release, "environment": filters.environment,
+                                         "name": filters.name})
+    out: dict[tuple, Summary] = defaultdict(Summary)
+    join, join_params = "", []
+    if slices is not None:
+        spans, n = slices
+        join = (" JOIN (VALUES " + ", ".join(["(%s, %s::float8, %s::float8)"] * len(spans))
+                + ") sl(g, lo, hi) ON sl.g = {g}")
+        join_params = [v for g, (a, b) in spans.items() for v in (g, a.timestamp(), b.timestamp() + 0.001)]
+
+        def bucket(column: str) -> str:
+            return f"width_bucket(extract(epoch FROM {column}), sl.lo, sl.hi, {int(n)})"
+    else:
+        def bucket(column: str) -> str:
+            return _time_bucket(column, bucket_seconds)
+    # a rolled-up row falls in the slice of its first task's start (never before the group's lo)
+    tb = bucket("r.first_at" if slices is not None else "r.hour")
+    rollup_from = "analysis_task_rollup r" + join.format(g=f"r.{group}")
+    totals = _fetch(f"SELECT {tb}, {group_sql}, sum(tasks), sum(errors), sum(sum_ms), max(max_ms),"
+                    f" min(first_at), max(last_at) FROM {rollup_from} WHERE {where} GROUP BY 1, 2",
+                    join_params + params)
+    bins = _fetch(f"SELECT {tb}, {group_sql}, u.b, sum(u.n) FROM {rollup_from},"
+                  f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 1, 2, 3", join_params + params)
+    _collect(out, totals, bins)
+    qs = selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
+    columns = ["started_at", "status", "duration_ms"] + ([group] if group in TASK_DIMENSIONS else [])
+    sql, raw_params = qs.values(*columns).query.sql_with_params()
+    group_raw = f"t.{group}" if group in TASK_DIMENSIONS else "''"
+    rows = _fetch(f"SELECT {bucket('t.started_at')}, {group_raw}, {bin_sql('t.duration_ms')},"
+                  f" count(*), count(*) FILTER (WHERE t.status {_FAILED_SQL}), coalesce(sum(t.duration_ms), 0),"
+                  f" max(t.duration_ms), min(t.started_at), max(t.started_at)"
+                  f" FROM ({sql}) t{join.format(g=group_raw)} GROUP BY 1, 2, 3", list(raw_params) + join_params)
+    _collect(out, [(r[0], r[1], *r[3:]) for r in rows], [(r[0], r[1], r[2], r[3]) for r in rows])
+    return dict(out)
+
+
+def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
+                   groups: Sequence[str] | None = None) -> dict[str, Summary] | None:
+    """Step figures per value of the `group_by` column (kind, name, tool, model, device) for the
+    steps of the filtered tasks, or None when these filters need the raw query. Steps with an
+    empty value are left out, like the Latency page does; "tool" means steps of kind tool.
+    `group` narrows to one value, `groups` to several."""
+    from analysis import selectors
+
+    column = STEP_GROUPS.get(group_by)
+    if column is None:
+        return None
+    span = covered_hours(filters=filters, allowed=STEP_FILTERS)
+    if span is None:
+        return None
+    lo, hi = span
+    extra = [f"r.{column} <> ''"] + (["r.kind = 'tool'"] if group_by == "tool" else [])
+    extra_params: list = []
+    if group:
+        extra.append(f"r.{column} = %s")
+        extra_params.append(group)
+    if groups is not None:
+        extra.append(f"r.{column} = ANY(%s)")
+        extra_params.append(list(groups))
+    where, params = _rollup_where(project=project, lo=lo, hi=hi,
+                                  equal={"release": filters.release, "environment": filters.environment},
+                                  extra=" AND ".join(extra))
+    params += extra_params
+    out: dict[tuple, Summary] = defaultdict(Summary)
+    totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), max(max_ms), NULL, NULL"
+                    f" FROM analysis_step_rollup r WHERE {where} GROUP BY 2", params)
+    bins = _fetch(f"SELECT NULL, r.{column}, u.b, sum(u.n) FROM analysis_step_rollup r,"
+                  f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
+    _collect(out, totals, bins)
+    edge = _edge(lo, hi)
+    tasks = selectors.task_queryset(project=project, filters=filters).filter(edge)
+    steps = Step.objects.filter(project=project, task__in=tasks.values("pk")).exclude(**{column: ""})
+    if group_by == "tool":
+        steps = steps.filter(kind="tool")
+    if group:
+        steps = steps.filter(**{column: group})
+    if groups is not None:
+        steps = steps.filter(**{f"{column}__in": list(groups)})
+    sql, raw_params = steps.values(column, "status", "duration_ms").query.sql_with_params()
+    rows = _fetch(f"SELECT s.{column}, {bin_sql('s.duration_ms')}, count(*),"
+                  f" count(*) FILTER (WHERE s.status {_FAILED_SQL}), sum(s.duration_ms), max(s.duration_ms)"
+                  f" FROM ({sql}) s GROUP BY 1, 2", raw_params)
+    _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
+    return {key[1]: summary for key, summary in out.items()}

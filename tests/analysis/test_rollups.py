@@ -1,0 +1,291 @@
+"""Latency rollups: percentiles within the documented error of percentile_cont, idempotent
+maintenance, late and moved data, project isolation, and dashboard figures that match the exact
+raw queries."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from analysis import dashboard, rollups
+from analysis.charts import log_edges
+from analysis.filters import TaskFilters
+from analysis.releases.compare import release_list
+from ingest.models import Release, Step, Task
+from ingest.records import Batch, TaskRecord
+from ingest.services import batch_store
+
+NOW = datetime.now(tz=UTC)
+# Well inside the reconcile window, in whole hours that are over before the test runs.
+BASE = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
+BOUND = rollups.RELATIVE_ERROR + 1e-9
+FRACTIONS = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)
+
+
+def fill(project, *, n=1500, hours=24, seed=0, releases=("v1", "v2"), steps_every=3) -> list[Task]:
+    """n tasks spread over `hours` hours from BASE, log-normal durations; every `steps_every`-th
+    task gets an LLM and a tool step."""
+    rng = np.random.default_rng(seed)
+    durations = np.exp(rng.normal(7.0, 1.2, n))
+    for r in releases:
+        Release.objects.get_or_create(project=project, name=r, defaults={"first_seen": BASE, "last_seen": BASE})
+    tasks = Task.objects.bulk_create([
+        Task(project=project, task_id=f"t{seed}-{i}", name=("checkout", "support")[i % 2],
+             release=releases[i % len(releases)], environment="prod",
+             status="error" if i % 40 == 0 else "ok",
+             started_at=BASE + timedelta(seconds=float(i) * hours * 3600 / n),
+             ended_at=BASE + timedelta(seconds=float(i) * hours * 3600 / n, milliseconds=float(d)),
+             duration_ms=float(d), reported=True, last_event_at=NOW - timedelta(hours=1))
+        for i, d in enumerate(durations)])
+    steps = []
+    for i, t in enumerate(tasks[::steps_every]):
+        steps.append(Step(project=project, task=t, step_id="llm", kind="llm", name="chat", model=("m1", "m2")[i % 2],
+                          device="gpu-0", started_at=t.started_at, ended_at=t.ended_at,
+                          duration_ms=t.duration_ms * 0.6))
+        steps.append(Step(project=project, task=t, step_id="tool", kind="tool", name="search", tool_name="search",
+                          started_at=t.started_at, ended_at=t.ended_at, duration_ms=t.duration_ms * 0.3,
+                          status="error" if i % 10 == 0 else "ok"))
+    Step.objects.bulk_create(steps)
+    return tasks
+
+
+def exact(sql: str, params) -> list[float]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone()[0]
+
+
+def rollup_rows() -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
+                    " max_ms, bins, counts FROM analysis_task_rollup ORDER BY 1, 2, 3, 4, 5")
+        tasks = cur.fetchall()
+        cur.execute("SELECT * FROM analysis_step_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
+        return tasks + cur.fetchall()
+
+
+def close(estimate, truth) -> bool:
+    return abs(estimate - truth) <= BOUND * abs(truth) + 1e-9
+
+
+def test_percentiles_are_within_the_documented_error_of_percentile_cont(project):
+    fill(project, n=3000)
+    rollups.rollups_refresh()
+    summary = rollups.Summary()
+    for s in rollups.task_summaries(project=project, filters=TaskFilters()).values():
+        summary.merge(s)
+    truth = exact("SELECT percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY duration_ms) FROM ingest_task"
+                  " WHERE project_id = %s", [list(FRACTIONS), project.pk])
+    estimates = summary.quantiles(FRACTIONS)
+    assert summary.count == summary.timed == 3000
+    assert all(close(e, t) for e, t in zip(estimates, truth, strict=True)), list(zip(estimates, truth, strict=True))
+    # the bound is tight enough to matter: a 5 % regression is not lost in it
+    assert rollups.RELATIVE_ERROR < 0.02
+
+
+def test_a_range_reads_rollups_for_whole_hours_and_exact_rows_at_its_edges(project):
+    fill(project, n=2000, hours=20)
+    rollups.rollups_refresh()
+    since, until = BASE + timedelta(hours=3, minutes=17), BASE + timedelta(hours=11, minutes=41)
+    filters = TaskFilters(since=since, until=until, release="v2")
+    summaries = rollups.task_summaries(project=project, filters=filters)
+    merged = rollups.Summary()
+    for s in summaries.values():
+        merged.merge(s)
+    raw = Task.objects.filter(project=project, release="v2", started_at__gte=since, started_at__lt=until)
+    assert merged.count == raw.count()
+    assert merged.errors == raw.filter(status__in=["error", "timeout"]).count()
+    truth = exact("SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY duration_ms) FROM ingest_task"
+                  " WHERE project_id = %s AND release = 'v2' AND started_at >= %s AND started_at < %s",
+                  [project.pk, since, until])
+    assert all(close(e, t) for e, t in zip(merged.quantiles((0.5, 0.99)), truth, strict=True))
+
+
+def test_refreshing_twice_or_recomputing_gives_the_same_rows(project):
+    fill(project, n=600)
+    first = rollups.rollups_refresh()
+    assert first["hours"] == 24
+    rows = rollup_rows()
+    assert rows
+    rollups.rollups_refresh()
+    assert rollup_rows() == rows
+    with connection.cursor() as cur:
+        rollups.hours_recompute(cur, project_id=project.pk, hours=[BASE + timedelta(hours=h) for h in range(24)])
+    assert rollup_rows() == rows
+    call_command("rollups_rebuild", "--project", project.name, verbosity=0)
+    assert rollup_rows() == rows
+
+
+def test_a_resent_batch_does_not_count_twice(project):
+    fill(project, n=100)
+    rollups.rollups_refresh()
+    old = BASE + timedelta(hours=2, minutes=5)
+    record = TaskRecord(task_id="late", name="checkout", release="v1", environment="prod",
+                        started_at=old, ended_at=old + timedelta(seconds=3), status="ok")
+    for _ in range(2):
+        batch_store(project=project, batch=Batch(tasks=[record]))
+        rollups.rollups_refresh()
+    total = sum(s.count for s in rollups.task_summaries(project=project, filters=TaskFilters()).values())
+    assert total == 101
+
+
+def test_late_data_for_an_hour_already_rolled_up_is_counted_after_the_next_run(project):
+    fill(project, n=240)
+    rollups.rollups_refresh()
+    hour = TaskFilters(since=BASE + timedelta(hours=5), until=BASE + timedelta(hours=6))
+    before = rollups.task_summaries(project=project, filters=hour)[(None, "")]
+    old = BASE + timedelta(hours=5, minutes=30)
+    batch_store(project=project, batch=Batch(tasks=[TaskRecord(
+        task_id="late", name="checkout", release="v1", environment="prod", started_at=old,
+        ended_at=old + timedelta(hours=2), status="error")]))
+    rollups.rollups_refresh()
+    after = rollups.task_summaries(project=project, filters=hour)[(None, "")]
+    assert after.count == before.count + 1 and after.errors == before.errors + 1
+    assert after.max_ms == pytest.approx(7_200_000)
+
+
+def test_a_task_that_moves_to_another_hour_leaves_its_old_hour(project):
+    tasks = fill(project, n=48)
+    rollups.rollups_refresh()
+    moved = tasks[0]  # hour 0
+    Task.objects.filter(pk=moved.pk).update(started_at=BASE + timedelta(hours=7, minutes=1),
+                                            last_event_at=datetime.now(tz=UTC))
+    rollups.rollups_refresh()
+
+    def count(h):
+        f = TaskFilters(since=BASE + timedelta(hours=h), until=BASE + timedelta(hours=h + 1))
+        return sum(s.count for s in rollups.task_summaries(project=project, filters=f).values())
+
+    assert (count(0), count(7)) == (1, 3)
+
+
+def test_new_tasks_show_before_the_job_runs(project):
+    fill(project, n=100)
+    rollups.rollups_refresh()
+    batch_store(project=project, batch=Batch(tasks=[TaskRecord(
+        task_id="fresh", name="checkout", release="v1", environment="prod", started_at=NOW,
+        ended_at=NOW + timedelta(seconds=1), status="ok")]))
+    totals = dashboard.overview_totals(project=project, filters=TaskFilters())
+    assert totals["count"] == 101
+
+
+def test_projects_are_isolated(project, other_project):
+    fill(project, n=300, releases=("v1",))
+    fill(other_project, n=300, seed=9, releases=("v1",))
+    rollups.rollups_refresh()
+    other_rows = [r for r in rollup_rows() if r[0] == other_project.pk]
+    Task.objects.filter(project=project).delete()
+    rollups.rollups_rebuild(project=project)
+    assert rollups.task_summaries(project=project, filters=TaskFilters()) == {}
+    assert [r for r in rollup_rows() if r[0] == other_project.pk] == other_rows
+    ours = rollups.step_summaries(project=other_project, filters=TaskFilters(), group_by="kind")
+    assert sum(s.count for s in ours.values()) == Step.objects.filter(project=other_project).count()
+
+
+def test_filters_the_rollups_lack_fall_back_to_raw_rows(project):
+    fill(project, n=100)
+    rollups.rollups_refresh()
+    assert rollups.task_summaries(project=project, filters=TaskFilters(status="error")) is None
+    assert rollups.step_summaries(project=project, filters=TaskFilters(name="checkout"), group_by="kind") is None
+    # and the page still answers, exactly
+    assert dashboard.overview_totals(project=project, filters=TaskFilters(status="error"))["count"] == 3
+
+
+def _raw(fn):
+    """What a selector answers from raw rows: with no watermark the rollups are not read."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT watermark FROM analysis_rollup_state")
+        saved = cur.fetchall()
+        cur.execute("DELETE FROM analysis_rollup_state")
+    try:
+        return fn()
+    finally:
+        with connection.cursor() as cur:
+            for (mark,) in saved:
+                cur.execute("INSERT INTO analysis_rollup_state VALUES ('rollups', %s)", [mark])
+
+
+def test_overview_and_latency_pages_show_the_same_numbers_as_the_raw_queries(project):
+    fill(project, n=1200, hours=72 - 30 + 28)
+    rollups.rollups_refresh()
+    f = TaskFilters()
+
+    def same(a, b):
+        assert type(a) is type(b)
+        if is_dataclass(a):
+            a, b = asdict(a), asdict(b)
+        if isinstance(a, dict):
+            assert a.keys() == b.keys()
+            for k in a:
+                same(a[k], b[k])
+        elif isinstance(a, (list, tuple)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b, strict=True):
+                same(x, y)
+        elif isinstance(a, float):
+            assert close(b, a), (a, b)
+        else:
+            assert a == b
+
+    for fn in (
+        lambda: dashboard.overview_totals(project=project, filters=f),
+        lambda: dashboard.overview_series(project=project, filters=f),
+        lambda: dashboard.duration_percentiles(project=project, filters=f),
+        lambda: dashboard.duration_percentiles(project=project, filters=TaskFilters(release="v1"), group_by="model"),
+        lambda: dashboard.duration_percentiles(project=project, filters=f, group_by="tool"),
+        lambda: dashboard.duration_quantiles(project=project, filters=f, group_by="kind", groups=["llm", "tool"]),
+    ):
+        same(_raw(fn), fn())
+    # the histogram: the same bars, counts equal but for durations within 0.01 % of an edge
+    raw, rolled = _raw(lambda: dashboard.duration_histogram(project=project, filters=f)), \
+        dashboard.duration_histogram(project=project, filters=f)
+    assert sum(n for *_, n in raw) == sum(n for *_, n in rolled) == 1200
+    edges = log_edges()
+    near = Task.objects.filter(project=project).extra(
+        where=["EXISTS (SELECT 1 FROM unnest(%s::float8[]) e WHERE abs(duration_ms / e - 1) < 5e-4)"],
+        params=[edges]).count()
+    assert sum(abs(a[2] - b[2]) for a, b in zip(raw, rolled, strict=True)) <= 2 * near
+    assert [a[:2] for a in raw] == [b[:2] for b in rolled]
+
+
+def test_releases_list_from_rollups_matches_the_raw_list(project):
+    fill(project, n=900)
+    rollups.rollups_refresh()
+    raw = {r["name"]: r for r in _raw(lambda: release_list(project=project))}
+    rolled = {r["name"]: r for r in release_list(project=project)}
+    assert raw.keys() == rolled.keys() == {"v1", "v2"}
+    for name in raw:
+        assert rolled[name]["tasks"] == raw[name]["tasks"] == 450
+        assert close(rolled[name]["p95_ms"], raw[name]["p95_ms"])
+        assert rolled[name]["first_seen"] == raw[name]["first_seen"]
+        assert sum(b["tasks"] for b in rolled[name]["sparkline"]) == 450
+        assert 10 <= len(rolled[name]["sparkline"]) <= 20
+
+
+def test_retention_drops_old_rollup_hours(project, settings):
+    fill(project, n=100)
+    rollups.rollups_refresh()
+    settings.AGENTOPS_RETENTION_DAYS = 1
+    result = rollups.rollups_refresh()
+    assert result["deleted"] > 0
+    cutoff = rollups._hour_floor(datetime.now(tz=UTC) - timedelta(days=1))
+    assert all(r[1] >= cutoff for r in rollup_rows())
+
+
+def test_rebuild_command_reports_hours_and_names_a_missing_project(project):
+    from io import StringIO
+
+    from django.core.management.base import CommandError
+
+    fill(project, n=50, hours=5)
+    out = StringIO()
+    call_command("rollups_rebuild", stdout=out)
+    assert "acme: 5 hours rolled up" in out.getvalue()
+    assert rollups.watermark() is not None
+    with pytest.raises(CommandError, match="no project named 'nope'"):
+        call_command("rollups_rebuild", "--project", "nope")
