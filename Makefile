@@ -34,6 +34,12 @@ test: $(STAMP) browsers
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not browser and not slow" $(PYTEST_ARGS)
 
+# Every performance figure in one run (ingest vs COPY and Arize Phoenix, analysis, queries,
+# storage): a table, and bench/results/latest.json. Full size: BENCH_ARGS="--scale 1
+# --analysis-steps 1000000 --peer-spans 100000" (see docs/scaling.md).
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
