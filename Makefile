@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8000
 
-.PHONY: install demo test test-fast browsers bench lint clean
+.PHONY: install demo test test-fast faults browsers bench lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test-fast: $(STAMP)
 # --analysis-steps 1000000 --peer-spans 100000" (see docs/scaling.md).
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream): ~2.5 minutes.
+faults: $(STAMP)
+	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

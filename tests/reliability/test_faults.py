@@ -32,10 +32,12 @@ from tests.reliability.harness import (
     ROOT,
     Server,
     Tally,
+    native_batches,
     native_sender,
     otel_sender,
     project_key,
     run_id,
+    send_with_retries,
     stack_environment,
     stored_steps,
     throwaway_database,
@@ -120,7 +122,7 @@ def check_and_report(scenario: str, database_url: str, native: Tally, otel: Tall
     print(json.dumps(line))
     assert "500" not in native.statuses, native.statuses
     assert otel.statuses.get("otel not acknowledged") == 0, otel.statuses
-    assert len(native.acknowledged) == 600 and len(otel.acknowledged) == 600
+    assert len(native.acknowledged) >= 600 and len(otel.acknowledged) == 600
     assert not missing, sorted(missing)[:10]
     assert not duplicated, list(duplicated.items())[:10]
     assert set(stored) == sent
@@ -185,14 +187,29 @@ def test_sigterm_of_the_web_server_mid_stream_loses_nothing(stack):
     server: Server = stack["server"]
     replacement = Server(stack["env"], port=server.port)
 
+    in_flight, big = Tally(), {}
+
+    def post_big_batch():
+        _, ids, body = next(native_batches(run_id(), batches=1, steps=5000))
+        response = send_with_retries(f"{server.url}/api/v1/ingest", stack["key"], body, in_flight,
+                                     deadline=time.monotonic() + SCENARIO_SECONDS)
+        big.update(status=response.status_code, ids=ids)
+
     def restart_web():
-        # A deploy: SIGTERM (gunicorn finishes in-flight requests and exits 0), then a new
-        # server on the same port; senders retry the refused connections in between.
+        # A deploy: SIGTERM while a 5,000-step batch is in flight (gunicorn finishes it and
+        # exits 0), then a new server on the same port; senders retry refused connections.
+        sender = threading.Thread(target=post_big_batch)
+        sender.start()
+        time.sleep(0.3)
         assert server.stop() == 0
         replacement.start()
+        sender.join(SCENARIO_SECONDS)
 
     try:
         native, otel = stream(server.url, stack["key"], run_id(), during=restart_web)
     finally:
         replacement.stop()
+    assert big["status"] == 200, (big, in_flight.statuses)
+    native.acknowledged.update(big["ids"])
+    native.statuses.update({f"in-flight batch {k}": v for k, v in in_flight.statuses.items()})
     check_and_report("web SIGTERM", stack["db"], native, otel)
