@@ -256,6 +256,11 @@ def top_findings(*, project: Project, filters: TaskFilters, limit: int = 10) -> 
 
 def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8) -> list[tuple[str, dict[str, float]]]:
     """Mean ms per budget category per task, by release (the busiest `limit` releases)."""
+    found = rollups.budget_sums(project=project, filters=filters)
+    if found is not None:
+        busiest = sorted(found, key=lambda r: -found[r][0])[:limit]
+        return sorted((r, {k: round(v / found[r][0], 3) for k, v in found[r][1].items()})
+                      for r in busiest if found[r][1])
     tasks = selectors.task_queryset(project=project, filters=filters)
     analyses = TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
     sql, params = analyses.values("task_id", "budget").query.sql_with_params()

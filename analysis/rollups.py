@@ -221,6 +221,31 @@ def _step_rollup_sql(where: str) -> str:
         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
 
 
+_NUMBER = "'^-?[0-9.eE+-]+$'"
+
+
+def _budget_rollup_sql(where: str) -> str:
+    """UPDATE of the task rollup rows' budget figures from the analyses of the tasks matching
+    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category."""
+    dims = "hour, release, environment, name"
+    return f"""
+        WITH a AS (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
+                          t.environment, t.name, x.budget
+                   FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id
+                   WHERE {where} AND x.budget <> '{{}}'::jsonb),
+             n AS (SELECT {dims}, count(*) AS n FROM a GROUP BY 1, 2, 3, 4),
+             k AS (SELECT {dims}, jsonb_object_agg(key, total) AS sums
+                   FROM (SELECT {dims}, e.key, sum(e.value::float8) AS total
+                         FROM a, jsonb_each_text(CASE WHEN jsonb_typeof(a.budget) = 'object'
+                                                      THEN a.budget ELSE '{{}}'::jsonb END) e
+                         WHERE e.value ~ {_NUMBER} GROUP BY 1, 2, 3, 4, 5) s
+                   GROUP BY 1, 2, 3, 4)
+        UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
+        FROM n LEFT JOIN k USING (hour, release, environment, name)
+        WHERE r.project_id = t_project AND r.hour = n.hour AND r.release = n.release
+          AND r.environment = n.environment AND r.name = n.name"""
+
+
 def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> int:
     """Replace the rollup rows of these hours of a project with figures from the raw rows.
     Contiguous hours go as one range. Returns the number of hours."""
@@ -255,6 +280,7 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime | None, hi: dateti
     where = " AND ".join(raw)
     cursor.execute(_task_rollup_sql(where), raw_params)
     cursor.execute(_step_rollup_sql(where), raw_params)
+    cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
 
 
 def project_rebuild(*, project: Project, progress: Callable[[str], None] | None = None) -> int:
@@ -315,6 +341,12 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
             f"SELECT project_id, date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) FROM ingest_task"
             " WHERE last_event_at > %s AND started_at IS NOT NULL GROUP BY 1, 2", [row[0] - OVERLAP])
         changed: dict[int, set[datetime]] = defaultdict(set)
+        for project_id, hour in cursor.fetchall():
+            changed[project_id].add(hour)
+        cursor.execute(
+            f"SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) FROM analysis_taskanalysis a"
+            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at IS NOT NULL"
+            " GROUP BY 1, 2", [row[0] - OVERLAP])
         for project_id, hour in cursor.fetchall():
             changed[project_id].add(hour)
         for project_id in Project.objects.values_list("pk", flat=True):
@@ -551,3 +583,37 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
                   f" FROM ({sql}) s GROUP BY 1, 2", raw_params)
     _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
     return {key[1]: summary for key, summary in out.items()}
+
+
+def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[int, dict[str, float]]] | None:
+    """Per release: (analysed tasks, {budget category: total ms}) for the filtered tasks, or None
+    when the filters need the raw query. Whole hours from the rollups, edges from raw rows."""
+    from analysis import selectors
+    from analysis.models import TaskAnalysis
+
+    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
+    if span is None:
+        return None
+    lo, hi = span
+    where, params = _rollup_where(project=project, lo=lo, hi=hi,
+                                  equal={"release": filters.release, "environment": filters.environment,
+                                         "name": filters.name})
+    counts: dict[str, int] = defaultdict(int)
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for release, n in _fetch(f"SELECT r.release, sum(r.analysed) FROM analysis_task_rollup r WHERE {where}"
+                             " GROUP BY 1", params):
+        counts[release] += int(n)
+    for release, key, total in _fetch(
+            f"SELECT r.release, e.key, sum(e.value::float8) FROM analysis_task_rollup r,"
+            f" jsonb_each_text(r.budget_ms) e WHERE {where} GROUP BY 1, 2", params):
+        sums[release][key] += total
+    tasks = selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
+    sql, raw_params = (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
+                       .exclude(budget={}).values("task__release", "budget").query.sql_with_params())
+    for release, budget in _fetch(sql, raw_params):
+        counts[release] += 1
+        if isinstance(budget, dict):
+            for key, value in budget.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    sums[release][key] += value
+    return {release: (n, dict(sums[release])) for release, n in counts.items() if n}

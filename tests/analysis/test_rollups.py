@@ -289,3 +289,28 @@ def test_rebuild_command_reports_hours_and_names_a_missing_project(project):
     assert rollups.watermark() is not None
     with pytest.raises(CommandError, match="no project named 'nope'"):
         call_command("rollups_rebuild", "--project", "nope")
+
+
+def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project):
+    from analysis.models import TaskAnalysis
+
+    tasks = fill(project, n=300)
+    TaskAnalysis.objects.bulk_create([
+        TaskAnalysis(task=t, project=project, analyzed_at=NOW - timedelta(hours=1),
+                     budget={"prefill": t.duration_ms * 0.2, "tool": t.duration_ms * 0.5} if i % 7 else {})
+        for i, t in enumerate(tasks[:200])])
+    rollups.rollups_refresh()
+    f = TaskFilters()
+    raw = _raw(lambda: dashboard.budget_by_release(project=project, filters=f))
+    rolled = dashboard.budget_by_release(project=project, filters=f)
+    assert [r for r, _ in raw] == [r for r, _ in rolled] == ["v1", "v2"]
+    for (_, a), (_, b) in zip(raw, rolled, strict=True):
+        assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9) for k in a)
+    # a task analysed after its hour was rolled up counts after the next run
+    late = tasks[250]
+    TaskAnalysis.objects.create(task=late, project=project, analyzed_at=datetime.now(tz=UTC),
+                                budget={"prefill": 1e6})
+    rollups.rollups_refresh()
+    rolled = dict(dashboard.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
+    assert rolled["v1"]["prefill"] == pytest.approx(raw["v1"]["prefill"]) and rolled["v1"]["prefill"] > 5000
