@@ -6,7 +6,11 @@ class AnalysisConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from analysis.signals import on_tasks_ended
+        from django.db.models.signals import post_delete
+
+        from analysis.signals import on_project_deleted, on_tasks_ended
+        from ingest.models import Project
         from ingest.services import tasks_ended
 
         tasks_ended.connect(on_tasks_ended, dispatch_uid="analysis.on_tasks_ended")
+        post_delete.connect(on_project_deleted, sender=Project, dispatch_uid="analysis.on_project_deleted")

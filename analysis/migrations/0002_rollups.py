@@ -1,12 +1,14 @@
 """Tables of the latency rollups (analysis/rollups.py). Plain SQL: only rollups.py reads and
-writes them, with SQL (unnest of the sparse histograms), so they need no Django model. Rows go
-with their project (ON DELETE CASCADE)."""
+writes them, with SQL (unnest of the sparse histograms), so they need no Django model. No foreign
+key to ingest_project: Django's flush truncates its own tables together, and a table outside that
+set referencing one of them would block it. A deleted project's rows are removed by the
+receiver in analysis/signals.py (`on_project_deleted`)."""
 
 from django.db import migrations
 
 SQL = """
 CREATE TABLE analysis_task_rollup (
-    project_id bigint NOT NULL REFERENCES ingest_project (id) ON DELETE CASCADE,
+    project_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     release varchar(200) NOT NULL,
     environment varchar(100) NOT NULL,
@@ -22,7 +24,7 @@ CREATE TABLE analysis_task_rollup (
 );
 CREATE INDEX analysis_task_rollup_hour ON analysis_task_rollup (project_id, hour);
 CREATE TABLE analysis_step_rollup (
-    project_id bigint NOT NULL REFERENCES ingest_project (id) ON DELETE CASCADE,
+    project_id bigint NOT NULL,
     hour timestamptz NOT NULL,
     release varchar(200) NOT NULL,
     environment varchar(100) NOT NULL,

@@ -40,3 +40,19 @@ def test_retention_deletes_only_old_data(project, other_project):
     assert sorted(Task.objects.values_list("task_id", flat=True)) == ["new"]
     assert Step.objects.count() == 1
     assert ResourceSample.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_deleting_a_project_removes_its_rollups(project, other_project):
+    from django.db import connection
+
+    from analysis import rollups
+
+    _seed(project, task_id="a", age_days=1)
+    _seed(other_project, task_id="b", age_days=1)
+    rollups.project_rebuild(project=project)
+    rollups.project_rebuild(project=other_project)
+    call_command("delete_data", project="acme", yes=True, delete_project=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT project_id FROM analysis_task_rollup")
+        assert [r[0] for r in cursor.fetchall()] == [other_project.pk]
