@@ -18,7 +18,7 @@ from ingest import limits
 from ingest.auth import HasIngestScope
 from ingest.events import parse_event
 from ingest.http import BodyError, read_body
-from ingest.records import Batch, RecordError, SampleRecord, StepRecord, TaskRecord
+from ingest.records import Batch, RecordError
 from ingest.services import batch_store
 
 log = logging.getLogger("agentops.ingest")
@@ -77,12 +77,7 @@ def parse_native_batch(payload: object) -> tuple[Batch, list[dict]]:
         except RecordError as exc:
             rejected.append({"index": index, "error": str(exc)})
             continue
-        if isinstance(record, StepRecord):
-            batch.steps.append(record)
-        elif isinstance(record, TaskRecord):
-            batch.tasks.append(record)
-        elif isinstance(record, SampleRecord):
-            batch.samples.append(record)
+        batch.add(record)
     return batch, rejected
 
 

@@ -105,6 +105,10 @@ class Batch:
     def __len__(self) -> int:
         return len(self.tasks) + len(self.steps) + len(self.samples) + len(self.histograms)
 
+    def add(self, record: TaskRecord | StepRecord | SampleRecord | HistogramRecord) -> None:
+        {TaskRecord: self.tasks, StepRecord: self.steps, SampleRecord: self.samples,
+         HistogramRecord: self.histograms}[type(record)].append(record)
+
 
 def clean_text(value: str, *, limit: int = limits.MAX_ATTRIBUTE_VALUE_CHARS) -> str:
     if _BAD_CHARS.search(value):

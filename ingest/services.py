@@ -149,8 +149,8 @@ def batch_store(*, project: Project, batch: Batch) -> StoreResult:
         partitions.ensure(table="ingest_resourcesample", times=(s.ts for s in samples))
     with transaction.atomic(), connection.cursor() as cursor:
         _releases_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
-        task_pks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
-        _steps_upsert(cursor, project=project, steps=steps, task_pks=task_pks)
+        task_pks, new_tasks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
+        _steps_upsert(cursor, project=project, steps=steps, task_pks=task_pks, new_tasks=new_tasks)
         if task_pks:
             ended = _tasks_refresh(cursor, task_pks=list(set(task_pks.values())))
         _devices_upsert(cursor, project=project, samples=samples, steps=steps, now=now)
@@ -180,14 +180,18 @@ def _releases_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[St
     )
 
 
-def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> dict[str, int]:
+def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord],
+                  now) -> tuple[dict[str, int], set[int]]:
+    """Upsert reported tasks and placeholders for steps' tasks; returns the primary key of each
+    task id, and the keys of the tasks this batch created (they have no earlier steps)."""
     pks: dict[str, int] = {}
+    created: set[int] = set()
     reported_rows = [
         (t.task_id, t.name, t.release, t.environment, t.session_id, t.started_at, t.ended_at,
          t.status, _json(t.attributes))
         for t in tasks
     ]
-    for task_id, pk in _upsert(
+    for task_id, pk, inserted in _upsert(
         cursor, table="ingest_task", target=_TASK_COLUMNS,
         columns=[("task_id", "text"), ("name", "text"), ("release", "text"), ("environment", "text"),
                  ("session_id", "text"), ("started_at", "timestamptz"), ("ended_at", "timestamptz"),
@@ -208,16 +212,18 @@ def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepR
             "attributes = ingest_task.attributes || EXCLUDED.attributes, "
             "reported = true, last_event_at = EXCLUDED.last_event_at"
         ),
-        returning="task_id, id",
+        returning="task_id, id, xmax = 0",
     ):
         pks[task_id] = pk
+        if inserted:
+            created.add(pk)
 
     placeholders: dict[str, StepRecord] = {}
     for s in steps:
         if s.task_id not in pks and s.task_id not in placeholders:
             placeholders[s.task_id] = s
     rows = [(tid, s.release, s.environment, s.session_id) for tid, s in placeholders.items()]
-    for task_id, pk in _upsert(
+    for task_id, pk, inserted in _upsert(
         cursor, table="ingest_task", target=_TASK_COLUMNS,
         columns=[("task_id", "text"), ("release", "text"), ("environment", "text"), ("session_id", "text")],
         rows=rows,
@@ -234,13 +240,16 @@ def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepR
             "THEN ingest_task.session_id ELSE EXCLUDED.session_id END, "
             "last_event_at = EXCLUDED.last_event_at"
         ),
-        returning="task_id, id",
+        returning="task_id, id, xmax = 0",
     ):
         pks[task_id] = pk
-    return pks
+        if inserted:
+            created.add(pk)
+    return pks, created
 
 
-def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[str, int]) -> None:
+def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[str, int],
+                  new_tasks: set[int]) -> None:
     rows = [
         (task_pks[s.task_id], s.step_id, s.parent_step_id, s.kind, s.name, s.started_at, s.ended_at,
          (s.ended_at - s.started_at).total_seconds() * 1000.0, s.status, s.error,
@@ -268,11 +277,14 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
     if not rows:
         return
     # The start time is part of the key (the table is partitioned by it): a step sent again with
-    # a corrected start replaces its old row instead of standing beside it.
-    cursor.execute(
-        "DELETE FROM ingest_step s USING unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS u(t, sid, st) "
-        "WHERE s.task_id = u.t AND s.step_id = u.sid AND s.started_at <> u.st",
-        [[r[0] for r in rows], [r[1] for r in rows], [r[5] for r in rows]])
+    # a corrected start replaces its old row instead of standing beside it. Tasks this batch
+    # created have no earlier rows, which spares the lookup for most of a stream.
+    resent = [r for r in rows if r[0] not in new_tasks]
+    if resent:
+        cursor.execute(
+            "DELETE FROM ingest_step s USING unnest(%s::bigint[], %s::text[], %s::timestamptz[]) "
+            "AS u(t, sid, st) WHERE s.task_id = u.t AND s.step_id = u.sid AND s.started_at <> u.st",
+            [[r[0] for r in resent], [r[1] for r in resent], [r[5] for r in resent]])
     updated = [c.strip() for c in _STEP_COLUMNS.split(",")][3:]
     _upsert(
         cursor, table="ingest_step", target=_STEP_COLUMNS, columns=columns, rows=rows, select=select,

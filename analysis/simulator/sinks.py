@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from ingest.events import parse_event
 from ingest.models import Project
-from ingest.records import Batch, RecordError, SampleRecord, StepRecord, TaskRecord
+from ingest.records import Batch, RecordError
 from ingest.services import batch_store
 
 Progress = Callable[[int], None]
@@ -37,12 +37,7 @@ def store_in_process(*, project: Project, batches: Iterable[list[dict]], progres
             except RecordError:
                 rejected += 1
                 continue
-            if isinstance(record, StepRecord):
-                batch.steps.append(record)
-            elif isinstance(record, TaskRecord):
-                batch.tasks.append(record)
-            elif isinstance(record, SampleRecord):
-                batch.samples.append(record)
+            batch.add(record)
         if len(batch):
             batch_store(project=project, batch=batch)
         progress(len(events))
