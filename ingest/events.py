@@ -6,6 +6,7 @@ that event alone and keep the rest of the batch. No Django import.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 from ingest import limits
@@ -83,7 +84,8 @@ def _count(event: dict, key: str) -> int | None:
     value = event.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value != int(value):  # JSON allows Infinity, which int() cannot take
         raise RecordError(f"{key}: must be a whole number")
     if not 0 <= value < 2**31:
         raise RecordError(f"{key}: must be between 0 and 2147483647")
@@ -94,7 +96,7 @@ def _number(event: dict, key: str, *, minimum: float = 0.0) -> float | None:
     value = event.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RecordError(f"{key}: must be a number")
     if value < minimum or value > 1e12:
         raise RecordError(f"{key}: must be between {minimum:g} and 1e12")
@@ -172,8 +174,8 @@ def parse_sample(event: dict) -> SampleRecord:
     for key, value in metrics.items():
         if isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, int | float) or value != value:
-            raise RecordError(f"metrics.{clean_text(str(key), limit=60)}: must be a number")
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise RecordError(f"metrics.{clean_text(str(key), limit=60)}: must be a finite number")
         clean_metrics[clean_text(str(key), limit=limits.MAX_NAME_LENGTH)] = float(value)
     return SampleRecord(
         device=_string(event, "device", required=True),
