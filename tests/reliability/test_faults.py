@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -35,12 +32,9 @@ from tests.reliability.harness import (
     native_batches,
     native_sender,
     otel_sender,
-    project_key,
     run_id,
     send_with_retries,
-    stack_environment,
     stored_steps,
-    throwaway_database,
 )
 
 pytestmark = [
@@ -50,28 +44,6 @@ pytestmark = [
 ]
 ARTIFACT = ROOT / "test-artifacts" / "faults.txt"
 SCENARIO_SECONDS = 60
-
-
-@pytest.fixture
-def data_dir():
-    # Not under pytest's tmp root: another pytest run may make that 0700 at any moment, and the
-    # embedded PostgreSQL runs as its own user when we are root. Short, for socket paths.
-    path = Path(tempfile.mkdtemp(prefix="ao-fault-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    embedded.stop_redis(path)
-    embedded.stop_postgres(path)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def stack(data_dir):
-    database_url = throwaway_database(data_dir)
-    env = stack_environment(data_dir, database_url=database_url, broker_url=embedded.redis_url(data_dir))
-    key = project_key(env)
-    server = Server(env).start()
-    yield {"dir": data_dir, "db": database_url, "env": env, "key": key, "server": server}
-    server.stop()
 
 
 def stream(server_url: str, key: str, run: str, *, during) -> tuple[Tally, Tally]:
