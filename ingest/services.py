@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import secrets
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -104,23 +105,30 @@ def _json(value: object) -> str | None:
 def _upsert(cursor, *, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
             target: str = "", select: Sequence[str] | None = None, conflict: str, update: str,
             returning: str = "") -> list[tuple]:
-    """INSERT INTO table (target) SELECT select FROM unnest(one typed array per column) ON CONFLICT …
+    """COPY the rows into a session-local staging table, then
+    INSERT INTO table (target) SELECT select FROM staging ON CONFLICT … in one statement.
 
-    `columns` name and type the arrays; `select` (default: the columns as they are) maps them
-    onto `target` (default: the column names)."""
+    `columns` name and type the staging columns; `select` (default: the columns as they are)
+    maps them onto `target` (default: the column names). COPY is about three times cheaper for
+    the server than binding one array per column and unnesting them."""
     if not rows:
         return []
     names = [name for name, _ in columns]
-    arrays = [list(col) for col in zip(*rows, strict=True)]
-    unnest = ", ".join(f"%s::{pgtype}[]" for _, pgtype in columns)
+    # One staging table per column set: the same table is upserted with different columns.
+    stage = f"stage_{table}_{zlib.crc32(repr(columns).encode()):08x}"
+    cursor.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({', '.join(f'{n} {t}' for n, t in columns)}) "
+        "ON COMMIT DELETE ROWS")
+    # Several batches may share one transaction (a caller's atomic block): start empty.
+    cursor.execute(f"TRUNCATE {stage}")
+    with cursor.cursor.copy(f"COPY {stage} ({', '.join(names)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
     select_list = ", ".join(select or [f"u.{n}" for n in names])
-    sql = (
-        f"INSERT INTO {table} ({target or ', '.join(names)}) "
-        f"SELECT {select_list} FROM unnest({unnest}) AS u({', '.join(names)}) "
+    cursor.execute(
+        f"INSERT INTO {table} ({target or ', '.join(names)}) SELECT {select_list} FROM {stage} AS u "
         f"ON CONFLICT ({conflict}) DO UPDATE SET {update}"
-        + (f" RETURNING {returning}" if returning else "")
-    )
-    cursor.execute(sql, arrays)
+        + (f" RETURNING {returning}" if returning else ""))
     return cursor.fetchall() if returning else []
 
 
