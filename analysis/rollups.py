@@ -79,6 +79,7 @@ NBINS = TOP_BIN + 1
 RELATIVE_ERROR = 10 ** (1 / (2 * BINS_PER_DECADE)) - 1  # 1.93 %
 
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
 REFRESH_SECONDS = 60
 # A batch stamps last_event_at when it starts and commits a little later; a run looks back this
@@ -261,26 +262,62 @@ def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> in
     return len(hours)
 
 
-def _range_recompute(cursor, *, project_id: int, lo: datetime | None, hi: datetime | None) -> None:
-    """Recompute [lo, hi) (whole hours; None = unbounded) of a project."""
-    bounds, params = ["project_id = %s"], [project_id]
-    raw, raw_params = ["t.project_id = %s", "t.started_at IS NOT NULL"], [project_id]
-    if lo is not None:
-        bounds.append("hour >= %s")
-        raw.append("t.started_at >= %s")
-        params.append(lo)
-        raw_params.append(lo)
-    if hi is not None:
-        bounds.append("hour < %s")
-        raw.append("t.started_at < %s")
-        params.append(hi)
-        raw_params.append(hi)
+def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool) -> str:
+    """INSERT … SELECT of the daily rows of `table` from its hourly rows in a day range
+    (params: project, from, to): totals summed, histograms merged bucket by bucket."""
+    d = ", ".join(dims)
+    n = len(dims)
+    keys = ", ".join(str(i) for i in range(1, n + 2))
+    extra_cols = ", first_at, last_at, analysed, budget_ms" if task else ""
+    extra_sel = ", min(first_at), max(last_at), sum(analysed)" if task else ""
+    budget_join = f"""
+        LEFT JOIN (SELECT day, {d}, jsonb_object_agg(key, total) AS budget
+                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, e.key,
+                                sum(e.value::float8) AS total
+                         FROM h, jsonb_each_text(h.budget_ms) e GROUP BY {keys}, {n + 2}) k
+                   GROUP BY {keys}) bb USING (day, {d})""" if task else ""
+    budget_sel = ", coalesce(bb.budget, '{}'::jsonb)" if task else ""
+    return f"""
+        WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s)
+        INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, bins, counts)
+        SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
+               {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""},
+               coalesce(hh.bins, '{{}}'), coalesce(hh.counts, '{{}}')
+        FROM (SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS day, {d},
+                     {", ".join(f"sum({x}) AS {x}" for x in sums)}, max(max_ms) AS max_ms
+                     {extra_sel.replace("min(first_at)", "min(first_at) AS first_at").replace(
+                         "max(last_at)", "max(last_at) AS last_at").replace("sum(analysed)", "sum(analysed) AS analysed")}
+              FROM h GROUP BY {keys}) tt
+        LEFT JOIN (SELECT day, {d}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
+                         FROM h, unnest(h.bins, h.counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
+                   GROUP BY {keys}) hh USING (day, {d}){budget_join}"""
+
+
+_TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
+_STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False)
+
+
+def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
+    """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows."""
+    first, last = _day_floor(lo), _day_floor(hi - timedelta(microseconds=1)) + DAY
+    for table, sql in (("analysis_task_rollup", _TASK_DAYS_SQL), ("analysis_step_rollup", _STEP_DAYS_SQL)):
+        cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s",
+                       [project_id, first, last])
+        cursor.execute(sql, [project_id, first, last, project_id])
+
+
+def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
+    """Recompute the whole hours [lo, hi) of a project, then the days they touch."""
     for table in ("analysis_task_rollup", "analysis_step_rollup"):
-        cursor.execute(f"DELETE FROM {table} WHERE {' AND '.join(bounds)}", params)
-    where = " AND ".join(raw)
+        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s",
+                       [project_id, lo, hi])
+    where = "t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
+    raw_params = [project_id, lo, hi]
     cursor.execute(_task_rollup_sql(where), raw_params)
     cursor.execute(_step_rollup_sql(where), raw_params)
     cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
+    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
 
 
 def project_rebuild(*, project: Project, progress: Callable[[str], None] | None = None) -> int:
@@ -291,11 +328,12 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s",
                        [project.pk])
         first, last = cursor.fetchone()
-        cursor.execute("DELETE FROM analysis_task_rollup WHERE project_id = %s", [project.pk])
-        cursor.execute("DELETE FROM analysis_step_rollup WHERE project_id = %s", [project.pk])
+        for table in ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day",
+                      "analysis_step_rollup_day"):
+            cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
         if first is None:
             return 0
-        lo = _hour_floor(first)
+        lo = _day_floor(first)
         while lo <= last:
             hi = lo + timedelta(days=7)
             _range_recompute(cursor, project_id=project.pk, lo=lo, hi=hi)
@@ -381,7 +419,8 @@ def _retention_delete(cursor, *, now: datetime) -> int:
         return 0
     cutoff = _hour_floor(now - timedelta(days=days))
     deleted = 0
-    for table in ("analysis_task_rollup", "analysis_step_rollup"):
+    for table in ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day",
+                  "analysis_step_rollup_day"):
         cursor.execute(f"DELETE FROM {table} WHERE hour < %s", [cutoff])
         deleted += cursor.rowcount
     return deleted
@@ -402,6 +441,10 @@ def watermark() -> datetime | None:
 
 def _now() -> datetime:
     return datetime.now(tz=UTC)
+
+
+def _day_floor(value: datetime) -> datetime:
+    return _hour_floor(value).replace(hour=0)
 
 
 def _hour_floor(value: datetime) -> datetime:
@@ -433,6 +476,23 @@ def covered_hours(*, filters: TaskFilters, allowed: set[str]) -> tuple[datetime 
     if lo is not None and lo >= hi:
         return None
     return lo, hi
+
+
+def _sources(lo: datetime | None, hi: datetime, *, days: bool) -> list[tuple[str, datetime | None, datetime]]:
+    """(table suffix, from, to) segments covering [lo, hi): whole days from the daily tables
+    when `days`, the hours around them from the hourly tables."""
+    if not days:
+        return [("", lo, hi)]
+    day_lo = None if lo is None else _day_floor(lo) + (DAY if _day_floor(lo) != lo else timedelta(0))
+    day_hi = _day_floor(hi)
+    if day_lo is not None and day_lo >= day_hi:
+        return [("", lo, hi)]
+    out: list[tuple[str, datetime | None, datetime]] = [("_day", day_lo, day_hi)]
+    if lo is not None and lo < day_lo:
+        out.append(("", lo, day_lo))
+    if day_hi < hi:
+        out.append(("", day_hi, hi))
+    return out
 
 
 def _time_bucket(column: str, seconds: int | None) -> str:
@@ -498,9 +558,7 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
         return None
     lo, hi = span
     group_sql = f"r.{group}" if group in TASK_DIMENSIONS else "''"
-    where, params = _rollup_where(project=project, lo=lo, hi=hi,
-                                  equal={"release": filters.release, "environment": filters.environment,
-                                         "name": filters.name})
+    equal = {"release": filters.release, "environment": filters.environment, "name": filters.name}
     out: dict[tuple, Summary] = defaultdict(Summary)
     join, join_params = "", []
     if slices is not None:
@@ -516,13 +574,16 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
             return _time_bucket(column, bucket_seconds)
     # a rolled-up row falls in the slice of its first task's start (never before the group's lo)
     tb = bucket("r.first_at" if slices is not None else "r.hour")
-    rollup_from = "analysis_task_rollup r" + join.format(g=f"r.{group}")
-    totals = _fetch(f"SELECT {tb}, {group_sql}, sum(tasks), sum(errors), sum(sum_ms), max(max_ms),"
-                    f" min(first_at), max(last_at) FROM {rollup_from} WHERE {where} GROUP BY 1, 2",
-                    join_params + params)
-    bins = _fetch(f"SELECT {tb}, {group_sql}, u.b, sum(u.n) FROM {rollup_from},"
-                  f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 1, 2, 3", join_params + params)
-    _collect(out, totals, bins)
+    days = slices is None and (bucket_seconds is None or bucket_seconds % DAY.total_seconds() == 0)
+    for suffix, seg_lo, seg_hi in _sources(lo, hi, days=days):
+        where, params = _rollup_where(project=project, lo=seg_lo, hi=seg_hi, equal=equal)
+        rollup_from = f"analysis_task_rollup{suffix} r" + join.format(g=f"r.{group}")
+        totals = _fetch(f"SELECT {tb}, {group_sql}, sum(tasks), sum(errors), sum(sum_ms), max(max_ms),"
+                        f" min(first_at), max(last_at) FROM {rollup_from} WHERE {where} GROUP BY 1, 2",
+                        join_params + params)
+        bins = _fetch(f"SELECT {tb}, {group_sql}, u.b, sum(u.n) FROM {rollup_from},"
+                      f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 1, 2, 3", join_params + params)
+        _collect(out, totals, bins)
     qs = selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
     columns = ["started_at", "status", "duration_ms"] + ([group] if group in TASK_DIMENSIONS else [])
     sql, raw_params = qs.values(*columns).query.sql_with_params()
@@ -558,16 +619,17 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     if groups is not None:
         extra.append(f"r.{column} = ANY(%s)")
         extra_params.append(list(groups))
-    where, params = _rollup_where(project=project, lo=lo, hi=hi,
-                                  equal={"release": filters.release, "environment": filters.environment},
-                                  extra=" AND ".join(extra))
-    params += extra_params
     out: dict[tuple, Summary] = defaultdict(Summary)
-    totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), max(max_ms), NULL, NULL"
-                    f" FROM analysis_step_rollup r WHERE {where} GROUP BY 2", params)
-    bins = _fetch(f"SELECT NULL, r.{column}, u.b, sum(u.n) FROM analysis_step_rollup r,"
-                  f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
-    _collect(out, totals, bins)
+    for suffix, seg_lo, seg_hi in _sources(lo, hi, days=True):
+        where, params = _rollup_where(project=project, lo=seg_lo, hi=seg_hi,
+                                      equal={"release": filters.release, "environment": filters.environment},
+                                      extra=" AND ".join(extra))
+        params += extra_params
+        totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), max(max_ms), NULL, NULL"
+                        f" FROM analysis_step_rollup{suffix} r WHERE {where} GROUP BY 2", params)
+        bins = _fetch(f"SELECT NULL, r.{column}, u.b, sum(u.n) FROM analysis_step_rollup{suffix} r,"
+                      f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
+        _collect(out, totals, bins)
     edge = _edge(lo, hi)
     tasks = selectors.task_queryset(project=project, filters=filters).filter(edge)
     steps = Step.objects.filter(project=project, task__in=tasks.values("pk")).exclude(**{column: ""})
@@ -595,18 +657,19 @@ def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[in
     if span is None:
         return None
     lo, hi = span
-    where, params = _rollup_where(project=project, lo=lo, hi=hi,
-                                  equal={"release": filters.release, "environment": filters.environment,
-                                         "name": filters.name})
     counts: dict[str, int] = defaultdict(int)
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for release, n in _fetch(f"SELECT r.release, sum(r.analysed) FROM analysis_task_rollup r WHERE {where}"
-                             " GROUP BY 1", params):
-        counts[release] += int(n)
-    for release, key, total in _fetch(
-            f"SELECT r.release, e.key, sum(e.value::float8) FROM analysis_task_rollup r,"
-            f" jsonb_each_text(r.budget_ms) e WHERE {where} GROUP BY 1, 2", params):
-        sums[release][key] += total
+    for suffix, seg_lo, seg_hi in _sources(lo, hi, days=True):
+        where, params = _rollup_where(project=project, lo=seg_lo, hi=seg_hi,
+                                      equal={"release": filters.release, "environment": filters.environment,
+                                             "name": filters.name})
+        for release, n in _fetch(f"SELECT r.release, sum(r.analysed) FROM analysis_task_rollup{suffix} r"
+                                 f" WHERE {where} GROUP BY 1", params):
+            counts[release] += int(n)
+        for release, key, total in _fetch(
+                f"SELECT r.release, e.key, sum(e.value::float8) FROM analysis_task_rollup{suffix} r,"
+                f" jsonb_each_text(r.budget_ms) e WHERE {where} GROUP BY 1, 2", params):
+            sums[release][key] += total
     tasks = selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
     sql, raw_params = (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
                        .exclude(budget={}).values("task__release", "budget").query.sql_with_params())

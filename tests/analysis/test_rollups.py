@@ -66,7 +66,13 @@ def rollup_rows() -> list[tuple]:
                     " max_ms, bins, counts FROM analysis_task_rollup ORDER BY 1, 2, 3, 4, 5")
         tasks = cur.fetchall()
         cur.execute("SELECT * FROM analysis_step_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
-        return tasks + cur.fetchall()
+        steps = cur.fetchall()
+        cur.execute("SELECT project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
+                    " max_ms, bins, counts FROM analysis_task_rollup_day ORDER BY 1, 2, 3, 4, 5")
+        days = cur.fetchall()
+        cur.execute("SELECT project_id, hour, release, kind, name, model, steps, bins, counts"
+                    " FROM analysis_step_rollup_day ORDER BY 1, 2, 3, 4, 5, 6")
+        return tasks + steps + days + cur.fetchall()
 
 
 def close(estimate, truth) -> bool:
@@ -119,6 +125,20 @@ def test_refreshing_twice_or_recomputing_gives_the_same_rows(project):
     assert rollup_rows() == rows
     call_command("rollups_rebuild", "--project", project.name, verbosity=0)
     assert rollup_rows() == rows
+
+
+def test_a_day_row_is_the_merge_of_its_hours(project):
+    fill(project, n=900, hours=30)
+    rollups.rollups_refresh()
+    day = rollups._day_floor(BASE) + rollups.DAY
+    with connection.cursor() as cur:
+        cur.execute("SELECT sum(tasks), max(max_ms) FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
+                    [day, day + rollups.DAY])
+        hours = cur.fetchone()
+        cur.execute("SELECT sum(tasks), max(max_ms), sum((SELECT sum(c) FROM unnest(counts) c))"
+                    " FROM analysis_task_rollup_day WHERE hour = %s", [day])
+        days = cur.fetchone()
+    assert hours[0] == days[0] == days[2] > 0 and hours[1] == days[1]
 
 
 def test_a_resent_batch_does_not_count_twice(project):
