@@ -31,6 +31,16 @@ def _partition_cache():
     partitions.forget_cache()
 
 
+@pytest.fixture(autouse=True)
+def _broker_pause():
+    # A test that fakes a broker outage must not pause enqueueing for the tests after it.
+    from analysis import signals
+
+    signals._paused_until = 0.0
+    yield
+    signals._paused_until = 0.0
+
+
 @pytest.fixture
 def project(db) -> Project:
     return Project.objects.create(name="acme")
