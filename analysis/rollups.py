@@ -37,7 +37,9 @@ old or the new figures, never half. Which hours: those holding a task whose `las
 watermark minus OVERLAP (a batch that was still committing when the last run looked), plus every
 recent hour whose task count no longer matches the raw rows (RECONCILE_HOURS: catches a task that
 moved to another hour when its real start arrived, and deleted tasks). Running twice gives the
-same rows. With AGENTOPS_RETENTION_DAYS set, rollup hours older than the cut-off are deleted.
+same rows. The tables have no foreign key to the project (Django's test flush truncates without
+CASCADE), so each run also deletes the rows of deleted projects. With AGENTOPS_RETENTION_DAYS
+set, rollup hours older than the cut-off are deleted.
 `manage.py rollups_rebuild [--project NAME]` recomputes everything (the first run of the job does
 the same for all projects).
 
@@ -328,8 +330,7 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s",
                        [project.pk])
         first, last = cursor.fetchone()
-        for table in ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day",
-                      "analysis_step_rollup_day"):
+        for table in TABLES:
             cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
         if first is None:
             return 0
@@ -391,7 +392,7 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
             changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
         cursor.execute("SET LOCAL work_mem = '64MB'")
         hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
-        deleted = _retention_delete(cursor, now=started)
+        deleted = _retention_delete(cursor, now=started) + _orphans_delete(cursor)
         _watermark_set(started)
     log.info("analysis.rollups_refreshed hours=%d deleted=%d ms=%.0f", hours, deleted,
              1000 * (time.monotonic() - clock))
@@ -413,14 +414,29 @@ def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[dateti
     return {row[0] for row in cursor.fetchall()}
 
 
+TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day", "analysis_step_rollup_day")
+
+
+def _orphans_delete(cursor) -> int:
+    """Rows of deleted projects (the tables have no foreign key: see migration 0005). Looks at the
+    small daily task table first, so a run with nothing to delete costs one short scan."""
+    cursor.execute("SELECT DISTINCT r.project_id FROM analysis_task_rollup_day r"
+                   " WHERE NOT EXISTS (SELECT 1 FROM ingest_project p WHERE p.id = r.project_id)")
+    gone = [row[0] for row in cursor.fetchall()]
+    deleted = 0
+    for table in TABLES if gone else ():
+        cursor.execute(f"DELETE FROM {table} WHERE project_id = ANY(%s)", [gone])
+        deleted += cursor.rowcount
+    return deleted
+
+
 def _retention_delete(cursor, *, now: datetime) -> int:
     days = getattr(settings, "AGENTOPS_RETENTION_DAYS", 0)
     if not days:
         return 0
     cutoff = _hour_floor(now - timedelta(days=days))
     deleted = 0
-    for table in ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day",
-                  "analysis_step_rollup_day"):
+    for table in TABLES:
         cursor.execute(f"DELETE FROM {table} WHERE hour < %s", [cutoff])
         deleted += cursor.rowcount
     return deleted

@@ -159,6 +159,8 @@ def _numbers(value, out):
             _numbers(v, out)
     elif hasattr(value, "_asdict"):
         _numbers(value._asdict(), out)
+    elif hasattr(value, "__dataclass_fields__"):
+        _numbers({k: getattr(value, k) for k in value.__dataclass_fields__}, out)
     return out
 
 

@@ -6,10 +6,8 @@ from django.db import migrations
 
 SQL = """
 CREATE TABLE analysis_task_rollup_day (LIKE analysis_task_rollup INCLUDING DEFAULTS);
-ALTER TABLE analysis_task_rollup_day ADD FOREIGN KEY (project_id) REFERENCES ingest_project (id) ON DELETE CASCADE;
 CREATE INDEX analysis_task_rollup_day_hour ON analysis_task_rollup_day (project_id, hour);
 CREATE TABLE analysis_step_rollup_day (LIKE analysis_step_rollup INCLUDING DEFAULTS);
-ALTER TABLE analysis_step_rollup_day ADD FOREIGN KEY (project_id) REFERENCES ingest_project (id) ON DELETE CASCADE;
 CREATE INDEX analysis_step_rollup_day_hour ON analysis_step_rollup_day (project_id, hour);
 """
 
