@@ -14,9 +14,9 @@ log = logging.getLogger("agentops.analysis")
 
 
 # Tasks per message: one message per ingest batch or sweep chunk instead of one per task keeps
-# publishing off the ingest hot path (a publish costs about a millisecond), while a chunk stays
-# small enough to spread over the workers.
-ENQUEUE_CHUNK = 25
+# publishing off the ingest hot path (a publish costs a few milliseconds), while a chunk (well
+# under a second of analysis) stays small enough to spread over the workers.
+ENQUEUE_CHUNK = 100
 
 
 @shared_task(name="analysis.analyse_task")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import secrets
+import time
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -99,7 +100,11 @@ def _dedupe(records: Iterable, key) -> list:
 
 
 def _json(value: object) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if value is None:
+        return None
+    if not value and isinstance(value, dict | list):
+        return "{}" if isinstance(value, dict) else "[]"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _upsert(cursor, *, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple],
@@ -174,8 +179,28 @@ def batch_store(*, project: Project, batch: Batch) -> StoreResult:
     return result
 
 
+# Releases and devices recur in every batch; their rows only need `last_seen` kept to the
+# minute. A name this process stored (and committed) less than a minute ago is skipped.
+SEEN_TTL_SECONDS = 60.0
+_seen: dict[tuple[str, int, str], float] = {}
+
+
+def _unseen(kind: str, project_id: int, names: Iterable[str]) -> set[str]:
+    now = time.monotonic()
+    fresh = {n for n in names if now - _seen.get((kind, project_id, n), -SEEN_TTL_SECONDS) >= SEEN_TTL_SECONDS}
+    if fresh:
+        def remember():
+            stamp = time.monotonic()
+            if len(_seen) > 100_000:
+                _seen.clear()
+            _seen.update({(kind, project_id, n): stamp for n in fresh})
+        transaction.on_commit(remember)
+    return fresh
+
+
 def _releases_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> None:
-    names = {t.release for t in tasks if t.release} | {s.release for s in steps if s.release}
+    names = _unseen("release", project.pk,
+                    {t.release for t in tasks if t.release} | {s.release for s in steps if s.release})
     if not names:
         return
     rows = [(project.pk, name, now, now) for name in sorted(names)]
@@ -356,7 +381,8 @@ def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list
     for s in samples:
         vendor, hardware = devices.get(s.device, ("", ""))
         devices[s.device] = (s.vendor or vendor, s.hardware or hardware)
-    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items())]
+    unseen = _unseen("device", project.pk, devices)
+    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items()) if name in unseen]
     _upsert(
         cursor, table="ingest_device",
         columns=[("project_id", "bigint"), ("name", "text"), ("vendor", "text"), ("hardware", "text"),

@@ -22,13 +22,16 @@ def django_db_modify_db_settings():
 
 
 @pytest.fixture(autouse=True)
-def _partition_cache():
-    # Partitions created inside a rolled-back test transaction vanish; so must the cache.
-    from ingest import partitions
+def _ingest_caches():
+    # Partitions and releases created inside a rolled-back test transaction vanish; so must the
+    # per-process caches that remember them.
+    from ingest import partitions, services
 
     partitions.forget_cache()
+    services._seen.clear()
     yield
     partitions.forget_cache()
+    services._seen.clear()
 
 
 @pytest.fixture(autouse=True)
