@@ -208,6 +208,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "agentops.openapi.add_error_responses"],
 }
 
 # Requests per key per web process ("N/second" or "N/minute"); 429 + Retry-After beyond it.

@@ -16,3 +16,5 @@ urlpatterns = [
     path("", include("ingest.urls")),
     path("", include("analysis.urls")),
 ]
+
+handler404 = "agentops.errors.not_found"

@@ -56,9 +56,10 @@ def _time(params, key: str) -> datetime | None:
         if text.lstrip("-").isdigit():
             return datetime.fromtimestamp(int(text) / 1e9, tz=UTC)
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # In UTC: PostgreSQL refuses offsets past ±15:59 that Python accepts (e.g. +20:04).
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     except (ValueError, OverflowError, OSError):
         raise FilterError(f"{key}: {value!r} is not an RFC 3339 timestamp") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _number(params, key: str) -> float | None:
@@ -122,7 +123,7 @@ def decode_cursor(cursor: str, *, sort: str) -> tuple[object, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         value, _, pk = raw.rpartition("|")
-        parsed = datetime.fromisoformat(value) if sort.endswith("started_at") else float(value)
+        parsed = datetime.fromisoformat(value).astimezone(UTC) if sort.endswith("started_at") else float(value)
         return parsed, int(pk)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise FilterError("cursor: not a cursor this API returned") from None

@@ -42,7 +42,7 @@ def _schema(*, operation_id: str, what: str, rejected_field: str, description: s
     partial = inline_serializer(f"{what}PartialSuccess", {
         rejected_field: serializers.CharField(help_text="int64, as a decimal string"),
         "errorMessage": serializers.CharField(),
-    })
+    }, required=False)  # omitted on full success, as the OTLP spec says
     errors = {code: OpenApiResponse(OtlpStatusSerializer, description=text) for code, text in (
         (400, "undecodable body (the message says what and where)"), (401, "no or unknown key"),
         (403, "the key has no 'ingest' scope"), (413, "body over the limit after decompression"),
