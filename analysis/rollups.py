@@ -689,10 +689,11 @@ def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[in
     tasks = selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
     sql, raw_params = (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
                        .exclude(budget={}).values("task__release", "budget").query.sql_with_params())
-    for release, budget in _fetch(sql, raw_params):
-        counts[release] += 1
-        if isinstance(budget, dict):
-            for key, value in budget.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    sums[release][key] += value
+    for release, n in _fetch(f"SELECT q.task__release, count(*) FROM ({sql}) q GROUP BY 1", raw_params):
+        counts[release] += n
+    for release, key, total in _fetch(
+            f"SELECT q.task__release, e.key, sum(e.value::float8) FROM ({sql}) q,"
+            f" jsonb_each_text(CASE WHEN jsonb_typeof(q.budget) = 'object' THEN q.budget ELSE '{{}}'::jsonb END) e"
+            f" WHERE e.value ~ {_NUMBER} GROUP BY 1, 2", raw_params):
+        sums[release][key] += total
     return {release: (n, dict(sums[release])) for release, n in counts.items() if n}

@@ -356,3 +356,10 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
     rolled = dict(dashboard.budget_by_release(project=project, filters=f))
     raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
     assert rolled["v1"]["prefill"] == pytest.approx(raw["v1"]["prefill"]) and rolled["v1"]["prefill"] > 5000
+    # a task of the fresh tail (after the last run) counts at once, from raw rows
+    fresh = Task.objects.create(project=project, task_id="fresh", release="v2", started_at=NOW, duration_ms=5.0,
+                                last_event_at=NOW)
+    TaskAnalysis.objects.create(task=fresh, project=project, analyzed_at=NOW, budget={"tool": 2e6})
+    rolled = dict(dashboard.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
+    assert rolled["v2"]["tool"] == pytest.approx(raw["v2"]["tool"]) and rolled["v2"]["tool"] > 10000
