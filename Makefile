@@ -40,7 +40,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream): ~2.5 minutes.
+# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood): ~2 minutes.
 faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
 
