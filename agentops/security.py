@@ -6,7 +6,7 @@ and the vendored Plotly; no CDN), `fetch` of chart JSON from this origin, images
 origin plus `data:` (Plotly's toolbar icons and PNG export are data URLs). Plotly draws with SVG
 and sets element style attributes and a generated <style> rule sheet at run time, so
 `style-src` must allow 'unsafe-inline'; it never needs 'unsafe-eval' for the trace types the
-dashboard uses (verified by tests/security/test_csp_browser.py, which fails on any CSP
+dashboard uses (verified by tests/browser/test_csp.py, which fails on any CSP
 violation). Scripts stay strict: no inline script, no eval, so an injected `<script>` or
 `onerror=` in trace content cannot run even if escaping were ever missed.
 """

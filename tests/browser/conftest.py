@@ -39,7 +39,9 @@ def chromium():
 @pytest.fixture
 def browser_page(chromium):
     """A fresh page that records dialogs, page errors and console errors."""
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    # Playwright evaluates string predicates (wait_for_function) with eval, which the CSP forbids;
+    # the policy itself is checked without this bypass in tests/browser/test_csp.py.
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
     page = context.new_page()
     page.dialogs, page.errors = [], []
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))

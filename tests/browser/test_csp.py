@@ -30,6 +30,19 @@ document.addEventListener('securitypolicyviolation',
 
 
 @pytest.fixture
+def strict_page(chromium):
+    """A page under the real policy (browser_page bypasses it so Playwright can eval)."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.dialogs, page.errors = [], []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    yield page
+    context.close()
+
+
+@pytest.fixture
 def hostile_project(project):
     for i in range(6):
         release = XSS_RELEASE if i % 2 else "v1"
@@ -48,12 +61,12 @@ def hostile_project(project):
     return project, rule
 
 
-def test_every_page_draws_under_the_policy_and_runs_no_injected_script(live_server, browser_page, member,  # noqa: F811
+def test_every_page_draws_under_the_policy_and_runs_no_injected_script(live_server, strict_page, member,  # noqa: F811
                                                                        hostile_project):
     from urllib.parse import quote
 
     _, rule = hostile_project
-    page = browser_page
+    page = strict_page
     page.add_init_script(RECORD_VIOLATIONS)
     log_in(page, live_server)
     pages = [
