@@ -88,7 +88,6 @@ REFRESH_SECONDS = 60
 # far past its previous start so such a batch is never skipped (recomputing twice is harmless).
 OVERLAP = timedelta(minutes=5)
 RECONCILE_HOURS = 48
-FAILED = ("error", "timeout")
 _FAILED_SQL = "IN ('error', 'timeout')"
 _LOCK = 7_201_100  # pg advisory lock key: one refresh at a time
 
@@ -326,6 +325,9 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
     """Recompute every hour of a project, a week at a time (bounded sorts), in one transaction
     so readers keep the old figures until the new ones are complete. Returns the hours written."""
     with transaction.atomic(), connection.cursor() as cursor:
+        # the refresh's lock (re-entrant within a session): two recomputes of one hour at once
+        # would each delete only the rows they can see and both insert
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s",
                        [project.pk])

@@ -99,7 +99,10 @@ def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, in
                        s.duration_ms, (s.status {FAILED_SQL}) AS failed,
                        coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens,
                        rs.release, rs.name AS task_name
-                FROM ingest_step s JOIN {SAMPLE_TABLE} rs ON rs.id = s.task_id
+                -- one index lookup per sampled task (OFFSET 0 keeps the planner from flattening
+                -- it into a hash join over every step: 4.2 s on 10M steps for 20k tasks vs 2.8)
+                FROM {SAMPLE_TABLE} rs
+                CROSS JOIN LATERAL (SELECT * FROM ingest_step x WHERE x.task_id = rs.id OFFSET 0) s
             ), kids AS (
                 SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
                 FROM st WHERE parent_step_id <> '' GROUP BY 1, 2

@@ -79,6 +79,17 @@ def close(estimate, truth) -> bool:
     return abs(estimate - truth) <= BOUND * abs(truth) + 1e-9
 
 
+@pytest.mark.django_db
+def test_every_duration_lands_in_the_bucket_whose_bounds_hold_it():
+    values = [0.0, 0.004, 0.01, 0.0123, 1.0, 1.2589, 99.99, 100.0, 1234.5, 86_400_000.0, 999_999_999.0, 5e9]
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT v, {rollups.bin_sql('v')} FROM unnest(%s::float8[]) v", [values])
+        for value, index in cur.fetchall():
+            low, high = rollups.bin_bounds(index)
+            assert low <= value < high, (value, index, low, high)
+            assert high == float("inf") or high / max(low, 1e-2) <= 1 + 2.1 * rollups.RELATIVE_ERROR
+
+
 def test_percentiles_are_within_the_documented_error_of_percentile_cont(project):
     fill(project, n=3000)
     rollups.rollups_refresh()
