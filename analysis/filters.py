@@ -76,6 +76,9 @@ def _number(params, key: str) -> float | None:
 
 
 def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
+    for key, value in params.items():
+        if "\x00" in value:  # PostgreSQL text cannot hold NUL: a 500 if it reached a query
+            raise FilterError(f"{key}: must not contain NUL bytes")
     status = params.get("status", "")
     if status and status not in STATUSES:
         raise FilterError(f"status: must be one of {', '.join(STATUSES)}")
