@@ -374,3 +374,35 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
     rolled = dict(dashboard.budget_by_release(project=project, filters=f))
     raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
     assert rolled["v2"]["tool"] == pytest.approx(raw["v2"]["tool"]) and rolled["v2"]["tool"] > 10000
+
+
+def test_a_mid_hour_range_series_matches_the_raw_query(project):
+    fill(project, n=1500, hours=30)
+    rollups.rollups_refresh()
+    filters = TaskFilters(since=BASE + timedelta(hours=1, minutes=20), until=BASE + timedelta(hours=29, minutes=7),
+                          release="v1")
+    raw = _raw(lambda: dashboard.overview_series(project=project, filters=filters))
+    rolled = dashboard.overview_series(project=project, filters=filters)
+    assert [(p.bucket, p.release, p.count, p.errors) for p in raw] == \
+        [(p.bucket, p.release, p.count, p.errors) for p in rolled]
+    assert all(close(b.p95, a.p95) for a, b in zip(raw, rolled, strict=True) if a.p95 is not None)
+
+
+def test_pages_render_from_rollups_and_keep_other_projects_out(client, project, other_project):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("ana", password="pw")
+    project.members.add(user)
+    client.force_login(user)
+    fill(project, n=300)
+    fill(other_project, n=300, seed=5)
+    Task.objects.filter(project=other_project).update(duration_ms=9e6)
+    rollups.rollups_refresh()
+    for url in ("/", "/latency?group_by=kind", "/releases"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+    latency = client.get("/api/v1/latency", {"group_by": "task"}).json()
+    rows = latency["results"] if isinstance(latency, dict) and "results" in latency else latency
+    assert rows and all(r["max"] < 9e6 for r in rows)
+    figs = client.get("/charts/overview.json").json()
+    assert sum(sum(trace.get("y", [])) for trace in figs["volume"]["data"]) == 300
