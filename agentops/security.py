@@ -13,6 +13,8 @@ violation). Scripts stay strict: no inline script, no eval, so an injected `<scr
 
 from __future__ import annotations
 
+from django.http import JsonResponse
+
 CONTENT_SECURITY_POLICY = "; ".join([
     "default-src 'self'",
     "script-src 'self'",
@@ -49,3 +51,18 @@ class SecurityHeadersMiddleware:
             if name not in response:
                 response[name] = value
         return response
+
+
+class RejectNulMiddleware:
+    """400 for a URL whose path or query string holds a NUL byte (%00). PostgreSQL text cannot
+    store NUL, so such a value reaching any lookup (a project name, a task id, a filter) was a
+    500 on every page and API; it is refused here once for all of them."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or any("\x00" in k or "\x00" in v
+                                          for k, values in request.GET.lists() for v in values):
+            return JsonResponse({"error": "URL: NUL bytes (%00) are not allowed"}, status=400)
+        return self.get_response(request)

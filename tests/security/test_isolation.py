@@ -194,3 +194,15 @@ def test_admin_pages_refuse_a_member_who_is_not_staff(world):
             response = world["browser"].get(url)
             assert response.status_code == 302 and "/login" in response["Location"], url
             assert_no_leak(response, url)
+
+
+def test_no_url_500s_on_a_nul_byte_in_its_path_or_query(world):
+    """PostgreSQL text cannot hold NUL: a NUL in a project name, id or filter is a 400."""
+    for client in (world["browser"], as_key(world["keys"]["read"])):
+        for route in routed_paths():
+            path = "/" + PARAM.sub("a%00b", route)
+            for url in (path, f"{path}?project=ac%00me", f"{path}?q=x%00"):
+                response = client.get(url)
+                assert response.status_code < 500, f"GET {url}: {response.status_code}"
+                if "%00" in url and route not in PUBLIC:
+                    assert response.status_code == 400, f"GET {url}: {response.status_code}"
