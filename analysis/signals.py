@@ -38,5 +38,6 @@ def on_project_deleted(sender, *, instance, **kwargs) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        for table in ("analysis_task_rollup", "analysis_step_rollup"):
+        for table in ("analysis_task_rollup", "analysis_step_rollup",
+                      "analysis_task_rollup_day", "analysis_step_rollup_day"):
             cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [instance.pk])
