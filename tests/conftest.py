@@ -8,9 +8,16 @@ import os
 import pytest
 from django.conf import settings
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
 
 from ingest.models import IngestKey, Project
 from ingest.services import key_create
+
+# Property tests draw the same examples every run (reproducible CI); AGENTOPS_FUZZ_RANDOM=1
+# explores new ones.
+hypothesis_settings.register_profile("reproducible", derandomize=True, deadline=None, database=None)
+hypothesis_settings.register_profile("explore", deadline=None)
+hypothesis_settings.load_profile("explore" if os.environ.get("AGENTOPS_FUZZ_RANDOM") == "1" else "reproducible")
 
 
 @pytest.fixture(scope="session")
