@@ -411,7 +411,7 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
         for call in turn.calls:
             if call.status == "ok" and id(call) not in marked and rng.random() < ERROR_RATE:
                 call.status = "error"  # the agent reads the error and carries on
-                if turn is turns[-2] and status == "ok" and rng.random() < 0.5:
+                if len(turns) >= 2 and turn is turns[-2] and status == "ok" and rng.random() < 0.5:
                     status = "error"
     return _Timeline(config, a, rng).run(turns, status)
 

@@ -418,3 +418,14 @@ def test_http_mode_gives_up_with_the_servers_answer_on_other_errors(flaky_server
     with pytest.raises(SinkError, match="answered 401"):
         post_http(url=flaky_server, key="bad", batches=[[{"type": "task", "task_id": "t1"}]],
                   progress=lambda n: None, sleep=lambda s: None)
+
+
+def test_a_task_cut_to_one_turn_with_failing_calls_still_generates(monkeypatch):
+    """A timeout can leave a single tool turn; a failed call in it once crashed the generator
+    (seen at seed 9 over 90,909 tasks)."""
+    from analysis.simulator import generate
+
+    monkeypatch.setattr(generate, "TIMEOUT_RATE", 1.0)
+    monkeypatch.setattr(generate, "ERROR_RATE", 1.0)
+    result = simulate(config(tasks=60, anomaly_rate=0.0, seed=9))
+    assert result.events
