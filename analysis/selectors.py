@@ -3,7 +3,7 @@ through these, so a filter means the same thing everywhere."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 from collections.abc import Sequence
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -100,8 +100,18 @@ def task_get(*, project: Project, task_id: str) -> Task | None:
     return Task.objects.filter(project=project, task_id=task_id).select_related("analysis").first()
 
 
-def task_steps(*, task: Task) -> list[tuple[Step, int]]:
-    return tree_order(list(Step.objects.filter(task=task)))
+STEP_FIELDS = ("step_id", "parent_step_id", "kind", "name", "started_at", "ended_at",
+               "duration_ms", "status", "error", "depends_on", "model", "provider", "device",
+               "input_tokens", "output_tokens", "cached_tokens", "ttft_ms", "streamed",
+               "tool_name", "tool_args", "attributes", "events")
+StepRow = namedtuple("StepRow", STEP_FIELDS)
+
+
+def task_steps(*, task: Task) -> list[tuple[StepRow, int]]:
+    """The task's steps in tree order with their depth, as plain rows (no model instances: a
+    50,000-step task reads in a fraction of the time)."""
+    rows = Step.objects.filter(task=task).order_by("started_at", "ended_at", "step_id")
+    return tree_order([StepRow._make(r) for r in rows.values_list(*STEP_FIELDS)], presorted=True)
 
 
 def task_findings(*, task: Task) -> list[Finding]:
