@@ -29,19 +29,34 @@ def _base_url() -> str:
     return embedded.postgres_url(data_dir)
 
 
-def bench_database_url(*, fresh: bool = True) -> str:
-    """A URL to the scratch benchmark database, dropped and recreated when `fresh`."""
+def _admin_url() -> tuple[str, object]:
+    parsed = urlparse(_base_url())
+    return urlunparse(parsed._replace(path="/postgres")), parsed
+
+
+def bench_database_url(*, fresh: bool = True, name: str | None = None) -> str:
+    """A URL to a scratch benchmark database (`name`, default BENCH_DB), dropped and recreated
+    when `fresh`."""
     import psycopg
 
-    base = _base_url()
-    parsed = urlparse(base)
-    admin = urlunparse(parsed._replace(path="/postgres"))
+    name = name or BENCH_DB
+    admin, parsed = _admin_url()
     with psycopg.connect(admin, autocommit=True) as conn:
         if fresh:
-            conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone():
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    return urlunparse(parsed._replace(path=f"/{BENCH_DB}"))
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunparse(parsed._replace(path=f"/{name}"))
+
+
+def drop_database(name: str) -> None:
+    """Drop a scratch database, closing this process's connections to it first."""
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(_admin_url()[0], autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def bench_env(database_url: str) -> dict[str, str]:

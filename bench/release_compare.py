@@ -18,9 +18,9 @@ import argparse
 import sys
 import time
 from contextlib import contextmanager
-from urllib.parse import urlparse, urlunparse
 
-from bench.harness import _base_url, migrate, progress, setup_django
+from bench import harness
+from bench.harness import migrate, progress, setup_django
 
 DB_NAME = "agentops_bench_releases"
 CHUNK = 100_000
@@ -35,26 +35,11 @@ SHAPES = [
 
 
 def scratch_url(*, fresh: bool) -> str:
-    import psycopg
-
-    parsed = urlparse(_base_url())
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if fresh:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    return urlunparse(parsed._replace(path=f"/{DB_NAME}"))
+    return harness.bench_database_url(fresh=fresh, name=DB_NAME)
 
 
 def drop_scratch() -> None:
-    import psycopg
-    from django.db import connections
-
-    connections.close_all()
-    parsed = urlparse(_base_url())
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+    harness.drop_database(DB_NAME)
 
 
 def _shape_sql(column: int) -> str:

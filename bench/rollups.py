@@ -15,33 +15,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from urllib.parse import urlparse, urlunparse
 
-from bench.harness import _base_url, migrate, setup_django
+from bench import harness
+from bench.harness import migrate, setup_django
 
 DB_NAME = "agentops_bench_rollups"
 
 
 def scratch_url(*, fresh: bool) -> str:
-    import psycopg
-
-    parsed = urlparse(_base_url())
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        if fresh:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone():
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-    return urlunparse(parsed._replace(path=f"/{DB_NAME}"))
+    return harness.bench_database_url(fresh=fresh, name=DB_NAME)
 
 
 def drop_scratch() -> None:
-    import psycopg
-    from django.db import connections
-
-    connections.close_all()
-    parsed = urlparse(_base_url())
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+    harness.drop_database(DB_NAME)
 
 
 def suite(project) -> dict:
