@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,35 +85,6 @@ def decode_only(*, spans: int, batch: int) -> dict:
     return {"spans": spans, "decode_seconds": round(elapsed, 2), "decoded_spans_per_s": round(spans / elapsed)}
 
 
-@contextmanager
-def web_server(database_url: str, *, workers: int):
-    """gunicorn on a free port; like harness.web_server, but patient with a loaded machine
-    (a slow first answer is not a failure) and never leaves gunicorn behind."""
-    import requests
-
-    port = harness.free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--timeout", "120", "--log-level", "warning"],
-        # Plain HTTP: production settings would otherwise redirect to HTTPS (no TLS proxy here).
-        cwd=harness.ROOT, env={**harness.bench_env(database_url), "AGENTOPS_HTTPS": "0"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                requests.get(f"{url}/login/", timeout=10)
-                break
-            except requests.RequestException:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the benchmark web server did not start") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def run(*, spans: int, batch: int, senders: int, workers: int) -> dict:
     import requests
 
@@ -128,7 +97,7 @@ def run(*, spans: int, batch: int, senders: int, workers: int) -> dict:
     project, key = project_create(name="bench-otlp")
     bodies = make_batches(spans, batch)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/x-protobuf"}
-    with web_server(url, workers=workers) as base:
+    with harness.web_server(url, workers=workers) as base:
         sessions = {}
 
         def send(body: bytes) -> None:
