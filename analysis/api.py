@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -68,11 +70,12 @@ class TaskDetailView(APIView):
         detail = _TaskDetail(task, [], selectors.task_findings(task=task),
                              selectors.task_analysis(task=task))
         data = TaskDetailSerializer(detail).data
-        # Steps are plain rows shaped like StepSerializer's output, built without a serializer
-        # per step: a 50,000-step task answers in well under a second instead of four.
-        data["steps"] = [{**step._asdict(), "depth": depth}
-                         for step, depth in selectors.task_steps(task=task)]
-        return Response(data)
+        del data["steps"]
+        # The steps are JSON that Postgres wrote (see selectors.task_steps_json), spliced in as
+        # they are: a 50,000-step task answers in a fraction of a second, not seconds.
+        head = JSONRenderer().render(data)
+        steps = ", ".join(selectors.task_steps_json(task=task)).encode()
+        return HttpResponse(head[:-1] + b', "steps": [' + steps + b"]}", content_type="application/json")
 
 
 class _TaskDetail:

@@ -441,6 +441,6 @@ def test_waterfall_order_is_the_apis_tree_order(project):
              ("y", "x", 3, 4), ("é", "a", 1, 1), ("z", "a", 1, 1)]
     for step_id, parent, offset, duration in reversed(specs):
         make_step(task, step_id, parent=parent, offset_ms=offset, duration_ms=duration)
-    api = [(s.step_id, depth) for s, depth in selectors.task_steps(task=task)]
+    api = [(s["step_id"], s["depth"]) for s in map(json.loads, selectors.task_steps_json(task=task))]
     assert [(r.step_id, r.depth) for r in dashboard.task_waterfall_rows(task=task)] == api
     assert api[:3] == [("c", 0), ("a", 0), ("z", 1)]
