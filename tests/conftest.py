@@ -31,14 +31,18 @@ def django_db_modify_db_settings():
 @pytest.fixture(autouse=True)
 def _ingest_caches():
     # Partitions and releases created inside a rolled-back test transaction vanish; so must the
-    # per-process caches that remember them.
+    # per-process caches that remember them (and Django's cache: cached release comparisons).
+    from django.core.cache import cache
+
     from ingest import partitions, services
 
     partitions.forget_cache()
     services._seen.clear()
+    cache.clear()
     yield
     partitions.forget_cache()
     services._seen.clear()
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,9 @@ projections per release. Called by `compare.release_compare` inside its transact
 
 Everything here works on a uniform random sample of at most `ATTRIBUTION_TASKS` tasks per
 release (drawn in SQL into session-private temporary tables, with their steps and analyses), so
-its cost does not grow with the release. A mean or a rate from 10,000 tasks has a standard error
-of 1 % of the spread of its per-task values; every contribution carries its own standard error.
+its cost does not grow with the release. A mean or a rate from 4,000 tasks has a standard error
+of 1.6 % of the spread of its per-task values; every contribution carries its own standard error.
+(10,000 tasks, 1 %, cost 1.8× the time at 10M steps: 4.3 s against 2.4 s for the comparison.)
 
 Method: a task's duration splits into the self time of each of its steps (its duration minus
 its children's, floored at zero, so nested steps are not counted twice) plus the rest (idle gaps
@@ -37,7 +38,7 @@ from scipy import stats as scipy_stats
 from analysis.releases import stats
 from analysis.releases.db import FAILED_SQL, fetch
 
-ATTRIBUTION_TASKS = 10_000
+ATTRIBUTION_TASKS = 4_000
 # Per-call tests read at most this many of the sampled steps (uniformly).
 PER_CALL_CAP = 200_000
 PER_CALL_MIN = 5

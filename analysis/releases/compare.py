@@ -15,6 +15,8 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   the same way, with their steps, findings and analyses.
 - All of it runs in one transaction with a larger `work_mem` (db.WORK_MEM) so sorts stay in
   memory.
+- A finished comparison is cached under the version of the data it read (`_cache_key`): asking
+  again while neither release's tasks nor any analysis changed answers from the cache.
 
 "Where it changed" (the attribution of the change to steps, tools and models, finding rates,
 budget, what-if) lives in attribution.py, which documents its method; stats.py holds the pure
@@ -23,6 +25,7 @@ statistics.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import defaultdict
@@ -30,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 import numpy as np
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
@@ -44,6 +48,9 @@ from ingest.models import Device, Project, Release, Step, Task
 log = logging.getLogger("agentops.analysis")
 
 SAMPLE_CAP = 20_000
+# A comparison is cached under the version of its data (see _cache_key): reopening a compare
+# page, or a CI job asking again, costs two index scans instead of the whole comparison.
+CACHE_SECONDS = 24 * 3600
 SPARKLINE_BUCKETS = 20
 
 
@@ -247,15 +254,34 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     if a == b:
         raise FilterError("b: must be a different release from a")
     started = time.monotonic()
+    key = _cache_key(project=project, a=a, b=b, params=(filters, threshold_pct, alpha, seed))
+    comparison = cache.get(key)
+    if comparison is not None:
+        log.info("releases.compared project=%s a=%s b=%s cached=1 ms=%.0f", project.pk, a, b,
+                 1000 * (time.monotonic() - started))
+        return comparison
     with transaction.atomic():
         set_work_mem()
         comparison = _release_compare(project=project, a=a, b=b, filters=filters,
                                       threshold_pct=threshold_pct, alpha=alpha, seed=seed)
+    cache.set(key, comparison, CACHE_SECONDS)
     report = comparison.report
     log.info("releases.compared project=%s a=%s b=%s tasks=%s/%s regressed=%s ms=%.0f",
              project.pk, a, b, report["overall"]["n_a"], report["overall"]["n_b"],
              report["regressed"], 1000 * (time.monotonic() - started))
     return comparison
+
+
+def _cache_key(*, project: Project, a: str, b: str, params: tuple) -> str:
+    """The cache key of a comparison: its parameters and the version of the data it reads, so a
+    cached comparison is never stale: a task of either release stored, changed or deleted (count
+    and newest event) or any task of the project (re)analysed (findings, budget, what-if) makes a
+    new key. Two index scans; the count reads the tasks of both releases from the index only."""
+    (count, newest), = fetch("SELECT count(*), max(last_event_at) FROM ingest_task"
+                             " WHERE project_id = %s AND release = ANY(%s)", [project.pk, [a, b]])
+    (analysed,), = fetch("SELECT max(analyzed_at) FROM analysis_taskanalysis WHERE project_id = %s", [project.pk])
+    version = (project.pk, a, b, params, count, newest, analysed)
+    return "release-compare:" + hashlib.sha256(repr(version).encode()).hexdigest()
 
 
 def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> ReleaseComparison:

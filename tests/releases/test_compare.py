@@ -3,6 +3,8 @@ must say so, name it first, and leave the unchanged task name alone."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from analysis.releases.compare import (
     release_list,
 )
 from ingest.models import Device, Task
-from tests.releases.conftest import make_release
+from tests.releases.conftest import T0, make_release
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +136,21 @@ def test_whatif_documents_of_another_shape_are_ignored(two_releases):
     rows = {r["scenario"]: r for r in release_compare(project=two_releases, a="v1", b="v2").report["whatif"]}
     assert set(rows) == {"cached", "hardware groq", "hardware groq + fixes"}
     assert rows["hardware groq"]["tasks_b"] == 77
+
+
+def test_a_repeated_comparison_comes_from_the_cache_until_either_release_changes(two_releases,
+                                                                                 django_assert_max_num_queries):
+    first = release_compare(project=two_releases, a="v1", b="v2")
+    with django_assert_max_num_queries(8):  # the release checks and the data version, not the comparison
+        again = release_compare(project=two_releases, a="v1", b="v2")
+    assert again.report == first.report
+    assert release_compare(project=two_releases, a="v1", b="v2", alpha=0.01).report["alpha"] == 0.01
+
+    # New tasks of v2 (twice as slow again): the next comparison sees them, never the cached one.
+    make_release(two_releases, "v2", 40, fetch_ms=1200.0, seed=9, start=T0 + timedelta(days=2),
+                 environment="staging", analyze=False)
+    fresh = release_compare(project=two_releases, a="v1", b="v2").report
+    assert by_name(fresh)["checkout"]["n_b"] == by_name(first.report)["checkout"]["n_b"] + 40
+    # A task deleted: the count changes, so the comparison is computed again.
+    Task.objects.filter(release="v1", name="refund").first().delete()
+    assert by_name(release_compare(project=two_releases, a="v1", b="v2").report)["refund"]["n_a"] == 59
