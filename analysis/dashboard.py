@@ -383,17 +383,22 @@ def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str 
 # --- devices ---------------------------------------------------------------------------------
 
 
+# Time per output token of an LLM step (rollups.TPOT_SQL in SQL).
+_TPOT = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
+
+
 def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "") -> list[dict]:
     """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range."""
     devices = {d.name: d for d in project_devices(project=project)
                if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
-    steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
-    tpot = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
-    rows = {r["device"]: r for r in steps.values("device").annotate(
-        steps=Count("pk"),
-        ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
-        tpot=PercentileCont(tpot, (0.5, 0.95), filter=Q(ttft_ms__isnull=False, output_tokens__gt=1)),
-    )}
+    rows = _device_rows_rolled_up(project=project, filters=filters, devices=list(devices))
+    if rows is None:
+        steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
+        rows = {r["device"]: r for r in steps.values("device").annotate(
+            steps=Count("pk"),
+            ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
+            tpot=PercentileCont(_TPOT, (0.5, 0.95), filter=Q(ttft_ms__isnull=False, output_tokens__gt=1)),
+        )}
     hardware = hardware_finding_counts(project=project, filters=filters)
     out = []
     for name, d in devices.items():
@@ -404,6 +409,18 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
                     "ttft_p50": ttft[0], "ttft_p95": ttft[1], "tpot_p50": tpot_v[0], "tpot_p95": tpot_v[1],
                     "hardware_findings": hardware.get(name, 0)})
     return sorted(out, key=lambda r: (-r["steps"], r["device"]))
+
+
+def _device_rows_rolled_up(*, project: Project, filters: TaskFilters, devices: list[str]) -> dict[str, dict] | None:
+    """device_table's figures from the step rollups (percentiles within 1.93 %), or None when the
+    filters need the raw rows."""
+    found = {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
+                                            groups=devices, metric=metric) for metric in ("ttft", "tpot")}
+    if found["ttft"] is None or found["tpot"] is None:
+        return None
+    return {name: {"steps": summary.count, "ttft": summary.quantiles((0.5, 0.95)),
+                   "tpot": found["tpot"][name].quantiles((0.5, 0.95)) if name in found["tpot"] else None}
+            for name, summary in found["ttft"].items()}
 
 
 def hardware_finding_counts(*, project: Project, filters: TaskFilters) -> dict[str, int]:
@@ -424,10 +441,15 @@ def hardware_findings(*, project: Project, filters: TaskFilters, limit: int = 50
 
 def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, devices: Sequence[str]):
     """ECDF points of TTFT ("ttft") or TPOT ("tpot") per device."""
+    summaries = rollups.step_summaries(project=project, filters=filters, group_by="device", groups=list(devices),
+                                       metric=metric)
+    if summaries is not None:
+        found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
+        return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
     steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices), ttft_ms__isnull=False)
     if metric == "tpot":
         steps = steps.filter(output_tokens__gt=1)
-        value = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
+        value = _TPOT
     else:
         value = F("ttft_ms")
     found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}

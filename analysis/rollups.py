@@ -7,7 +7,8 @@ What is stored (tables from migration analysis/0002, read and written with SQL h
   a histogram of durations.
 - `analysis_step_rollup`: per (project, hour of the *task's* start, the task's release and
   environment, step kind, name, tool name, model, device): steps, failed steps, sum and max of
-  duration and the histogram. Steps are bucketed by their task, not by their own start, because
+  duration and three histograms: duration, time to first token and time per output token
+  (`ttft_`/`tpot_` columns; only LLM steps with a first token have them). Steps are bucketed by their task, not by their own start, because
   every dashboard filter (release, environment, time range) selects tasks first and then their
   steps: a rollup row then holds exactly the steps the raw query would have read.
 - `analysis_rollup_state`: the job's watermark.
@@ -206,21 +207,39 @@ def _task_rollup_sql(where: str) -> str:
         GROUP BY 1, 2, 3, 4, 5"""
 
 
+# Time per output token of an LLM step with a first token, as the Devices page computes it.
+TPOT_SQL = ("CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1"
+            " THEN (s.duration_ms - s.ttft_ms) / (s.output_tokens - 1)::float8 END")
+# The step rollup's histograms: column prefix → the value binned.
+STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": TPOT_SQL}
+
+
 def _step_rollup_sql(where: str) -> str:
+    """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
+    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart)."""
     dims = ", ".join(f"s.{d}" for d in STEP_DIMENSIONS[2:])
+    keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
+
+    def histogram(column: str, g: int) -> str:
+        return (f"coalesce(array_agg({column} ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}'),"
+                f" coalesce(array_agg(n ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}')")
     return f"""
-        INSERT INTO analysis_step_rollup (project_id, hour, release, environment, kind, name, tool_name,
-                                          model, device, steps, errors, sum_ms, max_ms, bins, counts)
-        SELECT project_id, hour, release, environment, kind, name, tool_name, model, device,
-               sum(n), sum(e), sum(s), max(mx), array_agg(b ORDER BY b), array_agg(n ORDER BY b)
-        FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
-                     t.release, t.environment, {dims}, {bin_sql('s.duration_ms')} AS b, count(*) AS n,
-                     count(*) FILTER (WHERE s.status {_FAILED_SQL}) AS e, sum(s.duration_ms) AS s,
-                     max(s.duration_ms) AS mx
-              FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
-              WHERE {where}
-              GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10) g
-        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
+        INSERT INTO analysis_step_rollup ({keys}, steps, errors, sum_ms, max_ms, bins, counts,
+                                          ttft_bins, ttft_counts, tpot_bins, tpot_counts)
+        SELECT {keys}, sum(n) FILTER (WHERE g = 3), sum(e) FILTER (WHERE g = 3),
+               coalesce(sum(s) FILTER (WHERE g = 3), 0), max(mx) FILTER (WHERE g = 3),
+               array_agg(b ORDER BY b) FILTER (WHERE g = 3), array_agg(n ORDER BY b) FILTER (WHERE g = 3),
+               {histogram("tb", 5)}, {histogram("pb", 6)}
+        FROM (SELECT {keys}, b, tb, pb, GROUPING(b, tb, pb) AS g, count(*) AS n,
+                     count(*) FILTER (WHERE failed) AS e, sum(d) AS s, max(d) AS mx
+              FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
+                           t.release, t.environment, {dims}, s.status {_FAILED_SQL} AS failed,
+                           s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
+                           {bin_sql(f"({TPOT_SQL})")} AS pb
+                    FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
+                    WHERE {where}) x
+              GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
+        GROUP BY {keys}"""
 
 
 _NUMBER = "'^-?[0-9.eE+-]+$'"
@@ -263,9 +282,11 @@ def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> in
     return len(hours)
 
 
-def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool) -> str:
+def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,
+              histograms: Sequence[str] = ("",)) -> str:
     """INSERT … SELECT of the daily rows of `table` from its hourly rows in a day range
-    (params: project, from, to): totals summed, histograms merged bucket by bucket."""
+    (params: project, from, to): totals summed, each histogram (column prefix in `histograms`)
+    merged bucket by bucket."""
     d = ", ".join(dims)
     n = len(dims)
     keys = ", ".join(str(i) for i in range(1, n + 2))
@@ -278,25 +299,28 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
                          FROM h, jsonb_each_text(h.budget_ms) e GROUP BY {keys}, {n + 2}) k
                    GROUP BY {keys}) bb USING (day, {d})""" if task else ""
     budget_sel = ", coalesce(bb.budget, '{}'::jsonb)" if task else ""
+    hist_cols = ", ".join(f"{h}bins, {h}counts" for h in histograms)
+    hist_sel = ", ".join(f"coalesce(hh{i}.bins, '{{}}'), coalesce(hh{i}.counts, '{{}}')" for i in range(len(histograms)))
+    hist_joins = "".join(f"""
+        LEFT JOIN (SELECT day, {d}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
+                         FROM h, unnest(h.{h}bins, h.{h}counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
+                   GROUP BY {keys}) hh{i} USING (day, {d})""" for i, h in enumerate(histograms))
     return f"""
         WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s)
-        INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, bins, counts)
+        INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, {hist_cols})
         SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
-               {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""},
-               coalesce(hh.bins, '{{}}'), coalesce(hh.counts, '{{}}')
+               {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""}, {hist_sel}
         FROM (SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS day, {d},
                      {", ".join(f"sum({x}) AS {x}" for x in sums)}, max(max_ms) AS max_ms
                      {extra_sel.replace("min(first_at)", "min(first_at) AS first_at").replace(
                          "max(last_at)", "max(last_at) AS last_at").replace("sum(analysed)", "sum(analysed) AS analysed")}
-              FROM h GROUP BY {keys}) tt
-        LEFT JOIN (SELECT day, {d}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
-                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
-                         FROM h, unnest(h.bins, h.counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
-                   GROUP BY {keys}) hh USING (day, {d}){budget_join}"""
+              FROM h GROUP BY {keys}) tt{hist_joins}{budget_join}"""
 
 
 _TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
-_STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False)
+_STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False,
+                           histograms=tuple(STEP_HISTOGRAMS))
 
 
 def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
@@ -615,15 +639,19 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
 
 
 def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
-                   groups: Sequence[str] | None = None) -> dict[str, Summary] | None:
+                   groups: Sequence[str] | None = None, metric: str = "duration") -> dict[str, Summary] | None:
     """Step figures per value of the `group_by` column (kind, name, tool, model, device) for the
     steps of the filtered tasks, or None when these filters need the raw query. Steps with an
     empty value are left out, like the Latency page does; "tool" means steps of kind tool.
-    `group` narrows to one value, `groups` to several."""
+    `group` narrows to one value, `groups` to several. `metric`: which histogram the summaries
+    hold, "duration", "ttft" (time to first token) or "tpot" (time per output token, LLM steps
+    with a first token and more than one output token); counts are of all steps either way, and
+    the maximum is only known for durations."""
     from analysis import selectors
 
     column = STEP_GROUPS.get(group_by)
-    if column is None:
+    prefix = {"duration": "", "ttft": "ttft_", "tpot": "tpot_"}.get(metric)
+    if column is None or prefix is None:
         return None
     span = covered_hours(filters=filters, allowed=STEP_FILTERS)
     if span is None:
@@ -637,16 +665,17 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     if groups is not None:
         extra.append(f"r.{column} = ANY(%s)")
         extra_params.append(list(groups))
+    max_sql = "max(max_ms)" if not prefix else "NULL::float8"
     out: dict[tuple, Summary] = defaultdict(Summary)
     for suffix, seg_lo, seg_hi in _sources(lo, hi, days=True):
         where, params = _rollup_where(project=project, lo=seg_lo, hi=seg_hi,
                                       equal={"release": filters.release, "environment": filters.environment},
                                       extra=" AND ".join(extra))
         params += extra_params
-        totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), max(max_ms), NULL, NULL"
+        totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), {max_sql}, NULL, NULL"
                         f" FROM analysis_step_rollup{suffix} r WHERE {where} GROUP BY 2", params)
         bins = _fetch(f"SELECT NULL, r.{column}, u.b, sum(u.n) FROM analysis_step_rollup{suffix} r,"
-                      f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
+                      f" unnest(r.{prefix}bins, r.{prefix}counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
         _collect(out, totals, bins)
     edge = _edge(lo, hi)
     tasks = selectors.task_queryset(project=project, filters=filters).filter(edge)
@@ -657,9 +686,11 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
         steps = steps.filter(**{column: group})
     if groups is not None:
         steps = steps.filter(**{f"{column}__in": list(groups)})
-    sql, raw_params = steps.values(column, "status", "duration_ms").query.sql_with_params()
-    rows = _fetch(f"SELECT s.{column}, {bin_sql('s.duration_ms')}, count(*),"
-                  f" count(*) FILTER (WHERE s.status {_FAILED_SQL}), sum(s.duration_ms), max(s.duration_ms)"
+    sql, raw_params = steps.values(column, "status", "duration_ms", "ttft_ms", "output_tokens").query.sql_with_params()
+    value = STEP_HISTOGRAMS[prefix]
+    rows = _fetch(f"SELECT s.{column}, {bin_sql(f'({value})')}, count(*),"
+                  f" count(*) FILTER (WHERE s.status {_FAILED_SQL}), sum(s.duration_ms),"
+                  f" {'max(s.duration_ms)' if not prefix else 'NULL::float8'}"
                   f" FROM ({sql}) s GROUP BY 1, 2", raw_params)
     _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
     return {key[1]: summary for key, summary in out.items()}

@@ -138,3 +138,20 @@ def decorate(cursor, *, project_id: int, finding_every: int = 20) -> None:
     """, {"p": project_id, "every": finding_every})
     cursor.execute("ANALYZE analysis_taskanalysis")
     cursor.execute("ANALYZE analysis_finding")
+
+
+def catalog(cursor, *, project_id: int) -> None:
+    """The release and device rows ingest records as it goes: the Releases and Devices pages list
+    them, so without them those pages would be timed on an empty project. Idempotent."""
+    cursor.execute("""
+        INSERT INTO ingest_release (project_id, name, first_seen, last_seen)
+        SELECT project_id, release, min(started_at), max(started_at) FROM ingest_task
+        WHERE project_id = %(p)s GROUP BY 1, 2 ON CONFLICT DO NOTHING""", {"p": project_id})
+    hardware = {"gpu": ("nvidia", "H100"), "dmatrix": ("dmatrix", "Corsair"), "groq": ("groq", "LPU")}
+    for device in DEVICES:
+        vendor, model = hardware[device.split("-")[0]]
+        cursor.execute("""
+            INSERT INTO ingest_device (project_id, name, vendor, hardware, first_seen, last_seen)
+            SELECT %(p)s, %(name)s, %(vendor)s, %(hw)s, min(started_at), max(started_at) FROM ingest_task
+            WHERE project_id = %(p)s ON CONFLICT DO NOTHING""",
+                       {"p": project_id, "name": device, "vendor": vendor, "hw": model})

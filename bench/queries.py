@@ -157,4 +157,7 @@ def _pages(project) -> dict[str, Callable[[], object]]:
 
     return {"page: overview charts JSON": page("/charts/overview.json"),
             "page: latency charts JSON": page("/charts/latency.json"),
+            "page: devices (table of 6 devices)": page("/devices"),
+            "page: devices charts JSON": page("/charts/devices.json"),
+            "page: releases list": page("/releases"),
             "page: task detail waterfall JSON (50,000 steps)": page("/tasks/big-task/waterfall.json")}

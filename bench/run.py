@@ -143,6 +143,8 @@ def child_queries(p: dict) -> dict:
             loader.load(cursor, project_id=project.pk, tasks=tasks, steps_per_task=STEPS_PER_TASK)
             loader.decorate(cursor, project_id=project.pk)
         load_s = round(time.perf_counter() - started, 1)
+    with connection.cursor() as cursor:
+        loader.catalog(cursor, project_id=project.pk)
     # The loader writes raw rows with SQL, as a backfill would: build the latency rollups from
     # them the way an operator would (`manage.py rollups_rebuild`), when the product has them.
     # Every project (the scratch database holds only this one): only a whole rebuild sets the

@@ -16,7 +16,7 @@ from analysis import dashboard, rollups
 from analysis.charts import log_edges
 from analysis.filters import TaskFilters
 from analysis.releases.compare import release_list
-from ingest.models import Release, Step, Task
+from ingest.models import Device, Release, Step, Task
 from ingest.records import Batch, TaskRecord
 from ingest.services import batch_store
 
@@ -45,8 +45,9 @@ def fill(project, *, n=1500, hours=24, seed=0, releases=("v1", "v2"), steps_ever
     steps = []
     for i, t in enumerate(tasks[::steps_every]):
         steps.append(Step(project=project, task=t, step_id="llm", kind="llm", name="chat", model=("m1", "m2")[i % 2],
-                          device="gpu-0", started_at=t.started_at, ended_at=t.ended_at,
-                          duration_ms=t.duration_ms * 0.6))
+                          device=("gpu-0", "groq-0")[i % 3 == 0], started_at=t.started_at, ended_at=t.ended_at,
+                          duration_ms=t.duration_ms * 0.6, ttft_ms=t.duration_ms * 0.6 * (0.1 + (i % 7) / 10),
+                          output_tokens=i % 400))
         steps.append(Step(project=project, task=t, step_id="tool", kind="tool", name="search", tool_name="search",
                           started_at=t.started_at, ended_at=t.ended_at, duration_ms=t.duration_ms * 0.3,
                           status="error" if i % 10 == 0 else "ok"))
@@ -70,13 +71,32 @@ def rollup_rows() -> list[tuple]:
         cur.execute("SELECT project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
                     " max_ms, bins, counts FROM analysis_task_rollup_day ORDER BY 1, 2, 3, 4, 5")
         days = cur.fetchall()
-        cur.execute("SELECT project_id, hour, release, kind, name, model, steps, bins, counts"
-                    " FROM analysis_step_rollup_day ORDER BY 1, 2, 3, 4, 5, 6")
+        cur.execute("SELECT project_id, hour, release, kind, name, model, device, steps, bins, counts, ttft_bins,"
+                    " ttft_counts, tpot_bins, tpot_counts FROM analysis_step_rollup_day ORDER BY 1, 2, 3, 4, 5, 6, 7")
         return tasks + steps + days + cur.fetchall()
 
 
 def close(estimate, truth) -> bool:
     return abs(estimate - truth) <= BOUND * abs(truth) + 1e-9
+
+
+def same(a, b):
+    """`b` (from rollups) has the shape of `a` (raw), every float within the documented error."""
+    assert type(a) is type(b)
+    if is_dataclass(a):
+        a, b = asdict(a), asdict(b)
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same(x, y)
+    elif isinstance(a, float):
+        assert close(b, a), (a, b)
+    else:
+        assert a == b
 
 
 @pytest.mark.django_db
@@ -267,24 +287,6 @@ def test_overview_and_latency_pages_show_the_same_numbers_as_the_raw_queries(pro
     fill(project, n=1200, hours=72 - 30 + 28)
     rollups.rollups_refresh()
     f = TaskFilters()
-
-    def same(a, b):
-        assert type(a) is type(b)
-        if is_dataclass(a):
-            a, b = asdict(a), asdict(b)
-        if isinstance(a, dict):
-            assert a.keys() == b.keys()
-            for k in a:
-                same(a[k], b[k])
-        elif isinstance(a, (list, tuple)):
-            assert len(a) == len(b)
-            for x, y in zip(a, b, strict=True):
-                same(x, y)
-        elif isinstance(a, float):
-            assert close(b, a), (a, b)
-        else:
-            assert a == b
-
     for fn in (
         lambda: dashboard.overview_totals(project=project, filters=f),
         lambda: dashboard.overview_series(project=project, filters=f),
@@ -304,6 +306,27 @@ def test_overview_and_latency_pages_show_the_same_numbers_as_the_raw_queries(pro
         params=[edges]).count()
     assert sum(abs(a[2] - b[2]) for a, b in zip(raw, rolled, strict=True)) <= 2 * near
     assert [a[:2] for a in raw] == [b[:2] for b in rolled]
+
+
+def test_devices_page_figures_from_rollups_match_the_raw_queries(project):
+    fill(project, n=1500, hours=70)
+    for name, vendor in (("gpu-0", "nvidia"), ("groq-0", "groq"), ("idle-0", "dmatrix")):
+        Device.objects.create(project=project, name=name, vendor=vendor, first_seen=BASE, last_seen=BASE)
+    rollups.rollups_refresh()
+    rolled = rollups.step_summaries(project=project, filters=TaskFilters(), group_by="device", metric="tpot")
+    assert set(rolled) == {"gpu-0", "groq-0"} and rolled["gpu-0"].timed > 100  # the rollups answer
+    for f in (TaskFilters(), TaskFilters(release="v2"), TaskFilters(since=BASE + timedelta(minutes=90))):
+        raw = _raw(lambda f=f: dashboard.device_table(project=project, filters=f))
+        same(raw, dashboard.device_table(project=project, filters=f))
+        assert [r["device"] for r in raw] == ["gpu-0", "groq-0", "idle-0"] and raw[0]["tpot_p95"] is not None
+        for metric in ("ttft", "tpot"):
+            query = lambda f=f, metric=metric: dashboard.device_quantiles(  # noqa: E731
+                project=project, filters=f, metric=metric, devices=["gpu-0", "groq-0", "idle-0"])
+            same(_raw(query), query())
+    # Filters the rollups have no dimension for still answer exactly from raw rows.
+    f = TaskFilters(name="checkout")
+    assert _raw(lambda: dashboard.device_table(project=project, filters=f)) == \
+        dashboard.device_table(project=project, filters=f)
 
 
 def test_releases_list_from_rollups_matches_the_raw_list(project):
