@@ -34,12 +34,18 @@ def _admin_url() -> tuple[str, object]:
     return urlunparse(parsed._replace(path="/postgres")), parsed
 
 
+def db_name(name: str) -> str:
+    """A scratch database's name: AGENTOPS_BENCH_DB_PREFIX (unset: none) before it, so a smoke run
+    of the bench (the test suite's) never touches the datasets of a real one."""
+    return os.environ.get("AGENTOPS_BENCH_DB_PREFIX", "") + name
+
+
 def bench_database_url(*, fresh: bool = True, name: str | None = None) -> str:
     """A URL to a scratch benchmark database (`name`, default BENCH_DB), dropped and recreated
     when `fresh`."""
     import psycopg
 
-    name = name or BENCH_DB
+    name = db_name(name or BENCH_DB)
     admin, parsed = _admin_url()
     with psycopg.connect(admin, autocommit=True) as conn:
         if fresh:
@@ -56,7 +62,7 @@ def drop_database(name: str) -> None:
 
     connections.close_all()
     with psycopg.connect(_admin_url()[0], autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'DROP DATABASE IF EXISTS "{db_name(name)}" WITH (FORCE)')
 
 
 def bench_env(database_url: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The peer in the ingest comparison: Arize Phoenix, in a virtualenv of its own
 (bench/.peer-venv, installed from PyPI on first use), started offline on a free port with a
 fresh working directory under bench/.peer/, fed the very same OTLP protobuf request bodies as
-agentops (bench/otlp_ingest.make_batches) on its OTLP HTTP endpoint, and its stored spans
+agentops (bench/otlp_ingest: the SDK exporter) on its OTLP HTTP endpoint, and its stored spans
 counted in its SQLite database. The rate is spans stored over the time from the first request
 to the last span stored — the same definition as for agentops.
 
@@ -80,7 +80,7 @@ def run(*, spans: int, batch: int, senders: int, timeout: float, install: subpro
     import requests
 
     from bench import harness
-    from bench.otlp_ingest import make_batches
+    from bench.otlp_ingest import encode, make_batches, sender
 
     problem = _installed(install)
     if problem:
@@ -108,21 +108,8 @@ def run(*, spans: int, batch: int, senders: int, timeout: float, install: subpro
                 if proc.poll() is not None or time.monotonic() > deadline:
                     return {"error": f"Phoenix did not start (see {WORK.relative_to(ROOT)}/phoenix.log)"}
                 time.sleep(0.5)
-        bodies = make_batches(spans, batch)
-        headers = {"Content-Type": "application/x-protobuf"}
-        sessions: dict = {}
-
-        def send(body: bytes) -> None:
-            import threading
-            s = sessions.setdefault(threading.get_ident(), requests.Session())
-            for _ in range(10):
-                r = s.post(f"{base}/v1/traces", data=body, headers=headers, timeout=120)
-                if r.status_code in (429, 502, 503, 504):
-                    time.sleep(1)
-                    continue
-                r.raise_for_status()
-                return
-            raise RuntimeError("Phoenix refused a batch ten times")
+        bodies = encode(make_batches(spans, batch))
+        send = sender(f"{base}/v1/traces", headers={}, encode_in_loop=False)
 
         started = time.perf_counter()
         with ThreadPoolExecutor(senders) as pool:
