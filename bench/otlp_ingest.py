@@ -86,24 +86,23 @@ def encode(batches: list[list]) -> list[bytes]:
     return [encode_spans(batch).SerializePartialToString() for batch in batches]
 
 
-def sender(endpoint: str, *, headers: dict[str, str], encode_in_loop: bool) -> Callable[[object], None]:
+def sender(endpoint: str, *, headers: dict[str, str], encode_in_loop: bool) -> Callable[[object], bool]:
     """A function sending one batch (spans, or bytes from `encode`) through an OTLPSpanExporter of
-    the calling thread's own (the SDK's exporter is used from one thread at a time)."""
+    the calling thread's own (the SDK's exporter is used from one thread at a time); False when
+    the exporter gave up on it (after its own retries with backoff: the batch is lost, as it
+    would be for an agent)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     local = threading.local()
 
-    def send(item) -> None:
+    def send(item) -> bool:
         exporter = getattr(local, "exporter", None)
         if exporter is None:
             exporter = local.exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=120)
         if encode_in_loop:
-            ok = exporter.export(item) == SpanExportResult.SUCCESS
-        else:
-            ok = exporter._client.export(item).success  # export() minus the encoding done beforehand
-        if not ok:
-            raise RuntimeError(f"the exporter gave up on a batch to {endpoint} (see its log above)")
+            return exporter.export(item) == SpanExportResult.SUCCESS
+        return exporter._client.export(item).success  # export() minus the encoding done beforehand
     return send
 
 
@@ -140,7 +139,9 @@ def run(*, spans: int, batch: int, senders: int, workers: int, encode_in_loop: b
                       encode_in_loop=encode_in_loop)
         started = time.perf_counter()
         with ThreadPoolExecutor(senders) as pool:
-            for n, _ in enumerate(pool.map(send, items), 1):
+            for n, ok in enumerate(pool.map(send, items), 1):
+                if not ok:
+                    raise RuntimeError("the exporter gave up on a batch agentops refused (see its log above)")
                 harness.progress("otlp ingest", n, len(items))
         while Step.objects.filter(project=project).count() < spans:
             time.sleep(0.05)
