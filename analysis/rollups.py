@@ -70,7 +70,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from analysis.filters import TaskFilters
-from ingest.models import Project, Step
+from ingest.models import Project
 
 log = logging.getLogger("agentops.analysis")
 
@@ -677,21 +677,27 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
         bins = _fetch(f"SELECT NULL, r.{column}, u.b, sum(u.n) FROM analysis_step_rollup{suffix} r,"
                       f" unnest(r.{prefix}bins, r.{prefix}counts) AS u(b, n) WHERE {where} GROUP BY 2, 3", params)
         _collect(out, totals, bins)
-    edge = _edge(lo, hi)
-    tasks = selectors.task_queryset(project=project, filters=filters).filter(edge)
-    steps = Step.objects.filter(project=project, task__in=tasks.values("pk")).exclude(**{column: ""})
-    if group_by == "tool":
-        steps = steps.filter(kind="tool")
+    # The steps of the edge tasks, looked up task by task (LATERAL … OFFSET 0): Postgres misjudges
+    # how few tasks an edge holds (an OR of two time ranges: 29,559 estimated, 228 real) and would
+    # otherwise hash-join a scan of every step of every week (1.1 s at 10M steps instead of ms).
+    tasks_sql, task_params = (selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
+                              .values("pk").query.sql_with_params())
+    where = [f"x.{column} <> ''"] + (["x.kind = 'tool'"] if group_by == "tool" else [])
+    step_params: list = []
     if group:
-        steps = steps.filter(**{column: group})
+        where.append(f"x.{column} = %s")
+        step_params.append(group)
     if groups is not None:
-        steps = steps.filter(**{f"{column}__in": list(groups)})
-    sql, raw_params = steps.values(column, "status", "duration_ms", "ttft_ms", "output_tokens").query.sql_with_params()
+        where.append(f"x.{column} = ANY(%s)")
+        step_params.append(list(groups))
     value = STEP_HISTOGRAMS[prefix]
     rows = _fetch(f"SELECT s.{column}, {bin_sql(f'({value})')}, count(*),"
                   f" count(*) FILTER (WHERE s.status {_FAILED_SQL}), sum(s.duration_ms),"
                   f" {'max(s.duration_ms)' if not prefix else 'NULL::float8'}"
-                  f" FROM ({sql}) s GROUP BY 1, 2", raw_params)
+                  f" FROM ({tasks_sql}) t CROSS JOIN LATERAL"
+                  f" (SELECT x.{column}, x.status, x.duration_ms, x.ttft_ms, x.output_tokens FROM ingest_step x"
+                  f"  WHERE x.task_id = t.pk AND {' AND '.join(where)} OFFSET 0) s GROUP BY 1, 2",
+                  list(task_params) + step_params)
     _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
     return {key[1]: summary for key, summary in out.items()}
 
