@@ -119,6 +119,46 @@ def _rate(numerator: int, denominator: int) -> float | None:
     return 100.0 * numerator / denominator if denominator else None
 
 
+# Alert filter → the step rollup's group_by (analysis.rollups.STEP_GROUPS).
+_ROLLUP_STEP_GROUPS = {"step_kind": "kind", "step_name": "name", "model": "model", "device": "device"}
+
+
+def measure_rolled_up(*, project: Project, spec: MetricSpec, start: datetime, end: datetime) -> Measurement | None:
+    """A latency percentile over a long window (a baseline: the last 7 days of a release, last
+    week's window) from the latency rollups, within their 1.93 % (analysis/rollups.py); None when
+    the metric or the filters need the raw rows. Whole hours of the rollups count by their tasks'
+    start, so a step of a task that started before `start` may be left out at the window's edge.
+    TPOT stays raw: the rollups' TPOT divides by output_tokens − 1 (the Devices page's), this
+    metric by output_tokens."""
+    from analysis import rollups
+    from analysis.filters import TaskFilters
+
+    source, fraction, _ = METRICS[spec.metric]
+    if fraction is None or source not in ("task", "step", "ttft"):
+        return None
+    filters = {k: v for k, v in spec.filters.items() if v}
+    scope = TaskFilters(release=filters.pop("release", ""), environment=filters.pop("environment", ""),
+                        since=start, until=end)
+    if source == "task":
+        if set(filters) - {"task_name"}:
+            return None
+        found = rollups.task_summaries(project=project, filters=TaskFilters(**{**vars(scope),
+                                                                               "name": filters.get("task_name", "")}))
+    else:
+        if len(filters) > 1 or not set(filters) <= set(_ROLLUP_STEP_GROUPS):
+            return None
+        key, value = next(iter(filters.items()), ("step_kind", ""))
+        found = rollups.step_summaries(project=project, filters=scope, group_by=_ROLLUP_STEP_GROUPS[key],
+                                       group=value, metric="duration" if source == "step" else "ttft")
+    if found is None:
+        return None
+    total = rollups.Summary()
+    for summary in found.values():
+        total.merge(summary)
+    value = total.quantiles((fraction,))
+    return Measurement(value[0] if value else None, total.timed, start, end)
+
+
 def measure(*, project: Project, spec: MetricSpec, start: datetime, end: datetime) -> Measurement:
     """The metric over [start, end) and how many samples (tasks or steps) it rests on."""
     source, fraction, _ = METRICS[spec.metric]

@@ -429,3 +429,26 @@ def test_pages_render_from_rollups_and_keep_other_projects_out(client, project, 
     assert rows and all(r["max"] < 9e6 for r in rows)
     figs = client.get("/charts/overview.json").json()
     assert sum(sum(trace.get("y", [])) for trace in figs["volume"]["data"]) == 300
+
+
+def test_alert_baselines_from_rollups_match_the_raw_measure(project):
+    from analysis.alerts.metrics import MetricSpec, measure, measure_rolled_up
+
+    fill(project, n=1500, hours=60)
+    rollups.rollups_refresh()
+    start, end = BASE - timedelta(days=2), NOW
+    for metric, filters in (("task_duration_p95", {"release": "v1"}), ("task_duration_p50", {"task_name": "support"}),
+                            ("step_duration_p99", {"release": "v2", "step_name": "chat"}),
+                            ("step_duration_p95", {}), ("ttft_p95", {"device": "groq-0"}),
+                            ("step_duration_p95", {"step_kind": "tool", "environment": "prod"})):
+        spec = MetricSpec(metric=metric, filters=filters)
+        rolled, raw = measure_rolled_up(project=project, spec=spec, start=start, end=end), \
+            measure(project=project, spec=spec, start=start, end=end)
+        assert rolled is not None and raw.sample_count > 50, (metric, filters)
+        assert rolled.sample_count == raw.sample_count and close(rolled.value, raw.value), (metric, filters, rolled, raw)
+    # What the rollups cannot answer is left to the raw query.
+    for metric, filters in (("tpot_p95", {}), ("error_rate", {}), ("step_duration_p95", {"task_name": "support"}),
+                            ("step_duration_p95", {"model": "m1", "step_name": "chat"}),
+                            ("task_duration_p95", {"step_name": "chat"})):
+        assert measure_rolled_up(project=project, spec=MetricSpec(metric=metric, filters=filters),
+                                 start=start, end=end) is None, (metric, filters)
