@@ -115,10 +115,18 @@ def _alert_queries(project) -> dict[str, Callable[[], object]]:
     """A full evaluation of one alert rule (measure, baseline, state, history), as beat runs it
     every minute: a task percentile, and the worst case — a step percentile against a release
     baseline (bench/alerts_eval.py times every metric)."""
-    from datetime import UTC, datetime
+    from datetime import timedelta
+
+    from django.db.models import Max
 
     from analysis.alerts.evaluation import rules_evaluate
     from analysis.alerts.models import AlertRule
+    from ingest.models import Task
+
+    # Evaluated as of a minute after the newest task, so the rule's window holds traffic (a
+    # dataset loaded a while ago has none in "the last 10 minutes" of the wall clock, and a rule
+    # with too few samples returns before measuring its baseline).
+    now = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"] + timedelta(minutes=1)
 
     rules = {
         "alert evaluation: task p95 (10 min)": dict(metric="task_duration_p95", threshold=5000, filters={},
@@ -134,7 +142,7 @@ def _alert_queries(project) -> dict[str, Callable[[], object]]:
 
         def evaluate(rule=rule):
             AlertRule.objects.filter(pk=rule.pk).update(last_evaluated_at=None)  # not a duplicate tick
-            return rules_evaluate(now=datetime.now(tz=UTC), rule_ids=[rule.pk], deliver=False)
+            return rules_evaluate(now=now, rule_ids=[rule.pk], deliver=False)
         out[label] = evaluate
     return out
 
