@@ -657,20 +657,26 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     if span is None:
         return None
     lo, hi = span
-    extra = [f"r.{column} <> ''"] + (["r.kind = 'tool'"] if group_by == "tool" else [])
-    extra_params: list = []
-    if group:
-        extra.append(f"r.{column} = %s")
-        extra_params.append(group)
-    if groups is not None:
-        extra.append(f"r.{column} = ANY(%s)")
-        extra_params.append(list(groups))
+
+    def narrowed(alias: str) -> tuple[str, list]:
+        """The group conditions on rollup rows or steps (same column names in both)."""
+        clauses = [f"{alias}.{column} <> ''"] + ([f"{alias}.kind = 'tool'"] if group_by == "tool" else [])
+        params: list = []
+        if group:
+            clauses.append(f"{alias}.{column} = %s")
+            params.append(group)
+        if groups is not None:
+            clauses.append(f"{alias}.{column} = ANY(%s)")
+            params.append(list(groups))
+        return " AND ".join(clauses), params
+
+    extra, extra_params = narrowed("r")
     max_sql = "max(max_ms)" if not prefix else "NULL::float8"
     out: dict[tuple, Summary] = defaultdict(Summary)
     for suffix, seg_lo, seg_hi in _sources(lo, hi, days=True):
         where, params = _rollup_where(project=project, lo=seg_lo, hi=seg_hi,
                                       equal={"release": filters.release, "environment": filters.environment},
-                                      extra=" AND ".join(extra))
+                                      extra=extra)
         params += extra_params
         totals = _fetch(f"SELECT NULL, r.{column}, sum(steps), sum(errors), sum(sum_ms), {max_sql}, NULL, NULL"
                         f" FROM analysis_step_rollup{suffix} r WHERE {where} GROUP BY 2", params)
@@ -682,21 +688,14 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     # otherwise hash-join a scan of every step of every week (1.1 s at 10M steps instead of ms).
     tasks_sql, task_params = (selectors.task_queryset(project=project, filters=filters).filter(_edge(lo, hi))
                               .values("pk").query.sql_with_params())
-    where = [f"x.{column} <> ''"] + (["x.kind = 'tool'"] if group_by == "tool" else [])
-    step_params: list = []
-    if group:
-        where.append(f"x.{column} = %s")
-        step_params.append(group)
-    if groups is not None:
-        where.append(f"x.{column} = ANY(%s)")
-        step_params.append(list(groups))
+    step_where, step_params = narrowed("x")
     value = STEP_HISTOGRAMS[prefix]
     rows = _fetch(f"SELECT s.{column}, {bin_sql(f'({value})')}, count(*),"
                   f" count(*) FILTER (WHERE s.status {_FAILED_SQL}), sum(s.duration_ms),"
                   f" {'max(s.duration_ms)' if not prefix else 'NULL::float8'}"
                   f" FROM ({tasks_sql}) t CROSS JOIN LATERAL"
                   f" (SELECT x.{column}, x.status, x.duration_ms, x.ttft_ms, x.output_tokens FROM ingest_step x"
-                  f"  WHERE x.task_id = t.pk AND {' AND '.join(where)} OFFSET 0) s GROUP BY 1, 2",
+                  f"  WHERE x.task_id = t.pk AND {step_where} OFFSET 0) s GROUP BY 1, 2",
                   list(task_params) + step_params)
     _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
     return {key[1]: summary for key, summary in out.items()}
