@@ -59,14 +59,10 @@ def suite(project) -> dict:
 
 
 def timed(fn, runs: int = 5) -> tuple[dict, object]:
-    result = fn()
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - started) * 1000)
-    samples.sort()
-    return {"median_ms": samples[len(samples) // 2], "p95_ms": samples[-1]}, result
+    """bench.queries.timed's figures, and the query's answer (to compare raw with rolled up)."""
+    from bench.queries import timed as figures
+
+    return figures(fn, runs=runs), fn()
 
 
 def main(argv=None) -> int:
