@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -148,8 +148,28 @@ _TASK_COLUMNS = (
 )
 
 
+# A batch that loses a deadlock (Postgres cancels one of two transactions waiting on each other)
+# is stored again, at most this many times in all.
+DEADLOCK_ATTEMPTS = 3
+DEADLOCK_SQLSTATE = "40P01"
+
+
 def batch_store(*, project: Project, batch: Batch) -> StoreResult:
-    """Store a batch of records in one transaction; idempotent for the same ids."""
+    """Store a batch of records in one transaction; idempotent for the same ids. A deadlock (with
+    a concurrent batch, or with the creation of a week's partition, which locks the tasks table
+    for its foreign key) rolls the whole batch back, so it is simply stored again; unless the
+    caller holds a transaction of its own, which the deadlock has ended: the error goes up."""
+    for attempt in range(1, 1 if connection.in_atomic_block else DEADLOCK_ATTEMPTS):
+        try:
+            return _batch_store(project=project, batch=batch)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_SQLSTATE:
+                raise
+            log.warning("ingest.deadlock_retried project=%s attempt=%d", project.pk, attempt)
+    return _batch_store(project=project, batch=batch)
+
+
+def _batch_store(*, project: Project, batch: Batch) -> StoreResult:
     tasks = _dedupe(batch.tasks, lambda t: t.task_id)
     steps = _dedupe(batch.steps, lambda s: (s.task_id, s.step_id))
     samples = _dedupe(batch.samples, lambda s: (s.device, s.ts))
@@ -161,6 +181,7 @@ def batch_store(*, project: Project, batch: Batch) -> StoreResult:
     if samples:
         partitions.ensure(table="ingest_resourcesample", times=(s.ts for s in samples))
     with transaction.atomic(), connection.cursor() as cursor:
+        _tasks_lock(cursor, project=project, task_ids={t.task_id for t in tasks} | {s.task_id for s in steps})
         _releases_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
         task_pks, new_tasks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
         _steps_upsert(cursor, project=project, steps=steps, task_pks=task_pks, new_tasks=new_tasks)
@@ -196,6 +217,19 @@ def _unseen(kind: str, project_id: int, names: Iterable[str]) -> set[str]:
             _seen.update({(kind, project_id, n): stamp for n in fresh})
         transaction.on_commit(remember)
     return fresh
+
+
+def _tasks_lock(cursor, *, project, task_ids: set[str]) -> None:
+    """Take this batch's tasks, one transaction-scoped advisory lock each, in one fixed order.
+    Two batches touching the same tasks otherwise lock their rows in different orders (reported
+    tasks in one statement, the placeholders of steps' tasks in the next, then their steps) and
+    one of them dies in a deadlock (seen as a rare 503 under concurrent senders). In a fixed
+    order the later batch waits instead. Keys are (project, hash of the task id); a collision
+    only makes two unrelated tasks wait for each other."""
+    if task_ids:
+        cursor.execute("SELECT count(pg_advisory_xact_lock(%s, h)) FROM"
+                       " (SELECT DISTINCT hashtext(t) AS h FROM unnest(%s::text[]) AS t ORDER BY 1) k",
+                       [project.pk, sorted(task_ids)])
 
 
 def _releases_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> None:
