@@ -223,13 +223,13 @@ def _tasks_lock(cursor, *, project, task_ids: set[str]) -> None:
     """Take this batch's tasks, one transaction-scoped advisory lock each, in one fixed order.
     Two batches touching the same tasks otherwise lock their rows in different orders (reported
     tasks in one statement, the placeholders of steps' tasks in the next, then their steps) and
-    one of them dies in a deadlock (seen as a rare 503 under concurrent senders). In a fixed
-    order the later batch waits instead. Keys are (project, hash of the task id); a collision
+    one of them can die in a deadlock. In a fixed order (of the hashes) the later batch waits
+    instead. Keys are (project, hash of the task id); a collision
     only makes two unrelated tasks wait for each other."""
     if task_ids:
         cursor.execute("SELECT count(pg_advisory_xact_lock(%s, h)) FROM"
                        " (SELECT DISTINCT hashtext(t) AS h FROM unnest(%s::text[]) AS t ORDER BY 1) k",
-                       [project.pk, sorted(task_ids)])
+                       [project.pk, list(task_ids)])
 
 
 def _releases_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepRecord], now) -> None:
