@@ -267,6 +267,129 @@ def _budget_rollup_sql(where: str) -> str:
           AND r.environment = n.environment AND r.name = n.name"""
 
 
+# --- per-group figures of the release comparison ------------------------------------------------
+
+# Rows of analysis_group_rollup; `dimension` says what a row describes:
+#   step / kind / tool / model: the steps of a group (step: kind + name, kind, tool name, model)
+#       tasks = tasks with a call, calls and calls_sq = Σ calls and Σ calls² per task,
+#       sum_ms and sum_sq = Σ self time and Σ (self time per task)², call_sq = Σ self time² per
+#       call, errors and tokens of those calls, max_ms and the histogram: self time per call;
+#   task: all tasks (key ''): calls = steps, sum_ms / sum_sq = time outside steps per task
+#       (duration − Σ self time), other_ms = Σ duration, analysed = tasks with an analysis,
+#       max_ms = longest task;
+#   finding (key = finding kind): tasks with one, sum_ms = Σ wasted ms;
+#   budget (key = category): tasks with it, sum_ms = Σ ms;
+#   whatif (key = scenario): tasks with it, sum_ms = Σ projected ms, other_ms = Σ saved ms.
+# Self time: a step's duration minus its children's, floored at zero, so nested steps are not
+# counted twice.
+GROUP_DIMENSIONS = ("release", "environment", "task_name", "dimension", "kind", "key")
+GROUP_SUMS = ("tasks", "calls", "calls_sq", "sum_ms", "sum_sq", "call_sq", "errors", "tokens", "other_ms",
+              "analysed")
+GROUP_COLUMNS = ("project_id", "hour", *GROUP_DIMENSIONS, *GROUP_SUMS, "max_ms", "bins", "counts")
+# GROUPING(kind, name, tool_name, model) of each step dimension's grouping set.
+_GROUPINGS = {3: "step", 7: "kind", 13: "tool", 14: "model"}
+# What-if documents as analysis/whatif.py writes them: top-level `<scenario>_ms` projections
+# (`actual_ms`, the critical path, and `llm_path_ms` are inputs) and per hardware family
+# {"ms", "with_fixes_ms"}. Savings are against `actual_ms` when present, else the duration.
+_WHATIF_SCENARIOS = r"""
+    SELECT tk.id, left(kv.key, -3) AS scenario, (kv.value)::text::float8 AS projected
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id, jsonb_each(ta.whatif) kv
+    WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(kv.value) = 'number'
+      AND kv.key LIKE '%%\_ms' AND kv.key NOT IN ('actual_ms', 'llm_path_ms')
+    UNION ALL
+    SELECT tk.id, 'hardware ' || hw.key || suffix.label, (hw.value ->> suffix.field)::float8
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+         jsonb_each(CASE jsonb_typeof(ta.whatif -> 'hardware') WHEN 'object'
+                    THEN ta.whatif -> 'hardware' ELSE '{}'::jsonb END) hw,
+         (VALUES ('ms', ''), ('with_fixes_ms', ' + fixes')) suffix(field, label)
+    WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(hw.value -> suffix.field) = 'number'"""
+
+
+def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
+    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the ended tasks matching
+    `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
+    the hour of the task's start; a constant such as "'-infinity'::timestamptz" merges all hours). `lookup`: fetch
+    steps task by task through the index (a few thousand tasks) instead of letting the planner
+    join (a refresh's hours)."""
+    hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+    steps = ("CROSS JOIN LATERAL (SELECT * FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
+             else "JOIN ingest_step s ON s.task_id = tk.id")
+    h = "project_id, hour, release, environment, task_name"
+    head = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
+    dimension = "CASE g " + " ".join(f"WHEN {g} THEN '{d}'" for g, d in _GROUPINGS.items()) + " END"
+    labelled = (f"{dimension} AS dimension, CASE WHEN g IN (3, 7) THEN kind ELSE '' END AS kind,"
+                " CASE g WHEN 3 THEN name WHEN 13 THEN tool_name WHEN 14 THEN model ELSE '' END AS key")
+    wanted = "g IN (3, 7) OR (g = 13 AND tool_name <> '') OR (g = 14 AND model <> '')"
+    sets = "({k}, kind, name{b}), ({k}, kind{b}), ({k}, tool_name{b}), ({k}, model{b})"
+    zero = "0::float8"
+    return f"""
+        WITH tk AS MATERIALIZED (
+            SELECT t.id, t.project_id, {hour} AS hour, t.release, t.environment, t.name AS task_name,
+                   t.duration_ms
+            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
+        ), st AS MATERIALIZED (
+            SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
+                   s.duration_ms AS d, (s.status {_FAILED_SQL}) AS failed,
+                   coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens
+            FROM tk {steps}
+        ), calls AS MATERIALIZED (
+            SELECT st.task_id, st.kind, st.name, st.tool_name, st.model, st.failed, st.tokens,
+                   greatest(st.d - coalesce(k.child, 0), 0) AS self
+            FROM st LEFT JOIN (SELECT task_id, parent_step_id AS step_id, sum(d) AS child FROM st
+                               WHERE parent_step_id <> '' GROUP BY 1, 2) k USING (task_id, step_id)
+        ), per_task AS MATERIALIZED (
+            SELECT task_id, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
+                   count(*) AS c, sum(self) AS sm, sum(self * self) AS sq,
+                   count(*) FILTER (WHERE failed) AS e, sum(tokens) AS tok, max(self) AS mx
+            FROM calls
+            GROUP BY GROUPING SETS ({sets.format(k="task_id", b="")}, (task_id))
+        ), moments AS (
+            SELECT {h}, {labelled}, count(*) AS tasks, sum(c) AS calls, sum(c * c)::float8 AS calls_sq,
+                   sum(sm) AS sum_ms, sum(sm * sm) AS sum_sq, sum(sq) AS call_sq, sum(e) AS errors,
+                   sum(tok) AS tokens, max(mx) AS max_ms
+            FROM per_task JOIN tk ON tk.id = per_task.task_id WHERE {wanted} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+        ), hist AS (
+            SELECT {h}, dimension, kind, key, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+            FROM (SELECT {h}, {labelled}, b, n FROM (
+                      SELECT {h}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
+                             b, count(*) AS n
+                      FROM (SELECT {head}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
+                            FROM calls c JOIN tk ON tk.id = c.task_id) c
+                      GROUP BY GROUPING SETS ({sets.format(k=h, b=", b")})) x
+                  WHERE {wanted}) y
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+        ), whatif AS ({_WHATIF_SCENARIOS})
+        SELECT m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key,
+               m.tasks, m.calls, m.calls_sq, m.sum_ms, m.sum_sq, m.call_sq, m.errors, m.tokens, {zero}, 0,
+               m.max_ms, coalesce(hh.bins, '{{}}'), coalesce(hh.counts, '{{}}')
+        FROM moments m LEFT JOIN hist hh USING ({h}, dimension, kind, key)
+        UNION ALL
+        SELECT {head}, 'task', '', '', count(*), coalesce(sum(a.c), 0), coalesce(sum(a.c * a.c), 0)::float8,
+               sum(tk.duration_ms - coalesce(a.sm, 0)), sum((tk.duration_ms - coalesce(a.sm, 0)) ^ 2), {zero},
+               coalesce(sum(a.e), 0), coalesce(sum(a.tok), 0), sum(tk.duration_ms), count(ta.task_id),
+               max(tk.duration_ms), '{{}}', '{{}}'
+        FROM tk LEFT JOIN per_task a ON a.task_id = tk.id AND a.g = 15
+                LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
+        GROUP BY 1, 2, 3, 4, 5
+        UNION ALL
+        SELECT {head}, 'finding', '', f.kind, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
+               {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
+        FROM tk JOIN analysis_finding f ON f.task_id = tk.id GROUP BY 1, 2, 3, 4, 5, 8
+        UNION ALL
+        SELECT {head}, 'budget', '', e.key, count(*), 0, {zero}, sum(e.value::float8), {zero}, {zero}, 0, 0,
+               {zero}, 0, NULL, '{{}}', '{{}}'
+        FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+             jsonb_each_text(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
+        WHERE e.value ~ {_NUMBER} GROUP BY 1, 2, 3, 4, 5, 8
+        UNION ALL
+        SELECT {head}, 'whatif', '', w.scenario, count(*), 0, {zero}, sum(w.projected), {zero}, {zero}, 0, 0,
+               sum(CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'
+                   THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END - w.projected), 0, NULL,
+               '{{}}', '{{}}'
+        FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
+        GROUP BY 1, 2, 3, 4, 5, 8"""
+
+
 def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> int:
     """Replace the rollup rows of these hours of a project with figures from the raw rows.
     Contiguous hours go as one range. Returns the number of hours."""
@@ -321,12 +444,14 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
 _TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
 _STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False,
                            histograms=tuple(STEP_HISTOGRAMS))
+_GROUP_DAYS_SQL = _days_sql("analysis_group_rollup", GROUP_DIMENSIONS, GROUP_SUMS, task=False)
 
 
 def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
     """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows."""
     first, last = _day_floor(lo), _day_floor(hi - timedelta(microseconds=1)) + DAY
-    for table, sql in (("analysis_task_rollup", _TASK_DAYS_SQL), ("analysis_step_rollup", _STEP_DAYS_SQL)):
+    for table, sql in (("analysis_task_rollup", _TASK_DAYS_SQL), ("analysis_step_rollup", _STEP_DAYS_SQL),
+                       ("analysis_group_rollup", _GROUP_DAYS_SQL)):
         cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s",
                        [project_id, first, last])
         cursor.execute(sql, [project_id, first, last, project_id])
@@ -334,7 +459,7 @@ def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> N
 
 def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
     """Recompute the whole hours [lo, hi) of a project, then the days they touch."""
-    for table in ("analysis_task_rollup", "analysis_step_rollup"):
+    for table in HOURLY_TABLES:
         cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s",
                        [project_id, lo, hi])
     where = "t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
@@ -342,6 +467,8 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> 
     cursor.execute(_task_rollup_sql(where), raw_params)
     cursor.execute(_step_rollup_sql(where), raw_params)
     cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where)}",
+                   raw_params)
     _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
 
 
@@ -440,7 +567,8 @@ def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[dateti
     return {row[0] for row in cursor.fetchall()}
 
 
-TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_task_rollup_day", "analysis_step_rollup_day")
+HOURLY_TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
+TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES)
 
 
 def _orphans_delete(cursor) -> int:

@@ -37,7 +37,8 @@ def on_project_deleted(sender, *, instance, **kwargs) -> None:
     """Derived rows kept in plain SQL tables (no foreign key) go with their project."""
     from django.db import connection
 
+    from analysis.rollups import TABLES
+
     with connection.cursor() as cursor:
-        for table in ("analysis_task_rollup", "analysis_step_rollup",
-                      "analysis_task_rollup_day", "analysis_step_rollup_day"):
+        for table in TABLES:
             cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [instance.pk])

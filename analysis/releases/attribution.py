@@ -2,11 +2,19 @@
 to steps, tools, models and step kinds, plus finding rates, the latency budget and the what-if
 projections per release. Called by `compare.release_compare` inside its transaction.
 
-Everything here works on a uniform random sample of at most `ATTRIBUTION_TASKS` tasks per
-release (drawn in SQL into session-private temporary tables, with their steps and analyses), so
-its cost does not grow with the release. A mean or a rate from 4,000 tasks has a standard error
-of 1.6 % of the spread of its per-task values; every contribution carries its own standard error.
-(10,000 tasks, 1 %, cost 1.8× the time at 10M steps: 4.3 s against 2.4 s for the comparison.)
+Where the figures come from: every figure here is a sum over tasks (Σ and Σ² of a group's self
+time per task, calls, errors, tokens, wasted ms, budget and what-if ms) or a histogram of the self
+time per call, so it merges across hours. `rollups.group_rows_sql` computes them per hour of the
+task's start, release, environment and task name into `analysis_group_rollup` (and its daily
+table), on every rollup refresh. A comparison reads whole days and hours from there and computes
+the same rows from raw steps only for the tasks outside them (the fresh tail since the last
+refresh, partial hours at the edges of a time filter): **exact, over every task**, at the cost of
+a few thousand rollup rows (0.1 s for two releases of 166k tasks at 10M steps instead of 1.9 s
+for a 4,000-task sample). Filters the rollups have no dimension for (device, vendor), or no
+rollups yet, fall back to a uniform random sample of at most `ATTRIBUTION_TASKS` tasks per release
+through the same SQL (a mean from 4,000 tasks has a standard error of 1.6 % of the spread of its
+per-task values; every contribution carries its own standard error). The per-call percentiles
+and the per-call test use the histograms (60 log buckets a decade: percentiles within 1.93 %).
 
 Method: a task's duration splits into the self time of each of its steps (its duration minus
 its children's, floored at zero, so nested steps are not counted twice) plus the rest (idle gaps
@@ -20,27 +28,30 @@ steps plus the rest plus the mix add up to Δ(mean task duration). Each contribu
 standard error from the per-task variance and splits into slower calls and more calls.
 
 Ranking: rows that changed significantly come first — their per-call self times differ
-(Mann-Whitney, rank-based, so a few timeouts do not hide a tool whose every call doubled) or
-their contribution's interval excludes zero, both Bonferroni-corrected for the number of rows —
-then by contribution in the direction of the change (what made B slower, when it is slower).
-Sorting by contribution alone would let a noisy ±150 ms from LLM calls outrank a certain +70 ms
-from a tool that doubled; on the simulator's demo traffic the doubled tool is the top row
-(tests/releases/test_simulated_regression.py).
+(Mann-Whitney on the per-call histograms, rank-based, so a few timeouts do not hide a tool whose
+every call doubled) or their contribution's interval excludes zero, both Bonferroni-corrected for
+the number of rows — then by contribution in the direction of the change (what made B slower,
+when it is slower). Sorting by contribution alone would let a noisy ±150 ms from LLM calls
+outrank a certain +70 ms from a tool that doubled; on the simulator's demo traffic the doubled
+tool is the top row (tests/releases/test_simulated_regression.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
+import numpy as np
 from django.db import connection
 from scipy import stats as scipy_stats
 
+from analysis import rollups
 from analysis.releases import stats
-from analysis.releases.db import FAILED_SQL, fetch
+from analysis.releases.db import fetch
 
 ATTRIBUTION_TASKS = 4_000
-# Per-call tests read at most this many of the sampled steps (uniformly).
-PER_CALL_CAP = 200_000
+# Below this a contribution is floating-point noise (a sum of per-task differences that cancel).
+_ROUNDING_MS = 1e-6
 PER_CALL_MIN = 5
 REST_KEY = "(time outside steps)"
 METHOD = ("contribution = change in mean self time per task (ms), within task names, weighted by "
@@ -48,118 +59,138 @@ METHOD = ("contribution = change in mean self time per task (ms), within task na
           "contribution's interval, Bonferroni over the rows), then by contribution in the "
           "direction of the change; mix_ms = the part due to a different task-name mix")
 
-
-def where_it_changed(*, base: tuple[str, tuple], a: str, b: str, counts: dict[str, int],
-                     alpha: float, direction: int) -> dict:
-    """Attribution (steps, kinds, tools, models), budget, finding rates and what-if for the tasks
-    of `base` (SQL selecting id, release, name, duration_ms). Must run inside a transaction."""
-    _attribution_sample(base, a, b, counts)
-    totals = _sample_task_totals(a, b)
-    out = {
-        "totals": totals,
-        "attribution": _step_attribution(a, b, totals, alpha=alpha, direction=direction),
-        "budget": _budget(a, b, totals),
-        "findings": _finding_rates(a, b, totals),
-        "whatif": _whatif(a, b),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE {SAMPLE_TABLE}, {STEPS_TABLE}, {ANALYSES_TABLE}")
-    return out
-
-
 SAMPLE_TABLE = "release_compare_sample"
-STEPS_TABLE = "release_compare_steps"
-ANALYSES_TABLE = "release_compare_analyses"
-# Bits of GROUPING(kind, name, tool_name, model): 1 = that column is not grouped.
-_DIMENSIONS = {0b0011: "steps", 0b0111: "kinds", 0b1101: "tools", 0b1110: "models"}
-_ALL_STEPS = 0b1111
+RAW_TABLE = "release_compare_groups"
+# Report dimension → analysis_group_rollup dimension.
+_DIMENSIONS = {"steps": "step", "kinds": "kind", "tools": "tool", "models": "model"}
+# The time bucket of raw rows computed for one comparison: one for all hours.
+_ALL_HOURS = "'-infinity'::timestamptz"
+_SUMS = {name: i for i, name in enumerate(rollups.GROUP_SUMS)}
 
 
-def _attribution_sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> None:
-    """Draws the attribution sample into session-private temporary tables that the queries below
-    read: the sampled tasks (id, release, task name, duration) and their steps with self time.
-    One scan of the tasks, one index lookup per sampled task, no id lists shipped back and forth."""
+@dataclass
+class GroupFigures:
+    """The merged analysis_group_rollup rows of both releases: `sums[(release, task name,
+    dimension, kind, key)]` holds GROUP_SUMS (plus max_ms last), `bins[(release, dimension, kind,
+    key)]` the histogram of self time per call. `sampled`: from a sample of the tasks."""
+
+    sampled: bool = False
+    sums: dict[tuple, np.ndarray] = field(default_factory=lambda: defaultdict(lambda: np.zeros(len(_SUMS) + 1)))
+    bins: dict[tuple, np.ndarray] = field(default_factory=lambda: defaultdict(lambda: np.zeros(rollups.NBINS)))
+
+    def add(self, source: str, where: str, params: list) -> None:
+        """Merge the rows of `source` (a table, alias r) matching `where`."""
+        sums = ", ".join(f"sum(r.{c})::float8" for c in rollups.GROUP_SUMS)
+        for release, task_name, dimension, kind, key, *values, max_ms in fetch(
+                f"SELECT r.release, r.task_name, r.dimension, r.kind, r.key, {sums}, max(r.max_ms)"
+                f" FROM {source} r WHERE {where} GROUP BY 1, 2, 3, 4, 5", params):
+            row = self.sums[(release, task_name, dimension, kind, key)]
+            row[:-1] += np.asarray(values, dtype=float)
+            if max_ms is not None:
+                row[-1] = max(row[-1], max_ms)
+        for release, dimension, kind, key, index, n in fetch(
+                f"SELECT r.release, r.dimension, r.kind, r.key, u.b, sum(u.n)::float8 FROM {source} r,"
+                f" unnest(r.bins, r.counts) AS u(b, n) WHERE {where} GROUP BY 1, 2, 3, 4, 5", params):
+            self.bins[(release, dimension, kind, key)][index] += n
+
+    def add_raw(self, where: str, params: list | tuple) -> None:
+        """Compute the rows of the tasks matching `where` (alias t) from raw steps, then merge."""
+        rows = rollups.group_rows_sql(where, hour=_ALL_HOURS, lookup=True)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+            cursor.execute(f"CREATE TEMPORARY TABLE {RAW_TABLE} ({', '.join(rollups.GROUP_COLUMNS)}) ON COMMIT DROP AS"
+                           f" {rows}", params)
+        self.add(RAW_TABLE, "true", [])
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE {RAW_TABLE}")
+
+    def of(self, dimension: str) -> dict[tuple, dict[tuple[str, str], np.ndarray]]:
+        """{(kind, key): {(release, task name): sums}} of one dimension."""
+        out: dict[tuple, dict[tuple[str, str], np.ndarray]] = defaultdict(dict)
+        for (release, task_name, dim, kind, key), values in self.sums.items():
+            if dim == dimension:
+                out[(kind, key)][(release, task_name)] = values
+        return out
+
+    def per_release(self, dimension: str) -> dict[tuple, dict[str, np.ndarray]]:
+        """{(kind, key): {release: sums over task names}} of one dimension."""
+        out: dict[tuple, dict[str, np.ndarray]] = defaultdict(dict)
+        for group, cells in self.of(dimension).items():
+            for (release, _), values in cells.items():
+                if release in out[group]:
+                    total = out[group][release]
+                    total[:-1] += values[:-1]
+                    total[-1] = max(total[-1], values[-1])
+                else:
+                    out[group][release] = values.copy()
+        return out
+
+
+def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
+                  counts: dict[str, int]) -> GroupFigures:
+    """Both releases' figures: from the rollups (plus raw rows for the tasks outside the rolled-up
+    hours) when the filters allow, else from a sample of at most ATTRIBUTION_TASKS tasks each."""
+    from analysis.releases.compare import compared_tasks
+
+    span = None if filters.vendor else rollups.covered_hours(filters=filters.task_filters(),
+                                                             allowed=rollups.TASK_FILTERS)
+    figures = GroupFigures()
+    if span is None:
+        figures.sampled = _sample(base, a, b, counts)
+        figures.add_raw(f"t.id IN (SELECT id FROM {SAMPLE_TABLE})", [])
+        return figures
+    lo, hi = span
+    for suffix, seg_lo, seg_hi in rollups._sources(lo, hi, days=True):
+        where, params = rollups._rollup_where(
+            project=project, lo=seg_lo, hi=seg_hi,
+            equal={"environment": filters.environment, "task_name": filters.name}, extra="r.release = ANY(%s)")
+        figures.add(f"analysis_group_rollup{suffix}", where, params + [[a, b]])
+    edge = compared_tasks(project=project, releases=[a, b], filters=filters).filter(rollups._edge(lo, hi))
+    sql, params = edge.values("pk").query.sql_with_params()
+    figures.add_raw(f"t.id IN ({sql})", params)
+    return figures
+
+
+def _sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> bool:
+    """Draws a uniform random sample of at most ATTRIBUTION_TASKS tasks per release of `base`
+    into a session-private temporary table; True when some task was left out."""
     probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}, {STEPS_TABLE}, {ANALYSES_TABLE}")
+        cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}")
         cursor.execute(f"""
             CREATE TEMPORARY TABLE {SAMPLE_TABLE} ON COMMIT DROP AS
-            SELECT id, release, name, duration_ms FROM ({base[0]}) t
+            SELECT id FROM ({base[0]}) t
             WHERE random() < CASE release WHEN %s THEN %s::float8 ELSE %s::float8 END""",
                        base[1] + (a, *probs))
         cursor.execute(f"ALTER TABLE {SAMPLE_TABLE} ADD PRIMARY KEY (id)")
         cursor.execute(f"ANALYZE {SAMPLE_TABLE}")
-        cursor.execute(f"""
-            CREATE TEMPORARY TABLE {ANALYSES_TABLE} ON COMMIT DROP AS
-            SELECT rs.id, rs.release, rs.duration_ms, ta.budget, ta.whatif
-            FROM {SAMPLE_TABLE} rs JOIN analysis_taskanalysis ta ON ta.task_id = rs.id""")
-        cursor.execute(f"""
-            CREATE TEMPORARY TABLE {STEPS_TABLE} ON COMMIT DROP AS
-            WITH st AS (
-                SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name, s.tool_name, s.model,
-                       s.duration_ms, (s.status {FAILED_SQL}) AS failed,
-                       coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens,
-                       rs.release, rs.name AS task_name
-                -- one index lookup per sampled task (OFFSET 0 keeps the planner from flattening
-                -- it into a hash join over every step: 4.2 s on 10M steps for 20k tasks vs 2.8)
-                FROM {SAMPLE_TABLE} rs
-                CROSS JOIN LATERAL (SELECT * FROM ingest_step x WHERE x.task_id = rs.id OFFSET 0) s
-            ), kids AS (
-                SELECT task_id, parent_step_id AS step_id, sum(duration_ms) AS child_ms
-                FROM st WHERE parent_step_id <> '' GROUP BY 1, 2
-            )
-            SELECT st.release, st.task_name, st.task_id, st.kind, st.name, st.tool_name, st.model,
-                   st.duration_ms, st.failed, st.tokens,
-                   greatest(st.duration_ms - coalesce(kids.child_ms, 0), 0) AS self_ms
-            FROM st LEFT JOIN kids USING (task_id, step_id)""")
+    return any(p < 1.0 for p in probs)
 
 
-# Per group and release, over all sampled steps: the figures shown next to the contribution.
-_GROUP_FIGURES_SQL = f"""
-    SELECT release, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model),
-           count(*), sum(self_ms), sum(self_ms * self_ms),
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY duration_ms),
-           avg(failed::int), sum(tokens)
-    FROM {STEPS_TABLE}
-    GROUP BY GROUPING SETS ((release), (release, kind), (release, kind, name), (release, tool_name),
-                            (release, model))"""
-
-# Per group, release and task name: Σ and Σ² over tasks of the group's self time in a task, for
-# the stratified mean and its standard error.
-_GROUP_MOMENTS_SQL = f"""
-    WITH per_task AS (
-        SELECT release, task_name, task_id, kind, name, tool_name, model,
-               GROUPING(kind, name, tool_name, model) AS g, sum(self_ms) AS self_ms,
-               count(*) AS calls
-        FROM {STEPS_TABLE}
-        GROUP BY GROUPING SETS ((release, task_name, task_id, kind, name),
-                                (release, task_name, task_id, kind),
-                                (release, task_name, task_id, tool_name),
-                                (release, task_name, task_id, model))
-    )
-    SELECT release, task_name, kind, name, tool_name, model, g, sum(self_ms), sum(self_ms * self_ms),
-           sum(calls), sum(calls * calls)
-    FROM per_task GROUP BY release, task_name, kind, name, tool_name, model, g"""
-
-# Per release and task name: tasks, and Σ, Σ² of task duration and of time outside steps.
-_STRATA_SQL = f"""
-    SELECT rs.release, rs.name, count(*), sum(rs.duration_ms),
-           sum(rs.duration_ms - coalesce(t.self_ms, 0)),
-           sum((rs.duration_ms - coalesce(t.self_ms, 0)) ^ 2)
-    FROM {SAMPLE_TABLE} rs
-    LEFT JOIN (SELECT task_id, sum(self_ms) AS self_ms FROM {STEPS_TABLE} GROUP BY task_id) t
-           ON t.task_id = rs.id
-    GROUP BY 1, 2"""
+def where_it_changed(*, project, filters, base: tuple[str, tuple], a: str, b: str, counts: dict[str, int],
+                     alpha: float, direction: int) -> dict:
+    """Attribution (steps, kinds, tools, models), budget, finding rates and what-if for the tasks
+    of `base` (SQL selecting id, release, name, duration_ms), which `filters` select. Must run
+    inside a transaction."""
+    figures = group_figures(project=project, filters=filters, base=base, a=a, b=b, counts=counts)
+    totals = _task_totals(figures, a, b)
+    return {
+        "totals": totals, "sampled": figures.sampled,
+        "attribution": _step_attribution(figures, a, b, totals, alpha=alpha, direction=direction),
+        "budget": _budget(figures, a, b, totals),
+        "findings": _finding_rates(figures, a, b, totals),
+        "whatif": _whatif(figures, a, b),
+    }
 
 
-def _group_key(dimension: str, kind, name, tool, model) -> str | None:
+def _display_key(dimension: str, kind: str, key: str) -> str:
     if dimension == "steps":
-        return f"{kind}:{name}" if name else f"{kind}:(unnamed)"
-    if dimension == "kinds":
-        return kind
-    if dimension == "tools":
-        return tool or None
-    return model or None
+        return f"{kind}:{key}" if key else f"{kind}:(unnamed)"
+    return kind if dimension == "kinds" else key
+
+
+def _column(values: np.ndarray, name: str) -> float:
+    return float(values[_SUMS[name]])
 
 
 def _stratified(moments: dict[str, dict[str, tuple[float, float]]], strata: dict[str, dict[str, int]],
@@ -211,32 +242,28 @@ def _effects(fa: dict, fb: dict, calls_a: list[float], calls_b: list[float], n_a
     return out
 
 
-def _per_call_tests(a: str, b: str) -> dict[str, dict[str, float]]:
-    """Mann-Whitney p-value per dimension and group of the per-call self time, A against B, over
-    a uniform sample of at most PER_CALL_CAP of the sampled steps. Rank-based, so a tool whose
-    every call got twice as slow stands out even when a few timeouts make its mean noisy."""
-    total = fetch(f"SELECT count(*) FROM {STEPS_TABLE}")[0][0]
-    rows = fetch(f"""SELECT release, kind, name, tool_name, model, self_ms FROM {STEPS_TABLE}
-                      WHERE random() < %s""", (min(1.0, PER_CALL_CAP / max(total, 1)),))
-    values: dict[str, dict[str, dict[str, list[float]]]] = {
-        d: defaultdict(lambda: {a: [], b: []}) for d in _DIMENSIONS.values()}
-    for release, kind, name, tool, model, self_ms in rows:
-        for dimension in ("steps", "kinds", "tools", "models"):
-            key = _group_key(dimension, kind, name, tool, model)
-            if key is not None:
-                values[dimension][key][release].append(self_ms)
-    out: dict[str, dict[str, float]] = {}
-    for dimension, groups in values.items():
-        out[dimension] = {}
-        for key, sides in groups.items():
-            if len(sides[a]) >= PER_CALL_MIN and len(sides[b]) >= PER_CALL_MIN:
-                p = stats.mann_whitney_p(sides[a], sides[b])
-                if p is not None:
-                    out[dimension][key] = p
-    return out
+def _per_call_test(figures: GroupFigures, dimension: str, kind: str, key: str, a: str, b: str) -> float | None:
+    """Mann-Whitney p-value of the self time per call, A against B, from the two histograms. Rank-
+    based, so a tool whose every call got twice as slow stands out even when a few timeouts make
+    its mean noisy."""
+    ha = figures.bins.get((a, dimension, kind, key))
+    hb = figures.bins.get((b, dimension, kind, key))
+    if ha is None or hb is None or ha.sum() < PER_CALL_MIN or hb.sum() < PER_CALL_MIN:
+        return None
+    return stats.mann_whitney_binned_p(ha, hb)
 
 
-def _ranked(rows: list[dict], *, direction: int, alpha: float, p_values: dict[str, float]) -> list[dict]:
+def _per_call_quantiles(figures: GroupFigures, release: str, dimension: str, kind: str, key: str,
+                        max_ms: float) -> tuple[float | None, float | None]:
+    """p50 and p95 of the self time per call, from the histogram (within 1.93 %)."""
+    hist = figures.bins.get((release, dimension, kind, key))
+    if hist is None or not hist.any():
+        return None, None
+    p50, p95 = rollups.Summary(max_ms=max_ms, bins=hist.astype(np.int64)).quantiles((0.5, 0.95))
+    return p50, p95
+
+
+def _ranked(rows: list[dict], *, direction: int, alpha: float) -> list[dict]:
     """Rows whose change is significant first, then the others; within each, by contribution in
     `direction` (+1: what made B slower first, −1: what made it faster, 0: largest either way).
 
@@ -246,76 +273,71 @@ def _ranked(rows: list[dict], *, direction: int, alpha: float, p_values: dict[st
     tests = max(len(rows), 1)
     z = float(scipy_stats.norm.ppf(1 - alpha / (2 * tests)))
     for r in rows:
-        p = p_values.get(r["key"])
-        r["per_call_p_value"] = p
+        p = r["per_call_p_value"]
         r["significant"] = bool((p is not None and p < alpha / tests)
-                                or abs(r["contribution_ms"]) > z * r["contribution_se_ms"])
+                                or abs(r["contribution_ms"]) > max(z * r["contribution_se_ms"], _ROUNDING_MS))
 
     def size(r: dict) -> float:
-        return direction * r["contribution_ms"] if direction else abs(r["contribution_ms"])
+        # rounded: rows whose contributions differ by float noise keep a stable order (by key)
+        value = direction * r["contribution_ms"] if direction else abs(r["contribution_ms"])
+        return round(value / _ROUNDING_MS) * _ROUNDING_MS
 
     return sorted(rows, key=lambda r: (not r["significant"], -size(r), r["key"]))
 
 
-def _step_attribution(a: str, b: str, task_totals: dict[str, dict], *, alpha: float,
-                      direction: int) -> dict:
-    figures: dict[str, dict[str, dict]] = defaultdict(lambda: defaultdict(dict))
-    labels: dict[tuple[str, str], dict] = {}
-    totals: dict[str, dict] = {}
-    for (release, kind, name, tool, model, g, count, self_ms, self_squares, pcts, error_rate,
-         tokens) in fetch(_GROUP_FIGURES_SQL):
-        row = {"count": count, "self_ms": float(self_ms or 0), "self_squares": float(self_squares or 0),
-               "p50_ms": pcts[0], "p95_ms": pcts[1], "error_rate": float(error_rate),
-               "tokens": int(tokens or 0)}
-        if g == _ALL_STEPS:
-            totals[release] = row
-            continue
-        dimension = _DIMENSIONS[g]
-        key = _group_key(dimension, kind, name, tool, model)
-        if key is not None:
-            figures[dimension][key][release] = row
-            labels[(dimension, key)] = {"kind": kind if dimension in ("steps", "kinds") else "",
-                                        "name": name if dimension == "steps" else ""}
+def _task_totals(figures: GroupFigures, a: str, b: str) -> dict[str, dict]:
+    """Per release: tasks, Σ and mean duration, analysed tasks, steps, failed steps, tokens."""
+    out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0, "steps": 0, "errors": 0, "tokens": 0}
+           for r in (a, b)}
+    for (release, _), values in figures.of("task").get(("", ""), {}).items():
+        if release in out:
+            row = out[release]
+            row["tasks"] += int(_column(values, "tasks"))
+            row["sum_ms"] += _column(values, "other_ms")
+            row["analyzed"] += int(_column(values, "analysed"))
+            row["steps"] += int(_column(values, "calls"))
+            row["errors"] += int(_column(values, "errors"))
+            row["tokens"] += int(_column(values, "tokens"))
+    for row in out.values():
+        row["mean_ms"] = row["sum_ms"] / row["tasks"] if row["tasks"] else 0.0
+    return out
 
-    per_call = _per_call_tests(a, b)
+
+def _step_attribution(figures: GroupFigures, a: str, b: str, task_totals: dict[str, dict], *, alpha: float,
+                      direction: int) -> dict:
     strata: dict[str, dict[str, int]] = {a: {}, b: {}}
     duration_sums: dict[str, dict[str, float]] = {a: {}, b: {}}
     rest: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
-    for release, task_name, n, duration, rest_sum, rest_squares in fetch(_STRATA_SQL):
-        strata[release][task_name] = n
-        duration_sums[release][task_name] = float(duration)
-        rest[release][task_name] = (float(rest_sum), float(rest_squares))
+    for (release, task_name), values in figures.of("task").get(("", ""), {}).items():
+        if release in strata and _column(values, "tasks"):
+            strata[release][task_name] = int(_column(values, "tasks"))
+            duration_sums[release][task_name] = _column(values, "other_ms")
+            rest[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
     common = set(strata[a]) & set(strata[b])
     pooled = sum(strata[a][t] + strata[b][t] for t in common)
     weights = {t: (strata[a][t] + strata[b][t]) / pooled for t in common} if pooled else {}
-
-    moments: dict[tuple[str, str], dict[str, dict[str, tuple[float, float]]]] = defaultdict(
-        lambda: defaultdict(dict))
-    call_moments: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
-        lambda: defaultdict(lambda: [0.0, 0.0]))
-    for (release, task_name, kind, name, tool, model, g, total, squares, calls,
-         call_squares) in fetch(_GROUP_MOMENTS_SQL):
-        dimension = _DIMENSIONS[g]
-        key = _group_key(dimension, kind, name, tool, model)
-        if key is None:
-            continue
-        if task_name in common:
-            moments[(dimension, key)][release][task_name] = (float(total or 0), float(squares or 0))
-        acc = call_moments[(dimension, key)][release]
-        acc[0] += float(calls)
-        acc[1] += float(call_squares)
 
     n = {r: max(task_totals[r]["tasks"], 1) for r in (a, b)}
     overall_delta = task_totals[b]["mean_ms"] - task_totals[a]["mean_ms"]
     within_delta = sum(w * (duration_sums[b][t] / strata[b][t] - duration_sums[a][t] / strata[a][t])
                        for t, w in weights.items())
 
-    def row(dimension: str, key: str, per_release: dict[str, dict], contribution, se) -> dict:
-        fa, fb = per_release.get(a, {}), per_release.get(b, {})
-        effects = _effects(fa, fb, call_moments.get((dimension, key), {}).get(a, [0.0, 0.0]),
-                           call_moments.get((dimension, key), {}).get(b, [0.0, 0.0]), n[a], n[b])
+    def release_figures(dimension: str, kind: str, key: str, per: dict[str, np.ndarray]) -> dict[str, dict]:
+        out = {}
+        for r, values in per.items():
+            count = _column(values, "calls")
+            p50, p95 = _per_call_quantiles(figures, r, dimension, kind, key, float(values[-1]))
+            out[r] = {"count": int(count), "self_ms": _column(values, "sum_ms"),
+                      "self_squares": _column(values, "call_sq"), "p50_ms": p50, "p95_ms": p95,
+                      "error_rate": _column(values, "errors") / count if count else None,
+                      "tokens": int(_column(values, "tokens"))}
+        return out
+
+    def row(key: str, labels: dict, fa: dict, fb: dict, calls: dict[str, list[float]], contribution, se,
+            p_value) -> dict:
+        effects = _effects(fa, fb, calls.get(a, [0.0, 0.0]), calls.get(b, [0.0, 0.0]), n[a], n[b])
         return {
-            "key": key, **labels.get((dimension, key), {"kind": "", "name": ""}),
+            "key": key, **labels,
             "contribution_ms": contribution, "contribution_se_ms": se, **effects,
             "contribution_share": (contribution / within_delta) if within_delta else None,
             "mean_a_ms": fa.get("self_ms", 0.0) / n[a], "mean_b_ms": fb.get("self_ms", 0.0) / n[b],
@@ -326,28 +348,41 @@ def _step_attribution(a: str, b: str, task_totals: dict[str, dict], *, alpha: fl
             "calls_per_task_a": fa.get("count", 0) / n[a], "calls_per_task_b": fb.get("count", 0) / n[b],
             "tokens_per_task_a": fa.get("tokens", 0) / n[a], "tokens_per_task_b": fb.get("tokens", 0) / n[b],
             "error_rate_a": fa.get("error_rate"), "error_rate_b": fb.get("error_rate"),
+            "per_call_p_value": p_value,
         }
 
     out: dict[str, list[dict]] = {}
-    for dimension in ("steps", "kinds", "tools", "models"):
+    for dimension, stored in _DIMENSIONS.items():
         rows = []
-        for key, per in figures[dimension].items():
-            contribution, se = _stratified(moments[(dimension, key)], strata, weights, a, b)
-            rows.append(row(dimension, key, per, contribution, se))
+        per_release = figures.per_release(stored)
+        for (kind, key), cells in figures.of(stored).items():
+            moments: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
+            calls: dict[str, list[float]] = {a: [0.0, 0.0], b: [0.0, 0.0]}
+            for (release, task_name), values in cells.items():
+                if release not in moments:
+                    continue
+                if task_name in common:
+                    moments[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
+                calls[release][0] += _column(values, "calls")
+                calls[release][1] += _column(values, "calls_sq")
+            per = release_figures(stored, kind, key, per_release[(kind, key)])
+            contribution, se = _stratified(moments, strata, weights, a, b)
+            labels = {"kind": kind if dimension in ("steps", "kinds") else "",
+                      "name": key if dimension == "steps" else ""}
+            rows.append(row(_display_key(dimension, kind, key), labels, per.get(a, {}), per.get(b, {}), calls,
+                            contribution, se, _per_call_test(figures, stored, kind, key, a, b)))
         if dimension == "steps":
             contribution, se = _stratified(rest, strata, weights, a, b)
-            outside = {r: {"self_ms": task_totals[r]["sum_ms"] - totals.get(r, {}).get("self_ms", 0.0)}
-                       for r in (a, b)}
-            rows.append(row("steps", REST_KEY, outside, contribution, se) | {
-                "kind": "", "name": REST_KEY, "frequency_effect_ms": None, "frequency_effect_se_ms": None})
-        out[dimension] = _ranked(rows, direction=direction, alpha=alpha,
-                                 p_values=per_call[dimension])
-    tool_rows = {r: figures["kinds"].get("tool", {}).get(r, {}) for r in (a, b)}
+            outside = {r: {"self_ms": sum(m[0] for m in rest[r].values())} for r in (a, b)}
+            rows.append(row(REST_KEY, {"kind": "", "name": REST_KEY}, outside[a], outside[b], {}, contribution,
+                            se, None) | {"frequency_effect_ms": None, "frequency_effect_se_ms": None})
+        out[dimension] = _ranked(rows, direction=direction, alpha=alpha)
+    tools = figures.per_release("kind").get(("tool", ""), {})
     out["totals"] = {
-        r: {"steps_per_task": totals.get(r, {}).get("count", 0) / n[r],
-            "tool_calls_per_task": tool_rows[r].get("count", 0) / n[r],
-            "tokens_per_task": totals.get(r, {}).get("tokens", 0) / n[r],
-            "step_error_rate": totals.get(r, {}).get("error_rate")}
+        r: {"steps_per_task": task_totals[r]["steps"] / n[r],
+            "tool_calls_per_task": (_column(tools[r], "calls") if r in tools else 0) / n[r],
+            "tokens_per_task": task_totals[r]["tokens"] / n[r],
+            "step_error_rate": _ratio(task_totals[r]["errors"], task_totals[r]["steps"])}
         for r in (a, b)}
     out["within_delta_ms"] = within_delta
     out["mix_ms"] = overall_delta - within_delta
@@ -358,29 +393,14 @@ def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-def _sample_task_totals(a: str, b: str) -> dict[str, dict]:
-    sql = f"""SELECT rs.release, count(*), sum(rs.duration_ms), count(ta.id)
-              FROM {SAMPLE_TABLE} rs LEFT JOIN {ANALYSES_TABLE} ta ON ta.id = rs.id
-              GROUP BY rs.release"""
-    out = {r: {"tasks": 0, "sum_ms": 0.0, "mean_ms": 0.0, "analyzed": 0} for r in (a, b)}
-    for release, n, total, analyzed in fetch(sql):
-        out[release] = {"tasks": n, "sum_ms": float(total), "mean_ms": float(total) / n,
-                        "analyzed": analyzed}
-    return out
-
-
-def _finding_rates(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+def _finding_rates(figures: GroupFigures, a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     """Share of analysed tasks with at least one finding of each kind, and wasted ms per task."""
-    sql = f"""SELECT rs.release, f.kind, count(DISTINCT f.task_id), sum(f.wasted_ms)
-              FROM analysis_finding f JOIN {SAMPLE_TABLE} rs ON rs.id = f.task_id GROUP BY 1, 2"""
-    figures: dict[str, dict[str, tuple[int, float]]] = defaultdict(dict)
-    for release, kind, tasks, wasted in fetch(sql):
-        figures[kind][release] = (tasks, float(wasted or 0))
     rows = []
-    for kind, per in figures.items():
+    for (_, kind), per in figures.per_release("finding").items():
         row = {"kind": kind}
         for side, r in (("a", a), ("b", b)):
-            tasks, wasted = per.get(r, (0, 0.0))
+            values = per.get(r)
+            tasks, wasted = (_column(values, "tasks"), _column(values, "sum_ms")) if values is not None else (0, 0.0)
             analyzed = totals[r]["analyzed"]
             row[f"rate_{side}"] = _ratio(tasks, analyzed)
             row[f"wasted_per_task_{side}_ms"] = _ratio(wasted, analyzed)
@@ -393,17 +413,10 @@ def _finding_rates(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def _budget(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
+def _budget(figures: GroupFigures, a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     """Mean ms per analysed task in each latency-budget category, and its share of the budget."""
-    sql = f"""SELECT ta.release, kv.key, sum((kv.value)::text::float8)
-              FROM {ANALYSES_TABLE} ta,
-                   jsonb_each(CASE jsonb_typeof(ta.budget) WHEN 'object' THEN ta.budget
-                              ELSE '{{}}'::jsonb END) kv
-              WHERE jsonb_typeof(kv.value) = 'number'
-              GROUP BY 1, 2"""
-    sums: dict[str, dict[str, float]] = defaultdict(dict)
-    for release, key, total in fetch(sql):
-        sums[key][release] = float(total)
+    sums = {key: {r: _column(v, "sum_ms") for r, v in per.items()}
+            for (_, key), per in figures.per_release("budget").items()}
     whole = {r: sum(per.get(r, 0.0) for per in sums.values()) for r in (a, b)}
     rows = []
     for key, per in sums.items():
@@ -417,47 +430,18 @@ def _budget(a: str, b: str, totals: dict[str, dict]) -> list[dict]:
     return rows
 
 
-# What-if scenarios as the analysis stores them (analysis/whatif.py): top-level `<name>_ms`
-# projections (parallel, cached, parallel_cached; `actual_ms` and `llm_path_ms` are inputs), and
-# per hardware family {"ms", "with_fixes_ms"}. Anything else in the document is ignored.
-_WHATIF_SQL = r"""
-    WITH w AS (
-        SELECT release, duration_ms, whatif FROM {analyses} WHERE jsonb_typeof(whatif) = 'object'
-    ), scenario AS (
-        SELECT w.release, w.duration_ms, w.whatif, left(kv.key, -3) AS name,
-               (kv.value)::text::float8 AS projected
-        FROM w, jsonb_each(w.whatif) kv
-        WHERE jsonb_typeof(kv.value) = 'number' AND kv.key LIKE '%\_ms'
-          AND kv.key NOT IN ('actual_ms', 'llm_path_ms')
-        UNION ALL
-        SELECT w.release, w.duration_ms, w.whatif, 'hardware ' || hw.key || suffix.label,
-               (hw.value ->> suffix.field)::float8
-        FROM w,
-             jsonb_each(CASE jsonb_typeof(w.whatif -> 'hardware') WHEN 'object'
-                        THEN w.whatif -> 'hardware' ELSE '{{}}'::jsonb END) hw,
-             (VALUES ('ms', ''), ('with_fixes_ms', ' + fixes')) suffix(field, label)
-        WHERE jsonb_typeof(hw.value -> suffix.field) = 'number'
-    )
-    SELECT release, name, avg(projected),
-           avg(CASE jsonb_typeof(whatif -> 'actual_ms') WHEN 'number'
-               THEN (whatif ->> 'actual_ms')::float8 ELSE duration_ms END - projected),
-           count(*)
-    FROM scenario GROUP BY release, name"""
-
-
-def _whatif(a: str, b: str) -> list[dict]:
+def _whatif(figures: GroupFigures, a: str, b: str) -> list[dict]:
     """Mean projected duration and saving per scenario, over the analysed tasks that have it.
     The saving is measured against the task's critical path (`actual_ms`) when the analysis
     gives it, else against the task duration."""
-    figures: dict[str, dict[str, tuple]] = defaultdict(dict)
-    for release, name, projected, saved, n in fetch(_WHATIF_SQL.format(analyses=ANALYSES_TABLE)):
-        figures[name][release] = (projected, saved, n)
     rows = []
-    for name, per in figures.items():
+    for (_, name), per in figures.per_release("whatif").items():
         row = {"scenario": name}
         for side, r in (("a", a), ("b", b)):
-            projected, saved, n = per.get(r, (None, None, 0))
-            row.update({f"projected_{side}_ms": projected, f"saved_{side}_ms": saved, f"tasks_{side}": n})
+            values = per.get(r)
+            n = int(_column(values, "tasks")) if values is not None else 0
+            row.update({f"projected_{side}_ms": _column(values, "sum_ms") / n if n else None,
+                        f"saved_{side}_ms": _column(values, "other_ms") / n if n else None, f"tasks_{side}": n})
         rows.append(row)
     rows.sort(key=lambda r: (-(r["saved_b_ms"] or 0), r["scenario"]))
     return rows

@@ -12,8 +12,10 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   (see stats.py).
 - The releases list reads the latency rollups (analysis/rollups.py) unless filtered by vendor:
   whole hours pre-aggregated, p50/p95 within 1.93 %.
-- "Where it changed" works on at most `attribution.ATTRIBUTION_TASKS` tasks per release, drawn
-  the same way, with their steps, findings and analyses.
+- "Where it changed" reads per-group sums and histograms from the group rollups (every task,
+  exact; raw steps only for the tasks outside the rolled-up hours), or, under filters the
+  rollups cannot serve (device, vendor), a sample of `attribution.ATTRIBUTION_TASKS` tasks per
+  release (see attribution.py).
 - All of it runs in one transaction with a larger `work_mem` (db.WORK_MEM) so sorts stay in
   memory.
 - A finished comparison is cached under the version of the data it read (`_cache_key`): asking
@@ -291,7 +293,7 @@ def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> R
     tasks.sort(key=lambda r: (not r["regressed"], -_headline_delta_pct(r), r["name"]))
 
     counts = {r: exact.get((r, None), {}).get("n", 0) for r in (a, b)}
-    changed = where_it_changed(base=base, a=a, b=b, counts=counts, alpha=alpha,
+    changed = where_it_changed(project=project, filters=filters, base=base, a=a, b=b, counts=counts, alpha=alpha,
                                direction=_direction(overall, tasks))
     attribution, totals = changed["attribution"], changed["totals"]
     step_totals = attribution.pop("totals")
@@ -314,7 +316,7 @@ def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> R
         "attribution": {
             "method": METHOD,
             "sample": {"tasks_a": totals[a]["tasks"], "tasks_b": totals[b]["tasks"],
-                       "sampled": totals[a]["tasks"] < counts[a] or totals[b]["tasks"] < counts[b],
+                       "sampled": changed["sampled"],
                        "analyzed_a": totals[a]["analyzed"], "analyzed_b": totals[b]["analyzed"]},
             "mean_delta_ms": totals[b]["mean_ms"] - totals[a]["mean_ms"],
             **attribution,

@@ -73,7 +73,14 @@ def rollup_rows() -> list[tuple]:
         days = cur.fetchall()
         cur.execute("SELECT project_id, hour, release, kind, name, model, device, steps, bins, counts, ttft_bins,"
                     " ttft_counts, tpot_bins, tpot_counts FROM analysis_step_rollup_day ORDER BY 1, 2, 3, 4, 5, 6, 7")
-        return tasks + steps + days + cur.fetchall()
+        step_days = cur.fetchall()
+        groups = []
+        for table in ("analysis_group_rollup", "analysis_group_rollup_day"):
+            cur.execute("SELECT project_id, hour, release, environment, task_name, dimension, kind, key, tasks, calls,"
+                        " round(sum_ms::numeric, 3), round(sum_sq::numeric, 0), errors, tokens,"
+                        f" round(other_ms::numeric, 3), analysed, bins, counts FROM {table} ORDER BY 1, 2, 3, 4, 5, 6, 7, 8")
+            groups += cur.fetchall()
+        return tasks + steps + days + step_days + groups
 
 
 def close(estimate, truth) -> bool:

@@ -51,7 +51,7 @@ def make_release(project, release, n, *, fetch_ms=300.0, search_ms=100.0, llm_ms
         ]
         if analyze:
             analyses.append(TaskAnalysis(
-                task=task, project=project, budget={"prefill": llm * 0.3, "decode": llm * 0.7,
+                task=task, project=project, analyzed_at=task.ended_at, budget={"prefill": llm * 0.3, "decode": llm * 0.7,
                                                     "tool": search + fetch, "framework": 20.0},
                 whatif={"actual_ms": total, "cached_ms": total,
                         "hardware": {"groq": {"ms": total - llm / 2, "llm_ms": llm / 2,

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from analysis.releases.attribution import REST_KEY
 from analysis.releases.compare import (
@@ -15,7 +17,7 @@ from analysis.releases.compare import (
     release_compare,
     release_list,
 )
-from ingest.models import Device, Task
+from ingest.models import Device, Step, Task
 from tests.releases.conftest import T0, make_release
 
 pytestmark = pytest.mark.django_db
@@ -154,3 +156,85 @@ def test_a_repeated_comparison_comes_from_the_cache_until_either_release_changes
     # A task deleted: the count changes, so the comparison is computed again.
     Task.objects.filter(release="v1", name="refund").first().delete()
     assert by_name(release_compare(project=two_releases, a="v1", b="v2").report)["refund"]["n_a"] == 59
+
+
+def _figures(report: dict) -> dict:
+    """What "where it changed" shows, for comparing two ways of computing it."""
+    keep = ("attribution", "budget", "findings", "whatif", "summary", "slower_steps")
+    return {k: report[k] for k in keep}
+
+
+def assert_same(a, b, path="report"):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-6), path  # Σx² − n·x̄²: rounding noise
+    else:
+        assert a == b, path
+
+
+def test_where_it_changed_from_the_group_rollups_equals_the_raw_steps(two_releases):
+    # Tasks after the last refresh (the fresh tail) are read from raw steps beside the rollups.
+    from django.core.cache import cache
+
+    from analysis import rollups
+
+    raw_first = release_compare(project=two_releases, a="v1", b="v2").report
+    assert raw_first["attribution"]["sample"]["sampled"] is False  # 140 tasks: all of them
+    rollups.rollups_rebuild()
+    cache.clear()
+    rolled = release_compare(project=two_releases, a="v1", b="v2").report
+    assert_same(_figures(raw_first), _figures(rolled))
+    assert rolled["attribution"]["steps"][0]["key"] == "tool:fetch_invoice"
+
+    tail = rollups._hour_floor(rollups.watermark()) + timedelta(minutes=5)
+    make_release(two_releases, "v2", 30, fetch_ms=900.0, seed=9, start=tail, repeated_every=2, environment="canary")
+    cache.clear()
+    with_tail = release_compare(project=two_releases, a="v1", b="v2").report
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM analysis_rollup_state")
+    cache.clear()
+    raw = release_compare(project=two_releases, a="v1", b="v2").report
+    assert with_tail["attribution"]["sample"]["tasks_b"] == 170
+    assert_same(_figures(raw), _figures(with_tail))
+    assert with_tail["attribution"]["mean_delta_ms"] > rolled["attribution"]["mean_delta_ms"]
+
+
+def test_a_stale_rollup_hour_is_what_the_comparison_reads_until_the_next_refresh(two_releases):
+    # Proof that the comparison reads the rollups and not raw steps: a change to an hour that was
+    # already rolled up shows after the refresh, as documented for every rollup reader.
+    from django.core.cache import cache
+
+    from analysis import rollups
+
+    rollups.rollups_rebuild()
+    before = release_compare(project=two_releases, a="v1", b="v2").report
+    Step.objects.filter(task__release="v2", name="fetch_invoice").update(duration_ms=10.0)
+    Task.objects.filter(release="v2").update(last_event_at=timezone.now())
+    cache.clear()
+    stale = release_compare(project=two_releases, a="v1", b="v2").report
+    assert stale["attribution"]["steps"][0]["key"] == "tool:fetch_invoice"
+    assert_same(before["attribution"]["steps"], stale["attribution"]["steps"])
+    rollups.rollups_refresh()
+    cache.clear()
+    fresh = release_compare(project=two_releases, a="v1", b="v2").report
+    fetch = next(r for r in fresh["attribution"]["steps"] if r["key"] == "tool:fetch_invoice")
+    assert fetch["contribution_ms"] < 0 and fetch["p50_b_ms"] == pytest.approx(10.0, rel=0.02)
+
+
+def test_a_vendor_filter_samples_raw_steps_and_still_names_the_slower_tool(two_releases):
+    from analysis import rollups
+
+    rollups.rollups_rebuild()
+    Device.objects.create(project=two_releases, name="gpu-0", vendor="nvidia", first_seen=T0, last_seen=T0)
+    Step.objects.filter(kind="llm").update(device="gpu-0")
+    report = release_compare(project=two_releases, a="v1", b="v2",
+                             filters=CompareFilters(vendor="nvidia")).report
+    assert report["attribution"]["steps"][0]["key"] == "tool:fetch_invoice"
+    assert report["attribution"]["sample"]["tasks_a"] == 140
