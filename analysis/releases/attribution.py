@@ -278,9 +278,7 @@ def _ranked(rows: list[dict], *, direction: int, alpha: float) -> list[dict]:
                                 or abs(r["contribution_ms"]) > max(z * r["contribution_se_ms"], _ROUNDING_MS))
 
     def size(r: dict) -> float:
-        # rounded: rows whose contributions differ by float noise keep a stable order (by key)
-        value = direction * r["contribution_ms"] if direction else abs(r["contribution_ms"])
-        return round(value / _ROUNDING_MS) * _ROUNDING_MS
+        return _rounded(direction * r["contribution_ms"] if direction else abs(r["contribution_ms"]))
 
     return sorted(rows, key=lambda r: (not r["significant"], -size(r), r["key"]))
 
@@ -389,6 +387,12 @@ def _step_attribution(figures: GroupFigures, a: str, b: str, task_totals: dict[s
     return out
 
 
+def _rounded(value: float) -> float:
+    """A sort key without float noise: sums taken in another order (rollups, raw rows) keep the
+    rows' order, ties going by name."""
+    return round(value / _ROUNDING_MS) * _ROUNDING_MS
+
+
 def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
@@ -409,7 +413,7 @@ def _finding_rates(figures: GroupFigures, a: str, b: str, totals: dict[str, dict
         row["summary"] = (f"{kind} went from {100 * (row['rate_a'] or 0):.0f}% to "
                           f"{100 * (row['rate_b'] or 0):.0f}% of tasks")
         rows.append(row)
-    rows.sort(key=lambda r: (-r["delta_wasted_ms"], -r["delta_rate"], r["kind"]))
+    rows.sort(key=lambda r: (-_rounded(r["delta_wasted_ms"]), -_rounded(r["delta_rate"]), r["kind"]))
     return rows
 
 
@@ -426,7 +430,7 @@ def _budget(figures: GroupFigures, a: str, b: str, totals: dict[str, dict]) -> l
                      "delta_ms": (mean_b or 0) - (mean_a or 0),
                      "share_a": _ratio(per.get(a, 0.0), whole[a]),
                      "share_b": _ratio(per.get(b, 0.0), whole[b])})
-    rows.sort(key=lambda r: (-abs(r["delta_ms"]), r["category"]))
+    rows.sort(key=lambda r: (-_rounded(abs(r["delta_ms"])), r["category"]))
     return rows
 
 
@@ -443,5 +447,5 @@ def _whatif(figures: GroupFigures, a: str, b: str) -> list[dict]:
             row.update({f"projected_{side}_ms": _column(values, "sum_ms") / n if n else None,
                         f"saved_{side}_ms": _column(values, "other_ms") / n if n else None, f"tasks_{side}": n})
         rows.append(row)
-    rows.sort(key=lambda r: (-(r["saved_b_ms"] or 0), r["scenario"]))
+    rows.sort(key=lambda r: (-_rounded(r["saved_b_ms"] or 0), r["scenario"]))
     return rows

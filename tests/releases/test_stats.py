@@ -27,6 +27,22 @@ def test_mann_whitney_matches_the_exact_small_sample_value():
     assert stats.mann_whitney_p([5.0, 5.0], [5.0]) == 1.0
 
 
+@pytest.mark.parametrize(("n_a", "n_b", "bins", "shift"), [(10, 12, 3, 0), (50, 70, 5, 1), (1000, 800, 40, 10)])
+def test_binned_mann_whitney_equals_scipy_on_the_bin_indices(n_a, n_b, bins, shift):
+    # Counts per ordered bin (the rollups' histograms) give what scipy gives for tied values.
+    rng = np.random.default_rng(n_a)
+    a, b = rng.integers(0, bins, n_a), rng.integers(0, bins, n_b) + shift
+    expected = scipy_stats.mannwhitneyu(a, b, method="asymptotic").pvalue
+    counts_a, counts_b = np.bincount(a, minlength=2 * bins), np.bincount(b, minlength=2 * bins)
+    assert stats.mann_whitney_binned_p(counts_a, counts_b) == pytest.approx(expected, rel=1e-9)
+
+
+def test_binned_mann_whitney_edge_cases():
+    assert stats.mann_whitney_binned_p([0, 0], [3, 1]) is None
+    assert stats.mann_whitney_binned_p([0, 4, 0], [0, 9, 0]) == 1.0
+    assert stats.mann_whitney_binned_p([40, 0], [0, 40]) < 1e-10
+
+
 def test_bootstrap_interval_agrees_with_scipy_bootstrap():
     rng = np.random.default_rng(7)
     a, b = rng.lognormal(6, 0.5, 400), rng.lognormal(6.2, 0.5, 350)
