@@ -273,7 +273,9 @@ def _budget_rollup_sql(where: str) -> str:
 #   step / kind / tool / model: the steps of a group (step: kind + name, kind, tool name, model)
 #       tasks = tasks with a call, calls and calls_sq = Σ calls and Σ calls² per task,
 #       sum_ms and sum_sq = Σ self time and Σ (self time per task)², call_sq = Σ self time² per
-#       call, errors and tokens of those calls, max_ms and the histogram: self time per call;
+#       call, errors and tokens of those calls, max_ms = longest self time of a call;
+#       and, in rows of their own with task_name '' and zero sums, the histogram of self time
+#       per call across task names (a comparison merges 1/names as many buckets);
 #   task: all tasks (key ''): calls = steps, sum_ms / sum_sq = time outside steps per task
 #       (duration − Σ self time), other_ms = Σ duration, analysed = tasks with an analysis,
 #       max_ms = longest task;
@@ -315,6 +317,7 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
     steps = ("CROSS JOIN LATERAL (SELECT * FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
              else "JOIN ingest_step s ON s.task_id = tk.id")
     h = "project_id, hour, release, environment, task_name"
+    hh = "project_id, hour, release, environment"  # histograms: across task names
     head = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
     dimension = "CASE g " + " ".join(f"WHEN {g} THEN '{d}'" for g, d in _GROUPINGS.items()) + " END"
     labelled = (f"{dimension} AS dimension, CASE WHEN g IN (3, 7) THEN kind ELSE '' END AS kind,"
@@ -353,20 +356,24 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
                    sum(tok) AS tokens, max(mx) AS max_ms
             FROM per_task JOIN tk ON tk.id = per_task.task_id WHERE {wanted} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
         ), hist AS (
-            SELECT {h}, dimension, kind, key, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
-            FROM (SELECT {h}, {labelled}, b, n FROM (
-                      SELECT {h}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
+            SELECT {hh}, dimension, kind, key, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+            FROM (SELECT {hh}, {labelled}, b, n FROM (
+                      SELECT {hh}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
                              b, count(*) AS n
                       FROM (SELECT {head}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
                             FROM calls c JOIN tk ON tk.id = c.task_id) c
-                      GROUP BY GROUPING SETS ({sets.format(k=h, b=", b")})) x
+                      GROUP BY GROUPING SETS ({sets.format(k=hh, b=", b")})) x
                   WHERE {wanted}) y
-            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+            GROUP BY 1, 2, 3, 4, 5, 6, 7
         ), whatif AS ({_WHATIF_SCENARIOS})
         SELECT m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key,
                m.tasks, m.calls, m.calls_sq, m.sum_ms, m.sum_sq, m.call_sq, m.errors, m.tokens, {zero}, 0,
-               m.max_ms, coalesce(hh.bins, '{{}}'), coalesce(hh.counts, '{{}}')
-        FROM moments m LEFT JOIN hist hh USING ({h}, dimension, kind, key)
+               m.max_ms, '{{}}'::smallint[], '{{}}'::integer[]
+        FROM moments m
+        UNION ALL
+        SELECT project_id, hour, release, environment, '', dimension, kind, key, 0, 0, {zero}, {zero}, {zero},
+               {zero}, 0, 0, {zero}, 0, NULL, bins, counts
+        FROM hist
         UNION ALL
         SELECT {head}, 'task', '', '', count(*), coalesce(sum(a.c), 0), coalesce(sum(a.c * a.c), 0)::float8,
                sum(tk.duration_ms - coalesce(a.sm, 0)), sum((tk.duration_ms - coalesce(a.sm, 0)) ^ 2), {zero},

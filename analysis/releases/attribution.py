@@ -83,7 +83,7 @@ class GroupFigures:
         sums = ", ".join(f"sum(r.{c})::float8" for c in rollups.GROUP_SUMS)
         for release, task_name, dimension, kind, key, *values, max_ms in fetch(
                 f"SELECT r.release, r.task_name, r.dimension, r.kind, r.key, {sums}, max(r.max_ms)"
-                f" FROM {source} r WHERE {where} GROUP BY 1, 2, 3, 4, 5", params):
+                f" FROM {source} r WHERE {where} AND cardinality(r.bins) = 0 GROUP BY 1, 2, 3, 4, 5", params):
             row = self.sums[(release, task_name, dimension, kind, key)]
             row[:-1] += np.asarray(values, dtype=float)
             if max_ms is not None:
@@ -132,8 +132,9 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
     hours) when the filters allow, else from a sample of at most ATTRIBUTION_TASKS tasks each."""
     from analysis.releases.compare import compared_tasks
 
-    span = None if filters.vendor else rollups.covered_hours(filters=filters.task_filters(),
-                                                             allowed=rollups.TASK_FILTERS)
+    # The histograms are rolled up across task names: a task-name filter samples too.
+    span = None if filters.vendor or filters.name else rollups.covered_hours(
+        filters=filters.task_filters(), allowed=rollups.TASK_FILTERS)
     figures = GroupFigures()
     if span is None:
         figures.sampled = _sample(base, a, b, counts)
@@ -143,11 +144,12 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
     for suffix, seg_lo, seg_hi in rollups._sources(lo, hi, days=True):
         where, params = rollups._rollup_where(
             project=project, lo=seg_lo, hi=seg_hi,
-            equal={"environment": filters.environment, "task_name": filters.name}, extra="r.release = ANY(%s)")
+            equal={"environment": filters.environment}, extra="r.release = ANY(%s)")
         figures.add(f"analysis_group_rollup{suffix}", where, params + [[a, b]])
     edge = compared_tasks(project=project, releases=[a, b], filters=filters).filter(rollups._edge(lo, hi))
-    sql, params = edge.values("pk").query.sql_with_params()
-    figures.add_raw(f"t.id IN ({sql})", params)
+    if edge.exists():
+        sql, params = edge.values("pk").query.sql_with_params()
+        figures.add_raw(f"t.id IN ({sql})", params)
     return figures
 
 

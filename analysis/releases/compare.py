@@ -148,12 +148,12 @@ def _task_figures(base: tuple[str, tuple], seed: int
                   ) -> tuple[dict[tuple[str, str | None], dict], dict[tuple[str, str | None], np.ndarray]]:
     """Exact figures per (release, task name) and per release (name None), and a uniform random
     sample of at most SAMPLE_CAP sorted durations of each. One hash-grouped scan ships each
-    group's durations as one text array (shortest round-trip float text: exact); numpy computes
+    group's durations as one binary float8 array (array_send: exact, no text); numpy computes
     the percentiles with linear interpolation, i.e. exactly percentile_cont, by partition instead
     of the sort Postgres needs (0.2 s instead of 0.8 s for two 166k-task releases). The sample is
     drawn with `seed`, so the same data gives the same comparison."""
     rows = fetch(f"""
-        SELECT release, name, array_to_string(array_agg(duration_ms), ','), sum(step_count),
+        SELECT release, name, array_send(array_agg(duration_ms)), sum(step_count),
                count(step_count), sum(input_tokens + output_tokens), count(input_tokens + output_tokens),
                count(*) FILTER (WHERE status {FAILED_SQL})
         FROM ({base[0]}) t GROUP BY release, name""", base[1])
@@ -161,8 +161,8 @@ def _task_figures(base: tuple[str, tuple], seed: int
     durations: dict[tuple[str, str | None], np.ndarray] = {}
     per_release: dict[str, list[np.ndarray]] = defaultdict(list)
     sums: dict[tuple[str, str | None], np.ndarray] = defaultdict(lambda: np.zeros(5))
-    for release, name, text, steps, with_steps, tokens, with_tokens, failed in rows:
-        durations[(release, name)] = values = np.fromstring(text, sep=",")
+    for release, name, sent, steps, with_steps, tokens, with_tokens, failed in rows:
+        durations[(release, name)] = values = _float8_array(bytes(sent))
         per_release[release].append(values)
         for key in ((release, name), (release, None)):
             sums[key] += (float(steps or 0), with_steps, float(tokens or 0), with_tokens, failed)
@@ -181,6 +181,18 @@ def _task_figures(base: tuple[str, tuple], seed: int
         sample = values if values.size <= SAMPLE_CAP else rng.choice(values, SAMPLE_CAP, replace=False)
         samples[key] = np.sort(sample)
     return exact, samples
+
+
+def _float8_array(sent: bytes) -> np.ndarray:
+    """A float8[] without NULLs in PostgreSQL's binary array format (array_send): a 20-byte header
+    (dimensions, NULL flag, element type, length, lower bound), then per element its 4-byte length
+    and 8 big-endian bytes. Read straight into numpy: no text round trip."""
+    ndim, has_nulls = np.frombuffer(sent, dtype=">i4", count=2)
+    if ndim == 0:
+        return np.empty(0)
+    if ndim != 1 or has_nulls:
+        raise ValueError("expected a one-dimensional float8 array without NULLs")
+    return np.frombuffer(sent, dtype=[("len", ">i4"), ("value", ">f8")], offset=20)["value"].astype(float)
 
 
 def _compare_row(name: str | None, ra: dict | None, rb: dict | None, sa, sb, *,
