@@ -274,8 +274,9 @@ def _budget_rollup_sql(where: str) -> str:
 #       tasks = tasks with a call, calls and calls_sq = Σ calls and Σ calls² per task,
 #       sum_ms and sum_sq = Σ self time and Σ (self time per task)², call_sq = Σ self time² per
 #       call, errors and tokens of those calls, max_ms = longest self time of a call;
-#       and, in rows of their own with task_name '' and zero sums, the histogram of self time
-#       per call across task names (a comparison merges 1/names as many buckets);
+#       and, in rows of their own (dimension h_step / h_kind / h_tool / h_model, task name '',
+#       zero sums), the histogram of self time per call across task names (a comparison merges
+#       1/names as many buckets);
 #   task: all tasks (key ''): calls = steps, sum_ms / sum_sq = time outside steps per task
 #       (duration − Σ self time), other_ms = Σ duration, analysed = tasks with an analysis,
 #       max_ms = longest task;
@@ -288,6 +289,8 @@ GROUP_DIMENSIONS = ("release", "environment", "task_name", "dimension", "kind", 
 GROUP_SUMS = ("tasks", "calls", "calls_sq", "sum_ms", "sum_sq", "call_sq", "errors", "tokens", "other_ms",
               "analysed")
 GROUP_COLUMNS = ("project_id", "hour", *GROUP_DIMENSIONS, *GROUP_SUMS, "max_ms", "bins", "counts")
+# The merge of every rolled-up hour per release (`hour` = the end of the hours merged).
+RELEASE_TABLE = "analysis_group_rollup_release"
 # GROUPING(kind, name, tool_name, model) of each step dimension's grouping set.
 _GROUPINGS = {3: "step", 7: "kind", 13: "tool", 14: "model"}
 # What-if documents as analysis/whatif.py writes them: top-level `<scenario>_ms` projections
@@ -314,7 +317,8 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
     steps task by task through the index (a few thousand tasks) instead of letting the planner
     join (a refresh's hours)."""
     hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
-    steps = ("CROSS JOIN LATERAL (SELECT * FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
+    columns = "task_id, step_id, parent_step_id, kind, name, tool_name, model, duration_ms, status, input_tokens, output_tokens"
+    steps = (f"CROSS JOIN LATERAL (SELECT {columns} FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
              else "JOIN ingest_step s ON s.task_id = tk.id")
     h = "project_id, hour, release, environment, task_name"
     hh = "project_id, hour, release, environment"  # histograms: across task names
@@ -371,8 +375,8 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
                m.max_ms, '{{}}'::smallint[], '{{}}'::integer[]
         FROM moments m
         UNION ALL
-        SELECT project_id, hour, release, environment, '', dimension, kind, key, 0, 0, {zero}, {zero}, {zero},
-               {zero}, 0, 0, {zero}, 0, NULL, bins, counts
+        SELECT project_id, hour, release, environment, '', 'h_' || dimension, kind, key, 0, 0, {zero}, {zero},
+               {zero}, {zero}, 0, 0, {zero}, 0, NULL, bins, counts
         FROM hist
         UNION ALL
         SELECT {head}, 'task', '', '', count(*), coalesce(sum(a.c), 0), coalesce(sum(a.c * a.c), 0)::float8,
@@ -483,9 +487,57 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> 
     _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
 
 
-def project_rebuild(*, project: Project, progress: Callable[[str], None] | None = None) -> int:
+_SUMMED = ", ".join(f"sum({c}) AS {c}" for c in GROUP_SUMS)
+_KEYS = "release, environment, task_name, dimension, kind, key"
+_RELEASE_TOTALS_SQL = f"""
+    WITH h AS (
+        SELECT * FROM analysis_group_rollup_day WHERE project_id = %s AND hour < %s {{releases}}
+        UNION ALL
+        SELECT * FROM analysis_group_rollup WHERE project_id = %s AND hour >= %s AND hour < %s {{releases}}
+    ), s AS (
+        SELECT project_id, {_KEYS}, {_SUMMED}, max(max_ms) AS max_ms FROM h GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ), b AS (
+        SELECT {_KEYS}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+        FROM (SELECT {_KEYS}, u.b, sum(u.n) AS n FROM h, unnest(h.bins, h.counts) AS u(b, n)
+              GROUP BY 1, 2, 3, 4, 5, 6, 7) x
+        GROUP BY 1, 2, 3, 4, 5, 6
+    )
+    INSERT INTO {RELEASE_TABLE} ({", ".join(GROUP_COLUMNS)})
+    SELECT s.project_id, %s, {", ".join(f"s.{c}" for c in GROUP_DIMENSIONS)}, {", ".join(f"s.{c}" for c in GROUP_SUMS)},
+           s.max_ms, coalesce(b.bins, '{{{{}}}}'), coalesce(b.counts, '{{{{}}}}')
+    FROM s LEFT JOIN b USING ({_KEYS})"""
+
+
+def release_totals_recompute(cursor, *, project_id: int, hi: datetime, releases: Iterable[str] | None = None) -> None:
+    """Replace the release totals of these releases (all of the project's when None) with the
+    merge of their group rollup rows of every hour before `hi` (the watermark's hour): whole days
+    from the daily table, the hours of hi's own day from the hourly table. `hour` of a total
+    row is that `hi`. A release's totals stay right until an hour of it is recomputed or becomes
+    complete, which is when the refresh recomputes them."""
+    if releases is not None:
+        releases = sorted(set(releases))
+        if not releases:
+            return
+    clause, extra = ("AND release = ANY(%s)", [releases]) if releases is not None else ("", [])
+    cursor.execute(f"DELETE FROM {RELEASE_TABLE} WHERE project_id = %s {clause}", [project_id, *extra])
+    day = _day_floor(hi)
+    cursor.execute(_RELEASE_TOTALS_SQL.format(releases=clause),
+                   [project_id, day, *extra, project_id, day, hi, *extra, hi])
+
+
+def _releases_in(cursor, *, project_id: int, hours: Iterable[datetime], lo: datetime, hi: datetime) -> set[str]:
+    """Releases with group rollup rows in any of `hours` or in [lo, hi)."""
+    cursor.execute("SELECT DISTINCT release FROM analysis_group_rollup WHERE project_id = %s"
+                   " AND (hour = ANY(%s) OR (hour >= %s AND hour < %s))", [project_id, sorted(hours), lo, hi])
+    return {row[0] for row in cursor.fetchall()}
+
+
+def project_rebuild(*, project: Project, progress: Callable[[str], None] | None = None,
+                    until: datetime | None = None) -> int:
     """Recompute every hour of a project, a week at a time (bounded sorts), in one transaction
-    so readers keep the old figures until the new ones are complete. Returns the hours written."""
+    so readers keep the old figures until the new ones are complete, then its release totals up
+    to the hour of `until` (the watermark about to be set; default: the current one). Returns
+    the hours written."""
     with transaction.atomic(), connection.cursor() as cursor:
         # the refresh's lock (re-entrant within a session): two recomputes of one hour at once
         # would each delete only the rows they can see and both insert
@@ -505,6 +557,9 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
             if progress:
                 progress(f"{project.name}: {lo:%Y-%m-%d} … {min(hi, last):%Y-%m-%d}")
             lo = hi
+        until = until or watermark()
+        if until is not None:
+            release_totals_recompute(cursor, project_id=project.pk, hi=_hour_floor(until))
         cursor.execute("SELECT count(DISTINCT hour) FROM analysis_task_rollup WHERE project_id = %s",
                        [project.pk])
         return cursor.fetchone()[0]
@@ -519,7 +574,8 @@ def rollups_rebuild(*, project: Project | None = None, progress=None) -> dict[st
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
-        out = {p.name: project_rebuild(project=p, progress=progress) for p in Project.objects.order_by("pk")}
+        out = {p.name: project_rebuild(project=p, progress=progress, until=started)
+               for p in Project.objects.order_by("pk")}
         _watermark_set(started)
     return out
 
@@ -536,7 +592,7 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         cursor.execute("SELECT watermark FROM analysis_rollup_state WHERE name = 'rollups'")
         row = cursor.fetchone()
         if row is None or row[0] is None:
-            hours = sum(project_rebuild(project=p) for p in Project.objects.order_by("pk"))
+            hours = sum(project_rebuild(project=p, until=started) for p in Project.objects.order_by("pk"))
             _watermark_set(started)
             log.info("analysis.rollups_rebuilt hours=%d ms=%.0f", hours, 1000 * (time.monotonic() - clock))
             return {"hours": hours, "rebuilt": 1}
@@ -555,8 +611,17 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         for project_id in Project.objects.values_list("pk", flat=True):
             changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
         cursor.execute("SET LOCAL work_mem = '64MB'")
+        # Release totals to redo: releases in a recomputed hour (before and after: a task can
+        # leave a release's hour) or in an hour that became complete since the last run.
+        prev_hi, hi = _hour_floor(row[0]), _hour_floor(started)
+        touched = {p: _releases_in(cursor, project_id=p, hours=h, lo=prev_hi, hi=hi) for p, h in changed.items()}
         hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
-        deleted = _retention_delete(cursor, now=started) + _orphans_delete(cursor)
+        retained = _retention_delete(cursor, now=started)
+        for project_id, h in changed.items():
+            releases = None if retained else touched[project_id] | _releases_in(
+                cursor, project_id=project_id, hours=h, lo=prev_hi, hi=hi)
+            release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
+        deleted = retained + _orphans_delete(cursor)
         _watermark_set(started)
     log.info("analysis.rollups_refreshed hours=%d deleted=%d ms=%.0f", hours, deleted,
              1000 * (time.monotonic() - clock))
@@ -579,7 +644,7 @@ def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[dateti
 
 
 HOURLY_TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
-TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES)
+TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES) + (RELEASE_TABLE,)
 
 
 def _orphans_delete(cursor) -> int:

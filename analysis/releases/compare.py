@@ -4,7 +4,7 @@ page, the API and `manage.py compare_releases` show; `release_list` feeds the re
 
 How it stays fast on millions of tasks (see docs/releases.md for measured figures):
 - Exact counts and p50/p90/p95/p99 per task name: one hash-grouped scan ships each (release,
-  task name)'s durations (8 bytes a task: 16 MB for two releases of a million tasks) and numpy
+  task name)'s durations (12 bytes a task in binary: 24 MB for two releases of a million tasks) and numpy
   computes percentile_cont's linear interpolation by partition, not by sort.
 - The bootstrap interval, the Mann-Whitney test and the ECDF/histogram use at most `SAMPLE_CAP`
   durations per (release, task name), drawn uniformly with the comparison's seed (every task
@@ -14,7 +14,7 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   whole hours pre-aggregated, p50/p95 within 1.93 %.
 - "Where it changed" reads per-group sums and histograms from the group rollups (every task,
   exact; raw steps only for the tasks outside the rolled-up hours), or, under filters the
-  rollups cannot serve (device, vendor), a sample of `attribution.ATTRIBUTION_TASKS` tasks per
+  rollups cannot serve (task name, device, vendor), a sample of `attribution.ATTRIBUTION_TASKS` tasks per
   release (see attribution.py).
 - All of it runs in one transaction with a larger `work_mem` (db.WORK_MEM) so sorts stay in
   memory.
@@ -145,23 +145,24 @@ def release_exists(*, project: Project, name: str) -> bool:
 # --- per task name: exact percentiles, sampled durations, statistics --------------------------
 
 def _task_figures(base: tuple[str, tuple], seed: int
-                  ) -> tuple[dict[tuple[str, str | None], dict], dict[tuple[str, str | None], np.ndarray]]:
+                  ) -> tuple[dict[tuple[str, str | None], dict], dict[tuple[str, str | None], np.ndarray], tuple]:
     """Exact figures per (release, task name) and per release (name None), and a uniform random
     sample of at most SAMPLE_CAP sorted durations of each. One hash-grouped scan ships each
     group's durations as one binary float8 array (array_send: exact, no text); numpy computes
     the percentiles with linear interpolation, i.e. exactly percentile_cont, by partition instead
     of the sort Postgres needs (0.2 s instead of 0.8 s for two 166k-task releases). The sample is
-    drawn with `seed`, so the same data gives the same comparison."""
+    drawn with `seed`, so the same data gives the same comparison. Also returns the version of
+    these tasks for the cache: their count and newest event."""
     rows = fetch(f"""
         SELECT release, name, array_send(array_agg(duration_ms)), sum(step_count),
                count(step_count), sum(input_tokens + output_tokens), count(input_tokens + output_tokens),
-               count(*) FILTER (WHERE status {FAILED_SQL})
+               count(*) FILTER (WHERE status {FAILED_SQL}), max(last_event_at)
         FROM ({base[0]}) t GROUP BY release, name""", base[1])
     rng = np.random.default_rng(seed)
     durations: dict[tuple[str, str | None], np.ndarray] = {}
     per_release: dict[str, list[np.ndarray]] = defaultdict(list)
     sums: dict[tuple[str, str | None], np.ndarray] = defaultdict(lambda: np.zeros(5))
-    for release, name, sent, steps, with_steps, tokens, with_tokens, failed in rows:
+    for release, name, sent, steps, with_steps, tokens, with_tokens, failed, _ in rows:
         durations[(release, name)] = values = _float8_array(bytes(sent))
         per_release[release].append(values)
         for key in ((release, name), (release, None)):
@@ -180,7 +181,9 @@ def _task_figures(base: tuple[str, tuple], seed: int
             "error_rate": failed / values.size}
         sample = values if values.size <= SAMPLE_CAP else rng.choice(values, SAMPLE_CAP, replace=False)
         samples[key] = np.sort(sample)
-    return exact, samples
+    version = (sum(int(v["n"]) for (_, name), v in exact.items() if name is None),
+               max((row[-1] for row in rows if row[-1] is not None), default=None))
+    return exact, samples, version
 
 
 def _float8_array(sent: bytes) -> np.ndarray:
@@ -260,16 +263,21 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     if a == b:
         raise FilterError("b: must be a different release from a")
     started = time.monotonic()
-    key = _cache_key(project=project, a=a, b=b, params=(filters, threshold_pct, alpha, seed))
-    comparison = cache.get(key)
-    if comparison is not None:
-        log.info("releases.compared project=%s a=%s b=%s cached=1 ms=%.0f", project.pk, a, b,
-                 1000 * (time.monotonic() - started))
-        return comparison
+    params = (filters, threshold_pct, alpha, seed)
     with transaction.atomic():
         set_work_mem()
-        comparison = _release_compare(project=project, a=a, b=b, filters=filters,
-                                      threshold_pct=threshold_pct, alpha=alpha, seed=seed)
+        base = _base_sql(compared_tasks(project=project, releases=[a, b], filters=filters), "id", "release",
+                         "name", "duration_ms", "status", "step_count", "input_tokens", "output_tokens",
+                         "last_event_at")
+        exact, samples, tasks_version = _task_figures(base, seed)
+        key = _cache_key(project=project, a=a, b=b, params=params, tasks_version=tasks_version)
+        comparison = cache.get(key)
+        if comparison is not None:
+            log.info("releases.compared project=%s a=%s b=%s cached=1 ms=%.0f", project.pk, a, b,
+                     1000 * (time.monotonic() - started))
+            return comparison
+        comparison = _release_compare(project=project, a=a, b=b, filters=filters, base=base, exact=exact,
+                                      samples=samples, threshold_pct=threshold_pct, alpha=alpha, seed=seed)
     cache.set(key, comparison, CACHE_SECONDS)
     report = comparison.report
     log.info("releases.compared project=%s a=%s b=%s tasks=%s/%s regressed=%s ms=%.0f",
@@ -278,23 +286,20 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
     return comparison
 
 
-def _cache_key(*, project: Project, a: str, b: str, params: tuple) -> str:
+def _cache_key(*, project: Project, a: str, b: str, params: tuple, tasks_version: tuple) -> str:
     """The cache key of a comparison: its parameters and the version of the data it reads, so a
-    cached comparison is never stale: a task of either release stored, changed or deleted (count
-    and newest event) or any task of the project (re)analysed (findings, budget, what-if) makes a
-    new key. Two short queries (50 ms for two 166k-task releases at 10M steps)."""
-    (count, newest), = fetch("SELECT count(*), max(last_event_at) FROM ingest_task"
-                             " WHERE project_id = %s AND release = ANY(%s)", [project.pk, [a, b]])
+    cached comparison is never stale: a compared task stored, changed or deleted (count and
+    newest event of the tasks, from the scan that computes the exact figures), any task of the
+    project (re)analysed (findings, budget, what-if), or a rollup refresh (the group rollups
+    behind "where it changed") makes a new key. Asking again costs that one scan and two index
+    lookups instead of the whole comparison."""
     (analysed,), = fetch("SELECT max(analyzed_at) FROM analysis_taskanalysis WHERE project_id = %s", [project.pk])
-    version = (project.pk, a, b, params, count, newest, analysed)
+    version = (project.pk, a, b, params, tasks_version, analysed, rollups.watermark())
     return "release-compare:" + hashlib.sha256(repr(version).encode()).hexdigest()
 
 
-def _release_compare(*, project, a, b, filters, threshold_pct, alpha, seed) -> ReleaseComparison:
-    qs = compared_tasks(project=project, releases=[a, b], filters=filters)
-    base = _base_sql(qs, "id", "release", "name", "duration_ms", "status", "step_count",
-                     "input_tokens", "output_tokens")
-    exact, samples = _task_figures(base, seed)
+def _release_compare(*, project, a, b, filters, base, exact, samples, threshold_pct, alpha, seed
+                     ) -> ReleaseComparison:
     names = sorted({name for (_, name) in exact if name is not None})
     common = dict(threshold_pct=threshold_pct, alpha=alpha)
     overall = _compare_row(None, exact.get((a, None)), exact.get((b, None)),
