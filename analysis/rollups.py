@@ -565,12 +565,13 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         return cursor.fetchone()[0]
 
 
-def rollups_rebuild(*, project: Project | None = None, progress=None) -> dict[str, int]:
+def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None) -> dict[str, int]:
     """Recompute the rollups of one project, or of all projects and then set the watermark to
-    the start of the rebuild (so the next refresh only looks at what arrived since)."""
+    the start of the rebuild (so the next refresh only looks at what arrived since). `now`: the
+    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset."""
     if project is not None:
         return {project.name: project_rebuild(project=project, progress=progress)}
-    started = _now()
+    started = now or _now()
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])

@@ -3,13 +3,15 @@ must say so, name it first, and leave the unchanged task name alone."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
+from analysis import rollups
 from analysis.models import TaskAnalysis
 from analysis.releases.attribution import REST_KEY
 from analysis.releases.compare import (
@@ -101,7 +103,6 @@ def test_filters_narrow_both_releases(two_releases):
 
 
 def test_vendor_filter_keeps_tasks_that_ran_on_that_vendor(project):
-    from datetime import UTC, datetime
     now = datetime(2026, 11, 1, tzinfo=UTC)
     Device.objects.create(project=project, name="groq-lpu-01", vendor="groq", first_seen=now, last_seen=now)
     make_release(project, "v1", 30, seed=1, device="groq-lpu-01")
@@ -131,7 +132,6 @@ def test_release_list_has_volume_p95_and_sparkline(two_releases):
 
 
 def test_whatif_documents_of_another_shape_are_ignored(two_releases):
-    from analysis.models import TaskAnalysis
     tasks = list(TaskAnalysis.objects.filter(task__release="v2")[:3])
     for analysis, whatif in zip(tasks, ["garbage", [1, 2], {"hardware": 5, "x_ms": "no"}], strict=True):
         analysis.whatif = whatif
@@ -180,12 +180,18 @@ def assert_same(a, b, path="report"):
         assert a == b, path
 
 
+def rolled_then_raw(project) -> tuple[dict, dict]:
+    """v1 vs v2 from the rollups as they stand, then from raw steps only (no watermark)."""
+    cache.clear()
+    rolled = release_compare(project=project, a="v1", b="v2").report
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM analysis_rollup_state")
+    cache.clear()
+    return rolled, release_compare(project=project, a="v1", b="v2").report
+
+
 def test_where_it_changed_from_the_group_rollups_equals_the_raw_steps(two_releases):
     # Tasks after the last refresh (the fresh tail) are read from raw steps beside the rollups.
-    from django.core.cache import cache
-
-    from analysis import rollups
-
     raw_first = release_compare(project=two_releases, a="v1", b="v2").report
     assert raw_first["attribution"]["sample"]["sampled"] is False  # 140 tasks: all of them
     rollups.rollups_rebuild()
@@ -196,12 +202,7 @@ def test_where_it_changed_from_the_group_rollups_equals_the_raw_steps(two_releas
 
     tail = rollups._hour_floor(rollups.watermark()) + timedelta(minutes=5)
     make_release(two_releases, "v2", 30, fetch_ms=900.0, seed=9, start=tail, repeated_every=2, environment="canary")
-    cache.clear()
-    with_tail = release_compare(project=two_releases, a="v1", b="v2").report
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM analysis_rollup_state")
-    cache.clear()
-    raw = release_compare(project=two_releases, a="v1", b="v2").report
+    with_tail, raw = rolled_then_raw(two_releases)
     assert with_tail["attribution"]["sample"]["tasks_b"] == 170
     assert_same(_figures(raw), _figures(with_tail))
     assert with_tail["attribution"]["mean_delta_ms"] > rolled["attribution"]["mean_delta_ms"]
@@ -210,10 +211,6 @@ def test_where_it_changed_from_the_group_rollups_equals_the_raw_steps(two_releas
 def test_a_stale_rollup_hour_is_what_the_comparison_reads_until_the_next_refresh(two_releases):
     # Proof that the comparison reads the rollups and not raw steps: a change to an hour that was
     # already rolled up shows after the refresh, as documented for every rollup reader.
-    from django.core.cache import cache
-
-    from analysis import rollups
-
     rollups.rollups_rebuild()
     before = release_compare(project=two_releases, a="v1", b="v2").report
     Step.objects.filter(task__release="v2", name="fetch_invoice").update(duration_ms=10.0)
@@ -230,8 +227,6 @@ def test_a_stale_rollup_hour_is_what_the_comparison_reads_until_the_next_refresh
 
 
 def test_a_vendor_filter_samples_raw_steps_and_still_names_the_slower_tool(two_releases):
-    from analysis import rollups
-
     rollups.rollups_rebuild()
     Device.objects.create(project=two_releases, name="gpu-0", vendor="nvidia", first_seen=T0, last_seen=T0)
     Step.objects.filter(kind="llm").update(device="gpu-0")
@@ -243,10 +238,6 @@ def test_a_vendor_filter_samples_raw_steps_and_still_names_the_slower_tool(two_r
 
 def test_a_time_range_reads_rolled_up_hours_and_raw_edges_like_raw_steps(two_releases):
     # A range starting mid-hour: whole hours and days from the rollups, the partial hour raw.
-    from django.core.cache import cache
-
-    from analysis import rollups
-
     filters = CompareFilters(since=T0 + timedelta(minutes=30))
     raw = release_compare(project=two_releases, a="v1", b="v2", filters=filters).report
     rollups.rollups_rebuild()
@@ -257,20 +248,11 @@ def test_a_time_range_reads_rolled_up_hours_and_raw_edges_like_raw_steps(two_rel
 
 
 def test_late_tasks_of_an_old_hour_reach_the_release_totals_at_the_next_refresh(two_releases):
-    from django.core.cache import cache
-
-    from analysis import rollups
-
     rollups.rollups_rebuild()
     make_release(two_releases, "v1", 40, fetch_ms=50.0, seed=11, environment="canary", start=T0)
     Task.objects.filter(environment="canary").update(last_event_at=timezone.now())  # as ingest stamps it
     rollups.rollups_refresh()
-    cache.clear()
-    rolled = release_compare(project=two_releases, a="v1", b="v2").report
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM analysis_rollup_state")
-    cache.clear()
-    raw = release_compare(project=two_releases, a="v1", b="v2").report
+    rolled, raw = rolled_then_raw(two_releases)
     assert rolled["attribution"]["sample"]["tasks_a"] == 180
     assert_same(_figures(raw), _figures(rolled))
 
@@ -278,12 +260,6 @@ def test_late_tasks_of_an_old_hour_reach_the_release_totals_at_the_next_refresh(
 def test_an_hour_that_completes_joins_the_release_totals(two_releases):
     # Tasks of the hour in progress are read raw; once the hour is over, the next refresh adds
     # them to the totals even though nothing about them changed.
-    from datetime import UTC, datetime
-
-    from django.core.cache import cache
-
-    from analysis import rollups
-
     now = datetime.now(tz=UTC)
     start = rollups._hour_floor(now)
     make_release(two_releases, "v2", 20, fetch_ms=900.0, seed=12, environment="canary", start=start)
