@@ -1,13 +1,15 @@
 """Benchmark of the release comparison on two releases of a million tasks each.
 
-    .venv/bin/python -m bench.release_compare [--tasks 1000000] [--keep] [--reuse]
+    .venv/bin/python -m bench.release_compare [--tasks 1000000] [--keep] [--reuse] [--no-rollups]
 
 Loads a scratch database `agentops_bench_releases` beside the product's (embedded Postgres or
 DATABASE_URL; the product's own database is never touched) with generate_series: per release,
 `--tasks` tasks of five task names, each an agent step wrapping an LLM call and two tool calls,
 a TaskAnalysis (budget, what-if) per task and a finding on 5% of tasks (15% in r2). Release r2
-makes the `search_inventory` tool twice as slow, like the simulator's v3. Then it times
-`release_compare` (cold and warm), per SQL query, plus the figures and the releases list, and
+makes the `search_inventory` tool twice as slow, like the simulator's v3. It builds the rollups
+as of the newest task (unless --no-rollups: then "where it changed" samples raw steps), then
+times `release_compare` computed twice (cold and warm database cache), per SQL query, plus the
+figures and the releases list, and
 checks that the comparison names `tool:search_inventory` first. The database is dropped at the
 end unless --keep; --reuse skips the load when a previous --keep left one.
 """
@@ -147,11 +149,14 @@ def query_timer(log: list):
 
 
 def measure(project, *, a: str, b: str) -> dict:
+    from django.core.cache import cache
+
     from analysis.releases import charts
     from analysis.releases.compare import release_compare, release_list
 
     timings = {}
     for run in ("cold", "warm"):
+        cache.clear()  # computed both times: a finished comparison is cached
         queries: list = []
         start = time.perf_counter()
         with query_timer(queries):
@@ -195,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", type=int, default=1_000_000, help="tasks per release")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("--reuse", action="store_true", help="reuse a kept scratch database")
+    parser.add_argument("--no-rollups", action="store_true",
+                        help="leave the rollups out: 'where it changed' samples raw steps")
     args = parser.parse_args(argv)
     url = scratch_url(fresh=not args.reuse)
     setup_django(url)
@@ -222,6 +229,17 @@ def main(argv=None) -> int:
             print(f"loaded 2 × {args.tasks:,} tasks, {8 * args.tasks:,} steps in "
                   f"{time.perf_counter() - start:.0f} s")
         project = Project.objects.get(name="bench")
+        from analysis import rollups
+
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE analysis_rollup_state, " + ", ".join(rollups.TABLES))
+        if not args.no_rollups:  # as an operator would after a backfill, as of the newest task
+            start = time.perf_counter()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT max(started_at) FROM ingest_task WHERE project_id = %s", [project.pk])
+                newest = cursor.fetchone()[0]
+            rollups.rollups_rebuild(now=newest)
+            print(f"rollups_rebuild: {time.perf_counter() - start:.0f} s")
         result = measure(project, a="r1", b="r2")
         ok = result["top"] == "tool:search_inventory"
         print("\nOK: the top row names the slowed tool" if ok else "\nFAIL: wrong top row")
