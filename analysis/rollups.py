@@ -11,6 +11,10 @@ What is stored (tables from migration analysis/0002, read and written with SQL h
   (`ttft_`/`tpot_` columns; only LLM steps with a first token have them). Steps are bucketed by their task, not by their own start, because
   every dashboard filter (release, environment, time range) selects tasks first and then their
   steps: a rollup row then holds exactly the steps the raw query would have read.
+- `analysis_group_rollup` (migrations 0007-0008), its daily table and `…_release` (the merge of
+  all hours per release): the release comparison's "where it changed" — per task name and step
+  group, sums over tasks of self time and calls and a histogram of self time per call; see
+  `group_rows_sql` and analysis/releases/attribution.py.
 - `analysis_rollup_state`: the job's watermark.
 
 The histogram: fixed log buckets, BINS_PER_DECADE = 60 per decade (each bucket 3.9% wider than
@@ -33,7 +37,9 @@ edge can land one bar over.
 Maintenance (`rollups_refresh`, Celery beat every REFRESH_SECONDS): never incremented on ingest,
 since a resent batch would count twice. Instead whole (project, hour) buckets are recomputed from
 raw rows — DELETE + INSERT … SELECT grouped in SQL, all in one transaction, so a reader sees the
-old or the new figures, never half. Which hours: those holding a task whose `last_event_at`
+old or the new figures, never half. Only complete hours (before the hour of the run): readers read
+the hour in progress raw. Which hours: every hour completed since the previous run, and those
+holding a task whose `last_event_at`
 (bumped by every task or step event, index `task_last_event`) is after the previous run's
 watermark minus OVERLAP (a batch that was still committing when the last run looked), plus every
 recent hour whose task count no longer matches the raw rows (RECONCILE_HOURS: catches a task that
@@ -597,24 +603,32 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
             _watermark_set(started)
             log.info("analysis.rollups_rebuilt hours=%d ms=%.0f", hours, 1000 * (time.monotonic() - clock))
             return {"hours": hours, "rebuilt": 1}
-        cursor.execute(
-            f"SELECT project_id, date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) FROM ingest_task"
-            " WHERE last_event_at > %s AND started_at IS NOT NULL GROUP BY 1, 2", [row[0] - OVERLAP])
+        # Only complete hours are rolled up: readers read the hour in progress raw (see
+        # covered_hours), so recomputing it every run would be wasted. Each hour is computed when
+        # it completes, and again when late data or an analysis changes it.
+        prev_hi, hi = _hour_floor(row[0]), _hour_floor(started)
+        hour = f"date_bin(INTERVAL '1 hour', started_at, {ORIGIN})"
+        cursor.execute(f"SELECT project_id, {hour} FROM ingest_task WHERE last_event_at > %s AND started_at < %s"
+                       " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
         changed: dict[int, set[datetime]] = defaultdict(set)
-        for project_id, hour in cursor.fetchall():
-            changed[project_id].add(hour)
+        for project_id, at in cursor.fetchall():
+            changed[project_id].add(at)
+        projects = list(Project.objects.values_list("pk", flat=True))
+        for project_id in projects if prev_hi < hi else ():  # hours completed since the last run
+            cursor.execute(f"SELECT DISTINCT {hour} FROM ingest_task WHERE project_id = %s AND started_at >= %s"
+                           " AND started_at < %s", [project_id, prev_hi, hi])
+            changed[project_id] |= {at for at, in cursor.fetchall()}
         cursor.execute(
             f"SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) FROM analysis_taskanalysis a"
-            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at IS NOT NULL"
-            " GROUP BY 1, 2", [row[0] - OVERLAP])
-        for project_id, hour in cursor.fetchall():
-            changed[project_id].add(hour)
-        for project_id in Project.objects.values_list("pk", flat=True):
+            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at < %s"
+            " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
+        for project_id, at in cursor.fetchall():
+            changed[project_id].add(at)
+        for project_id in projects:
             changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # Release totals to redo: releases in a recomputed hour (before and after: a task can
         # leave a release's hour) or in an hour that became complete since the last run.
-        prev_hi, hi = _hour_floor(row[0]), _hour_floor(started)
         touched = {p: _releases_in(cursor, project_id=p, hours=h, lo=prev_hi, hi=hi) for p, h in changed.items()}
         hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
         retained = _retention_delete(cursor, now=started)
@@ -630,17 +644,18 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
 
 
 def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[datetime]:
-    """Recent hours whose rolled-up task count differs from the raw rows' (a task that moved
-    to another hour, deleted tasks)."""
-    lo = _hour_floor(since) - timedelta(hours=RECONCILE_HOURS)
+    """Recent complete hours whose rolled-up task count differs from the raw rows' (a task that
+    moved to another hour, deleted tasks)."""
+    hi = _hour_floor(since)
+    lo = hi - timedelta(hours=RECONCILE_HOURS)
     cursor.execute(f"""
         SELECT coalesce(a.hour, b.hour) FROM
             (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, count(*) AS n
-             FROM ingest_task WHERE project_id = %s AND started_at >= %s GROUP BY 1) a
+             FROM ingest_task WHERE project_id = %s AND started_at >= %s AND started_at < %s GROUP BY 1) a
         FULL JOIN
             (SELECT hour, sum(tasks) AS n FROM analysis_task_rollup
-             WHERE project_id = %s AND hour >= %s GROUP BY 1) b ON a.hour = b.hour
-        WHERE a.n IS DISTINCT FROM b.n""", [project_id, lo, project_id, lo])
+             WHERE project_id = %s AND hour >= %s AND hour < %s GROUP BY 1) b ON a.hour = b.hour
+        WHERE a.n IS DISTINCT FROM b.n""", [project_id, lo, hi, project_id, lo, hi])
     return {row[0] for row in cursor.fetchall()}
 
 

@@ -232,6 +232,31 @@ def test_new_tasks_show_before_the_job_runs(project):
     assert totals["count"] == 101
 
 
+def test_the_hour_in_progress_is_rolled_up_once_it_is_over(project):
+    # Readers read the hour in progress raw, so the job leaves it alone until it completes and
+    # then rolls it up even if nothing about its tasks changed since.
+    fill(project, n=100)
+    rollups.rollups_refresh(now=NOW)
+    current = rollups._hour_floor(NOW)
+    batch_store(project=project, batch=Batch(tasks=[TaskRecord(
+        task_id="now", name="checkout", release="v1", environment="prod", started_at=current,
+        ended_at=current + timedelta(seconds=2), status="ok")]))
+
+    def rolled_up() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT coalesce(sum(tasks), 0) FROM analysis_task_rollup WHERE project_id = %s AND hour = %s",
+                        [project.pk, current])
+            return cur.fetchone()[0]
+
+    rollups.rollups_refresh(now=NOW + timedelta(seconds=1))
+    assert rolled_up() == 0
+    assert dashboard.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+    Task.objects.filter(project=project).update(last_event_at=NOW - timedelta(days=1))
+    rollups.rollups_refresh(now=current + timedelta(hours=1, minutes=1))
+    assert rolled_up() == 1
+    assert dashboard.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+
+
 def test_projects_are_isolated(project, other_project):
     fill(project, n=300, releases=("v1",))
     fill(other_project, n=300, seed=9, releases=("v1",))
