@@ -397,11 +397,11 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
                {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
         FROM tk JOIN analysis_finding f ON f.task_id = tk.id GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
-        SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum(e.value::float8), {zero}, {zero}, 0, 0,
-               {zero}, 0, NULL, '{{}}', '{{}}'
+        SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum((e.value)::text::float8), {zero}, {zero},
+               0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
         FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
-             jsonb_each_text(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
-        WHERE e.value ~ {_NUMBER} GROUP BY 1, 2, 3, 4, 5, 8
+             jsonb_each(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
+        WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {head}, 'whatif', '', w.scenario {C}, count(*), 0, {zero}, sum(w.projected), {zero}, {zero}, 0, 0,
                sum(CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'
@@ -685,6 +685,13 @@ def _retention_delete(cursor, *, now: datetime) -> int:
     for table in TABLES:
         cursor.execute(f"DELETE FROM {table} WHERE hour < %s", [cutoff])
         deleted += cursor.rowcount
+    if deleted:
+        # The day of the cut-off lost its daily row but keeps its later hours: merge them again,
+        # or readers of whole days (and the release totals) would miss those hours.
+        cursor.execute("SELECT DISTINCT project_id FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
+                       [cutoff, _day_floor(cutoff) + DAY])
+        for (project_id,) in cursor.fetchall():
+            _days_recompute(cursor, project_id=project_id, lo=cutoff, hi=cutoff + HOUR)
     return deleted
 
 

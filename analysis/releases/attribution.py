@@ -141,7 +141,8 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
         figures.add_raw(f"t.id IN (SELECT id FROM {SAMPLE_TABLE})", [])
         return figures
     lo, hi = span
-    if lo is None and filters.until is None:  # all of both releases' time: their totals
+    if lo is None and filters.until is None and _totals_fit(project, a, b, hi):
+        # all of both releases' time: their totals
         where = "r.project_id = %s AND r.release = ANY(%s)" + (" AND r.environment = %s" if filters.environment else "")
         figures.add(rollups.RELEASE_TABLE, where, [project.pk, [a, b]] + ([filters.environment] if filters.environment else []))
     else:
@@ -155,6 +156,16 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
         sql, params = edge.values("pk").query.sql_with_params()
         figures.add_raw(f"t.id IN ({sql})", params)
     return figures
+
+
+def _totals_fit(project, a: str, b: str, hi) -> bool:
+    """Whether the release totals of a and b hold exactly the hours before `hi`: each was merged
+    up to an hour no later than hi (an older one means no hour of that release came since). A
+    later one (a watermark that went back, a refresh that committed after `hi` was read outside
+    a repeatable-read transaction) would count an hour twice with the raw rows from hi on."""
+    (latest,), = fetch(f"SELECT max(hour) FROM {rollups.RELEASE_TABLE} WHERE project_id = %s AND release = ANY(%s)",
+                       [project.pk, [a, b]])
+    return latest is None or latest <= hi
 
 
 def _sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> bool:

@@ -44,7 +44,7 @@ from analysis import rollups
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
-from analysis.releases.db import FAILED_SQL, fetch, set_work_mem
+from analysis.releases.db import FAILED_SQL, fetch, set_repeatable_read, set_work_mem
 from analysis.selectors import task_queryset
 from ingest.models import Device, Project, Release, Step, Task
 
@@ -264,7 +264,10 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
         raise FilterError("b: must be a different release from a")
     started = time.monotonic()
     params = (filters, threshold_pct, alpha, seed)
+    outermost = not transaction.get_connection().in_atomic_block
     with transaction.atomic():
+        if outermost:  # one snapshot for every query: tasks, rollups and their watermark agree
+            set_repeatable_read()
         set_work_mem()
         base = _base_sql(compared_tasks(project=project, releases=[a, b], filters=filters), "id", "release",
                          "name", "duration_ms", "status", "step_count", "input_tokens", "output_tokens",

@@ -17,6 +17,12 @@ def fetch(sql: str, params=None) -> list[tuple]:
         return cursor.fetchall()
 
 
+def set_repeatable_read() -> None:
+    """The current transaction sees one snapshot in all its queries. Must come first in it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
 def set_work_mem() -> None:
     """Grouped percentiles sort up to millions of durations: in memory, not in temp files.
     SET LOCAL: for the current transaction only."""

@@ -382,7 +382,18 @@ def test_retention_drops_old_rollup_hours(project, settings):
     result = rollups.rollups_refresh()
     assert result["deleted"] > 0
     cutoff = rollups._hour_floor(datetime.now(tz=UTC) - timedelta(days=1))
-    assert all(r[1] >= cutoff for r in rollup_rows())
+    assert all(r[1] >= rollups._day_floor(cutoff) for r in rollup_rows())  # daily rows: the day's start
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM analysis_task_rollup WHERE hour < %s", [cutoff])
+        assert cur.fetchone()[0] == 0
+    # the day of the cut-off keeps the hours after it, in its daily row too
+    with connection.cursor() as cur:
+        cur.execute("SELECT coalesce(sum(tasks), 0) FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
+                    [cutoff, rollups._day_floor(cutoff) + timedelta(days=1)])
+        hours = cur.fetchone()[0]
+        cur.execute("SELECT coalesce(sum(tasks), 0) FROM analysis_task_rollup_day WHERE hour = %s",
+                    [rollups._day_floor(cutoff)])
+        assert cur.fetchone()[0] == hours
 
 
 def test_rebuild_command_reports_hours_and_names_a_missing_project(project):

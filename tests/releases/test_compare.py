@@ -276,3 +276,17 @@ def test_an_hour_that_completes_joins_the_release_totals(two_releases):
     later = release_compare(project=two_releases, a="v1", b="v2").report
     assert later["attribution"]["sample"]["tasks_b"] == live["attribution"]["sample"]["tasks_b"] == 160
     assert_same(_figures(live), _figures(later))
+
+
+def test_release_totals_newer_than_the_watermark_are_not_read(two_releases):
+    # A watermark that went back (a refresh run with an earlier clock) must not make the totals'
+    # last hour count twice, once from them and once from the raw rows after the watermark.
+    now = datetime.now(tz=UTC)
+    make_release(two_releases, "v2", 20, fetch_ms=900.0, seed=13, environment="canary",
+                 start=rollups._hour_floor(now) - timedelta(hours=1))
+    rollups.rollups_rebuild(now=now)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE analysis_rollup_state SET watermark = %s", [now - timedelta(hours=2)])
+    rolled, raw = rolled_then_raw(two_releases)
+    assert rolled["attribution"]["sample"]["tasks_b"] == 160
+    assert_same(_figures(raw), _figures(rolled))
