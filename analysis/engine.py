@@ -42,7 +42,8 @@ from ingest.models import ResourceSample, Step, Task
 log = logging.getLogger("agentops.analysis")
 
 _STEP_FIELDS = ("step_id", "kind", "name", "started_at", "ended_at", "parent_step_id", "status", "depends_on",
-                "model", "device", "input_tokens", "output_tokens", "ttft_ms", "tool_name", "tool_args")
+                "model", "device", "input_tokens", "output_tokens", "ttft_ms", "tool_name", "tool_args", "tool_result",
+                "tool_call_id", "tool_call_ids")
 _SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled")
 # Telemetry loaded around the task: enough to cover one sampling period either side.
 SAMPLE_MARGIN = timedelta(seconds=60)
@@ -60,7 +61,8 @@ def load_steps(task: Task) -> list[StepData]:
     rows = Step.objects.filter(task=task).values_list(*_STEP_FIELDS)
     return [StepData(step_id=r[0], kind=r[1], name=r[2], start_ms=_ms(r[3]), end_ms=_ms(r[4]),
                      parent_step_id=r[5], status=r[6], depends_on=tuple(r[7] or ()), model=r[8], device=r[9],
-                     input_tokens=r[10], output_tokens=r[11], ttft_ms=r[12], tool_name=r[13], tool_args=r[14])
+                     input_tokens=r[10], output_tokens=r[11], ttft_ms=r[12], tool_name=r[13], tool_args=r[14],
+                     tool_result=r[15], tool_call_id=r[16], tool_call_ids=tuple(r[17] or ()))
             for r in rows]
 
 
@@ -124,8 +126,13 @@ def run_detectors(ctx: TaskContext) -> list[Finding]:
     return [f.with_severity(ctx.duration_ms) for f in findings if f.wasted_ms > 0]
 
 
+def counted(findings: list[Finding]) -> list[Finding]:
+    """The findings that count in wasted-time totals: all but the low-confidence ones."""
+    return [f for f in findings if f.confidence != "low"]
+
+
 def total_wasted(ctx: TaskContext, findings: list[Finding]) -> float:
-    clipped = [(max(a, ctx.start_ms), min(b, ctx.end_ms)) for f in findings for a, b in f.intervals]
+    clipped = [(max(a, ctx.start_ms), min(b, ctx.end_ms)) for f in counted(findings) for a, b in f.intervals]
     return union_length(clipped)
 
 
@@ -163,14 +170,14 @@ def analyse_task(task_pk: int, *, claim_token: str = "") -> dict | None:
 def _store(task: Task, result: dict, *, seen_through, claim_token: str) -> None:
     findings: list[Finding] = result["findings"]
     totals: dict[str, float] = defaultdict(float)
-    for f in findings:
+    for f in counted(findings):
         totals[f.kind] += f.wasted_ms
     values = {
         "project_id": task.project_id, "analyzed_at": timezone.now(), "analyzed_through": seen_through,
         "critical_path": result["critical_path"], "budget": result["budget"], "whatif": result["whatif"],
         "wasted_ms": round(result["wasted_ms"], 3),
         "top_finding": max(totals, key=totals.get) if totals else "",
-        "finding_kinds": sorted(totals), "claimed_until": None, "claim_token": "",
+        "finding_kinds": sorted({f.kind for f in findings}), "claimed_until": None, "claim_token": "",
     }
     with transaction.atomic():
         # The UPDATE locks the row until commit: the claim check and the writes are atomic.
@@ -183,5 +190,6 @@ def _store(task: Task, result: dict, *, seen_through, claim_token: str) -> None:
         FindingRow.objects.bulk_create([
             FindingRow(project_id=task.project_id, task=task, kind=f.kind, step_ids=list(f.step_ids),
                        wasted_ms=round(f.wasted_ms, 3), severity=f.severity, summary=f.summary,
-                       evidence=f.evidence, task_started_at=task.started_at, release=task.release)
+                       evidence=f.evidence, confidence=f.confidence, confidence_reason=f.confidence_reason,
+                       task_started_at=task.started_at, release=task.release)
             for f in findings])

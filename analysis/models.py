@@ -34,6 +34,12 @@ class TaskAnalysis(models.Model):
 
 class Finding(models.Model):
     SEVERITIES = ["low", "medium", "high"]
+    # How sure the detector is (docs/analysis.md, "Confidence"). A low-confidence finding is
+    # shown, dimmed, but counts in no wasted-time total, top finding or wasted-time alert.
+    CONFIDENCE_HIGH = "high"
+    CONFIDENCE_MEDIUM = "medium"
+    CONFIDENCE_LOW = "low"
+    CONFIDENCES = [CONFIDENCE_LOW, CONFIDENCE_MEDIUM, CONFIDENCE_HIGH]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="findings")
@@ -43,6 +49,9 @@ class Finding(models.Model):
     severity = models.CharField(max_length=10, default="medium")
     summary = models.TextField()
     evidence = models.JSONField(default=dict, blank=True)
+    confidence = models.CharField(max_length=8, default=CONFIDENCE_HIGH, db_default=CONFIDENCE_HIGH)
+    # One line on what the confidence rests on (and, when not high, why we are not sure).
+    confidence_reason = models.TextField(blank=True, default="", db_default="")
     # Denormalised from the task so finding lists filter by time and release without a join.
     task_started_at = models.DateTimeField(null=True)
     release = models.CharField(max_length=200, blank=True, default="")

@@ -22,6 +22,7 @@ from ingest.records import (
     clean_attributes,
     clean_json,
     clean_text,
+    tool_result_text,
 )
 
 _SAMPLE_VENDORS_KNOWN = ("dmatrix", "groq", "nvidia")
@@ -142,6 +143,11 @@ def parse_step(event: dict) -> StepRecord:
     error = event.get("error") or ""
     if not isinstance(error, str):
         error = str(error)
+    tool_call_ids = event.get("tool_call_ids") or []
+    if not isinstance(tool_call_ids, list) or not all(isinstance(c, str) for c in tool_call_ids):
+        raise RecordError("tool_call_ids: must be a list of tool-call ids (strings)")
+    if len(tool_call_ids) > limits.MAX_TOOL_CALL_IDS:
+        raise RecordError(f"tool_call_ids: more than {limits.MAX_TOOL_CALL_IDS} ids")
     return StepRecord(
         step_id=_id(event, "step_id"),
         task_id=_id(event, "task_id"),
@@ -163,6 +169,9 @@ def parse_step(event: dict) -> StepRecord:
         streamed=streamed,
         tool_name=_string(event, "tool_name"),
         tool_args=clean_json(tool_args, path="tool_args") if tool_args is not None else None,
+        tool_result=tool_result_text(event.get("tool_result")),
+        tool_call_id=_id(event, "tool_call_id", required=False),
+        tool_call_ids=[clean_text(c, limit=limits.MAX_ID_LENGTH) for c in tool_call_ids],
     )
 
 

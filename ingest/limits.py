@@ -16,4 +16,8 @@ MAX_ATTRIBUTE_VALUE_CHARS = _limit("AGENTOPS_MAX_ATTRIBUTE_VALUE_CHARS", 16 * 10
 MAX_ERROR_CHARS = 8 * 1024
 MAX_JSON_DEPTH = 32
 MAX_DEPENDS_ON = 256
+# A tool result is kept for dependency evidence and display, not as an archive: its head is enough.
+MAX_TOOL_RESULT_CHARS = _limit("AGENTOPS_MAX_TOOL_RESULT_CHARS", 4 * 1024)
+# The tool calls one model response requested (tool-call ids on an LLM step).
+MAX_TOOL_CALL_IDS = 256
 TRUNCATION_MARKER = "…[truncated]"

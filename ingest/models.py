@@ -146,6 +146,10 @@ class Step(models.Model):
     # tool
     tool_name = models.CharField(max_length=200, blank=True, default="")
     tool_args = models.JSONField(null=True, blank=True)
+    tool_result = models.TextField(blank=True, default="")
+    tool_call_id = models.CharField(max_length=128, blank=True, default="")
+    # llm: the tool calls this response requested (their ids).
+    tool_call_ids = ArrayField(models.CharField(max_length=128), default=list, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "step_id"], name="step_unique_id")]

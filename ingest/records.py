@@ -7,6 +7,7 @@ lone surrogates replaced by U+FFFD, over-long values truncated with a visible ma
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,12 @@ class StepRecord:
     streamed: bool | None = None
     tool_name: str = ""
     tool_args: object = None
+    # What the tool returned (text, truncated), the id of the call this tool step answered and,
+    # on an LLM step, the ids of the calls its response requested: the evidence dependencies
+    # are inferred from (docs/analysis.md, "Dependencies").
+    tool_result: str = ""
+    tool_call_id: str = ""
+    tool_call_ids: list[str] = field(default_factory=list)
     # Task-level facts a step may carry (OTLP resource attributes): used only for a task
     # that has not been reported itself.
     release: str = ""
@@ -152,6 +159,18 @@ def clean_attributes(value: object, *, path: str = "attributes") -> dict:
     if dropped:
         cleaned["agentops.dropped_attributes"] = dropped
     return cleaned
+
+
+def tool_result_text(value: object) -> str:
+    """A tool result as stored: text as it is, anything else as compact JSON; truncated."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (ValueError, RecursionError):
+            value = str(value)
+    return clean_text(value, limit=limits.MAX_TOOL_RESULT_CHARS)
 
 
 def check_time(value: datetime, *, path: str) -> datetime:

@@ -140,7 +140,8 @@ def _upsert(cursor, *, table: str, columns: Sequence[tuple[str, str]], rows: Seq
 _STEP_COLUMNS = (
     "project_id, task_id, step_id, parent_step_id, kind, name, started_at, ended_at, duration_ms, "
     "status, error, depends_on, attributes, events, model, provider, device, input_tokens, "
-    "output_tokens, cached_tokens, ttft_ms, streamed, tool_name, tool_args"
+    "output_tokens, cached_tokens, ttft_ms, streamed, tool_name, tool_args, tool_result, tool_call_id, "
+    "tool_call_ids"
 )
 _TASK_COLUMNS = (
     "project_id, task_id, name, release, environment, session_id, started_at, ended_at, status, "
@@ -322,7 +323,7 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
          (s.ended_at - s.started_at).total_seconds() * 1000.0, s.status, s.error,
          _json(s.depends_on), _json(s.attributes), _json(s.events), s.model, s.provider, s.device,
          s.input_tokens, s.output_tokens, s.cached_tokens, s.ttft_ms, s.streamed, s.tool_name,
-         _json(s.tool_args))
+         _json(s.tool_args), s.tool_result, s.tool_call_id, _json(s.tool_call_ids))
         for s in steps
     ]
     columns = [
@@ -332,10 +333,11 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
         ("attributes", "jsonb"), ("events", "jsonb"), ("model", "text"), ("provider", "text"),
         ("device", "text"), ("input_tokens", "int"), ("output_tokens", "int"),
         ("cached_tokens", "int"), ("ttft_ms", "float8"), ("streamed", "bool"), ("tool_name", "text"),
-        ("tool_args", "jsonb"),
+        ("tool_args", "jsonb"), ("tool_result", "text"), ("tool_call_id", "text"),
+        ("tool_call_ids", "jsonb"),
     ]
     select = [f"{project.pk}"] + [
-        "ARRAY(SELECT jsonb_array_elements_text(u.depends_on))" if name == "depends_on"
+        f"ARRAY(SELECT jsonb_array_elements_text(u.{name}))" if name in ("depends_on", "tool_call_ids")
         else "coalesce(u.events, '[]')" if name == "events"
         else "coalesce(u.attributes, '{}')" if name == "attributes"
         else f"u.{name}"

@@ -80,6 +80,9 @@ class StepData:
     ttft_ms: float | None = None
     tool_name: str = ""
     tool_args: object = None
+    tool_result: str = ""
+    tool_call_id: str = ""
+    tool_call_ids: tuple[str, ...] = ()
 
     @property
     def duration_ms(self) -> float:
@@ -191,6 +194,10 @@ class Finding:
     # wasted time is the measure of the union of all findings' intervals (no double count).
     intervals: tuple[tuple[float, float], ...] = ()
     severity: str = ""
+    # high | medium | low, and the one line it rests on. Low-confidence findings are shown but
+    # count in no wasted-time total (docs/analysis.md, "Confidence").
+    confidence: str = "high"
+    confidence_reason: str = ""
 
     def with_severity(self, task_duration_ms: float) -> Finding:
         from dataclasses import replace
