@@ -228,7 +228,7 @@ def _why(verdict_name: str, device: str, sig: dict) -> str:
 
 def hardware_findings(ctx: TaskContext, verdict_name: str):
     """Findings `hardware_<verdict_name>` for the task's slow LLM steps with that verdict."""
-    from analysis.detectors.base import Finding, fmt_ms
+    from analysis.detectors.base import Finding, baseline_confidence, fmt_ms
 
     by_id = {s.step_id: s for s in ctx.steps}
     for step_id, verdict in ctx.verdicts.items():
@@ -239,5 +239,8 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
         wasted = verdict["excess_ms"]
         summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
                    f"{fmt_ms(verdict['expected_ms'])}) because {why}.")
+        normal = ctx.device_normals.get(step.device)
+        confidence, reason = baseline_confidence(normal.count if normal else 0,
+                                                 what=f"telemetry readings of {step.device or 'the device'}")
         yield Finding(f"hardware_{verdict_name}", (step_id,), wasted, summary, dict(verdict),
-                      ((step.end_ms - wasted, step.end_ms),))
+                      ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

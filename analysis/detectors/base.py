@@ -238,6 +238,22 @@ def all_detectors() -> dict[str, Detector]:
     return dict(REGISTRY)
 
 
+# --- confidence ----------------------------------------------------------------------------
+
+# A baseline of 20 runs (MIN_BASELINE_COUNT) is enough to call an outlier at all; its median and
+# MAD are still loose (the MAD's relative standard error is ~1/sqrt(n): ±22 % at 20, ±14 % at
+# 50), so a finding judged against fewer than 50 runs is medium, not high.
+CONFIDENT_BASELINE_COUNT = 50
+
+
+def baseline_confidence(count: int, *, what: str = "runs") -> tuple[str, str]:
+    """The confidence a comparison against `count` past observations supports, and why."""
+    if count >= CONFIDENT_BASELINE_COUNT:
+        return "high", f"Judged against a baseline of {count:,} {what}."
+    return "medium", (f"Judged against only {count:,} {what} (fewer than {CONFIDENT_BASELINE_COUNT}): "
+                      "the usual time is still uncertain.")
+
+
 # --- small helpers shared by detectors -----------------------------------------------------
 
 

@@ -27,6 +27,9 @@ from scipy.stats import kendalltau
 from analysis.detectors.base import Finding, StepData, TaskContext, fmt_ms, register
 
 MIN_TURNS = 4
+# Kendall's tau over 4 points reaches significance only at its extreme; from 6 turns a rising
+# trend is unlikely to be chance (p < 0.01 for tau = 1).
+CONFIDENT_TURNS = 6
 MIN_TOKEN_TAU = 0.7
 MIN_TTFT_TAU = 0.0
 MIN_TOKEN_RATIO = 3.0
@@ -75,5 +78,9 @@ def detect(ctx: TaskContext):
                f"and TTFT from {fmt_ms(reference)} to {fmt_ms(ttfts[-1])}; {fmt_ms(wasted)} spent on the growth.")
     evidence = {"turns": len(turns), "input_tokens": [int(t) for t in tokens], "ttft_ms": [round(t, 1) for t in ttfts],
                 "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1)}
+    confidence, reason = (("high", f"Prompt size and TTFT both rose steadily over {len(turns)} turns.")
+                          if len(timed) >= CONFIDENT_TURNS else
+                          ("medium", f"A trend over only {len(timed)} timed turns: it may be chance."))
     yield Finding("context_growth", tuple(s.step_id for s in turns), wasted, summary, evidence,
-                  tuple((s.start_ms + reference, s.start_ms + reference + e) for s, e in excess))
+                  tuple((s.start_ms + reference, s.start_ms + reference + e) for s, e in excess),
+                  confidence=confidence, confidence_reason=reason)

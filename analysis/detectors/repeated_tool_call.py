@@ -55,5 +55,18 @@ def detect(ctx: TaskContext):
         evidence = {"tool": tool, "arguments": args[:500], "calls": len(repeats) + 1,
                     "first_step_id": first_ok.step_id,
                     "repeat_ms": [round(c.duration_ms, 1) for c in repeats]}
+        confidence, reason = _confidence(args, [first_ok, *repeats])
         yield Finding("repeated_tool_call", (first_ok.step_id, *(c.step_id for c in repeats)), wasted,
-                      summary, evidence, tuple((c.start_ms, c.end_ms) for c in repeats))
+                      summary, evidence, tuple((c.start_ms, c.end_ms) for c in repeats),
+                      confidence=confidence, confidence_reason=reason)
+
+
+def _confidence(args: str, calls: list) -> tuple[str, str]:
+    """High: the same non-empty arguments. Medium when the calls took no arguments (a clock or
+    a status check may rightly be asked again) or returned different results (polling)."""
+    if args in ("{}", "[]", '""', "null"):
+        return "medium", "The calls took no arguments: asking again may have been meant to get a newer answer."
+    results = {c.tool_result for c in calls if c.tool_result}
+    if len(results) > 1:
+        return "medium", "Same arguments, but the calls returned different results: this may be polling."
+    return "high", "The same tool was called with the same arguments (order and whitespace aside)."

@@ -72,4 +72,5 @@ def detect(ctx: TaskContext):
         evidence = {"gap_ms": round(length, 1), "offset_ms": round(start - ctx.start_ms, 1),
                     "threshold_ms": round(threshold, 1), "framework_steps": inside,
                     "before": before.step_id if before else None, "after": after.step_id if after else None}
-        yield Finding("serial_gap", ids, length, summary, evidence, ((start, end),))
+        yield Finding("serial_gap", ids, length, summary, evidence, ((start, end),),
+                      confidence="high", confidence_reason="Measured: no step of the task was running.")

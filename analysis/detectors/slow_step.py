@@ -16,6 +16,7 @@ from analysis.detectors.base import (
     Z_SLOW,
     Finding,
     TaskContext,
+    baseline_confidence,
     fmt_ms,
     log_z,
     register,
@@ -41,8 +42,10 @@ def detect(ctx: TaskContext):
                    "nominal": "the device was nominal"}[verdict["verdict"]]
             summary = (f"{step.label} on {step.device or 'its device'} took {fmt_ms(step.duration_ms)}, "
                        f"{fmt_ms(wasted)} over the usual {fmt_ms(verdict['expected_ms'])}: {why}.")
+            stats = ctx.baseline(step)
+            confidence, reason = baseline_confidence(stats.count if stats else 0, what=f"calls of {step.key}")
             yield Finding("slow_step", (step.step_id,), wasted, summary, {**verdict},
-                          ((step.end_ms - wasted, step.end_ms),))
+                          ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
             continue
         stats = ctx.baseline(step)
         if stats is None:
@@ -56,5 +59,6 @@ def detect(ctx: TaskContext):
         evidence = {"duration_ms": round(step.duration_ms, 1), "baseline_median_ms": round(stats.median_ms, 1),
                     "baseline_mad_ms": round(stats.mad_ms, 1), "baseline_p99_ms": stats.p99_ms,
                     "baseline_count": stats.count, "z": round(z, 2)}
+        confidence, reason = baseline_confidence(stats.count, what=f"runs of {step.label}")
         yield Finding("slow_step", (step.step_id,), wasted, summary, evidence,
-                      ((step.end_ms - wasted, step.end_ms),))
+                      ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

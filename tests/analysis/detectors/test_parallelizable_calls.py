@@ -69,3 +69,97 @@ def test_calls_before_any_llm_answer_are_a_pipeline_not_a_turn():
                 step("k", "tool", 0.5, 1.2, tool_name="rerank"),
                 llm("l1", 1.2, 3)])
     assert detect(ctx) == []
+
+
+# --- dependencies inferred from evidence (no depends_on, as real agents send them) ----------
+
+
+def chat(step_id, start, end, *call_ids):
+    return step(step_id, "llm", start, end, model="m", tool_call_ids=tuple(call_ids))
+
+
+def call(step_id, start, end, tool, args, result="", call_id=""):
+    return step(step_id, "tool", start, end, tool_name=tool, tool_args=args, tool_result=result,
+                tool_call_id=call_id)
+
+
+def test_calls_requested_in_one_response_are_independent_with_high_confidence():
+    ctx = task([chat("l1", 0, 1, "call_a", "call_b"),
+                call("a", 1, 1.5, "get_weather", {"city": "Paris"}, call_id="call_a"),
+                call("b", 1.5, 2.5, "get_news", {"topic": "Paris"}, call_id="call_b"),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.confidence == "high"
+    assert "one response" in finding.confidence_reason
+    assert round(finding.wasted_ms) == 500
+
+
+def test_an_id_flowing_from_a_result_into_the_next_call_is_a_dependency():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "search_orders", {"customer": "Ada"}, '{"order_id": "ord_8f3k2q", "total": 12}'),
+                call("b", 1.5, 2.5, "get_order", {"order_id": "ord_8f3k2q"}),
+                chat("l2", 2.5, 3)])
+    assert detect(ctx) == []
+
+
+def test_a_value_the_earlier_call_only_passed_on_is_not_its_output():
+    # Both calls were handed ord_8f3k2q by an earlier turn; the first merely echoes it back.
+    ctx = task([call("s", 0, 0.5, "search_orders", {"q": "Ada"}, '{"order_id": "ord_8f3k2q"}'),
+                chat("l1", 0.5, 1),
+                call("a", 1, 1.5, "get_order", {"order_id": "ord_8f3k2q"}, '{"order_id": "ord_8f3k2q", "ok": true}'),
+                call("b", 1.5, 2.5, "get_shipping", {"order_id": "ord_8f3k2q"}, '{"eta": "2 days"}'),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b")
+    assert finding.confidence == "medium"
+
+
+def test_a_trivial_shared_value_is_not_evidence_of_dependence():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "get_weather", {"city": "Oslo", "metric": True, "days": 1},
+                     '{"ok": true, "days": 1, "lang": "en"}'),
+                call("b", 1.5, 2.5, "get_news", {"lang": "en", "verbose": True, "limit": 1}, '{"items": []}'),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.confidence == "medium"
+    assert finding.evidence["dependent_step_ids"] == []
+
+
+def test_concurrent_calls_give_no_finding_whatever_the_evidence():
+    ctx = task([chat("l1", 0, 1, "c1", "c2"),
+                call("a", 1, 2, "get_weather", {"city": "Oslo"}, call_id="c1"),
+                call("b", 1.02, 2.1, "get_news", {"topic": "Oslo"}, call_id="c2"),
+                chat("l2", 2.1, 3)])
+    assert detect(ctx) == []
+
+
+def test_with_no_evidence_either_way_the_finding_is_only_possible():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "get_weather", {"city": "Oslo"}),
+                call("b", 1.5, 2.5, "get_news", {"topic": "Oslo"}),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.confidence == "low"
+    assert finding.summary.startswith("Possibly")
+    assert "nothing shows" in finding.confidence_reason
+
+
+def test_framework_wrapper_spans_do_not_split_a_turn():
+    # LangGraph-style: the model runs under an "agent" node, the tools under a "tools" node.
+    ctx = task([step("agent", "framework", 0, 1), chat("l1", 0.1, 0.9, "c1", "c2"),
+                step("tools", "framework", 1, 2.5),
+                step("a", "tool", 1, 1.5, tool_name="x", tool_args={"q": 1}, tool_call_id="c1", parent_step_id="tools"),
+                step("b", "tool", 1.5, 2.5, tool_name="y", tool_args={"q": 2}, tool_call_id="c2", parent_step_id="tools")])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b") and finding.confidence == "high"
+
+
+def test_call_ids_say_which_response_a_call_answers_even_when_timing_blurs_turns():
+    # b was requested by l1 but started after l2 (a slow dispatcher): it is l1's, not l2's.
+    ctx = task([chat("l1", 0, 1, "c1", "c2"),
+                call("a", 1, 1.5, "x", {"q": 1}, call_id="c1"),
+                chat("l2", 1.5, 1.6, "c3"),
+                call("b", 1.6, 2.5, "y", {"q": 2}, call_id="c2"),
+                call("c", 2.5, 3.0, "z", {"q": 3}, call_id="c3")])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b")

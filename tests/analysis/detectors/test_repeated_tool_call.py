@@ -57,3 +57,18 @@ def test_hostile_or_odd_arguments_never_break_the_detector():
              for i, a in enumerate(odd) for j in (0, 1) if a is not None or j == 0]
     found = {f.evidence["arguments"] for f in detect(task(steps))}
     assert '["a",1]' in found and '"<script>x</script>"' in found and "12" in found
+
+
+def test_the_same_call_with_the_same_arguments_and_result_is_a_sure_repeat():
+    ctx = task([step("a", "tool", 0, 1, tool_name="get_order", tool_args={"id": "A-1"}, tool_result='{"s": 1}'),
+                step("b", "tool", 2, 3, tool_name="get_order", tool_args={"id": "A-1"}, tool_result='{"s": 1}')])
+    [finding] = detect(ctx)
+    assert finding.confidence == "high"
+
+
+def test_a_repeat_that_returned_something_new_may_be_polling():
+    ctx = task([step("a", "tool", 0, 1, tool_name="job_status", tool_args={"job": "j-1"}, tool_result="running"),
+                step("b", "tool", 2, 3, tool_name="job_status", tool_args={"job": "j-1"}, tool_result="done")])
+    [finding] = detect(ctx)
+    assert finding.confidence == "medium"
+    assert "polling" in finding.confidence_reason

@@ -73,3 +73,13 @@ def test_without_ttft_a_step_is_judged_against_the_line_over_output_tokens():
     assert detect(task([long_but_normal], baselines=base)) == []
     [finding] = detect(task([slow], baselines=base))
     assert finding.evidence["expected_ms"] == 1150 and finding.evidence["slow_part"] == "whole"
+
+
+def test_a_slow_step_judged_against_a_short_history_is_not_high_confidence():
+    short = task([step("a", "tool", 0, 2.4, tool_name="search_order")],
+                 baselines={("tool", "search_order", ""): stats(400, 50, count=30)})
+    long = task([step("a", "tool", 0, 2.4, tool_name="search_order")],
+                baselines={("tool", "search_order", ""): stats(400, 50, count=400)})
+    [unsure], [sure] = detect(short), detect(long)
+    assert (unsure.confidence, sure.confidence) == ("medium", "high")
+    assert "only 30 runs" in unsure.confidence_reason
