@@ -248,7 +248,8 @@ def _finding_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Fin
 
 
 def top_findings(*, project: Project, filters: TaskFilters, limit: int = 10) -> list[FindingTotal]:
-    rows = (_finding_queryset(project=project, filters=filters).values("kind")
+    """Finding kinds by total wasted time; low-confidence findings count in no total."""
+    rows = (_finding_queryset(project=project, filters=filters).counted().values("kind")
             .annotate(n=Count("pk"), tasks=Count("task", distinct=True), wasted=Sum("wasted_ms"))
             .order_by("-wasted")[:limit])
     return [FindingTotal(r["kind"], r["n"], r["tasks"], r["wasted"] or 0.0) for r in rows]

@@ -32,6 +32,13 @@ class TaskAnalysis(models.Model):
         indexes = [models.Index(fields=["project", "top_finding"], name="analysis_top_finding")]
 
 
+class FindingQuerySet(models.QuerySet):
+    def counted(self) -> FindingQuerySet:
+        """The findings that count in wasted-time totals, top findings and finding alerts: all
+        but the low-confidence ones. Readers that write SQL use COUNTED_FINDING_SQL below."""
+        return self.exclude(confidence=Finding.CONFIDENCE_LOW)
+
+
 class Finding(models.Model):
     SEVERITIES = ["low", "medium", "high"]
     # How sure the detector is (docs/analysis.md, "Confidence"). A low-confidence finding is
@@ -57,12 +64,23 @@ class Finding(models.Model):
     release = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = FindingQuerySet.as_manager()
+
     class Meta:
         indexes = [
             models.Index(fields=["project", "kind", "-task_started_at"], name="finding_kind_time"),
             models.Index(fields=["project", "-task_started_at"], name="finding_time"),
             models.Index(fields=["task"], name="finding_task"),
         ]
+
+    @property
+    def is_counted(self) -> bool:
+        """Whether this finding counts in totals (FindingQuerySet.counted, for one row)."""
+        return self.confidence != self.CONFIDENCE_LOW
+
+
+# FindingQuerySet.counted as a condition on analysis_finding's columns, for raw SQL readers.
+COUNTED_FINDING_SQL = f"confidence <> '{Finding.CONFIDENCE_LOW}'"
 
 
 class Baseline(models.Model):

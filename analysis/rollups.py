@@ -76,6 +76,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from analysis.filters import TaskFilters
+from analysis.models import COUNTED_FINDING_SQL
 from ingest.models import Project
 
 log = logging.getLogger("agentops.analysis")
@@ -286,7 +287,8 @@ def _budget_rollup_sql(where: str) -> str:
 #   task: all tasks (key ''): calls = steps, sum_ms / sum_sq = time outside steps per task
 #       (duration − Σ self time), other_ms = Σ duration, analysed = tasks with an analysis,
 #       max_ms = longest task;
-#   finding (key = finding kind): tasks with one, sum_ms = Σ wasted ms;
+#   finding (key = finding kind): tasks with one, sum_ms = Σ wasted ms; counted findings only
+#       (COUNTED_FINDING_SQL: low-confidence ones are in no total);
 #   budget (key = category): tasks with it, sum_ms = Σ ms;
 #   whatif (key = scenario): tasks with it, sum_ms = Σ projected ms, other_ms = Σ saved ms.
 # Self time: a step's duration minus its children's, floored at zero, so nested steps are not
@@ -395,7 +397,7 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
         UNION ALL
         SELECT {head}, 'finding', '', f.kind {C}, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
                {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
-        FROM tk JOIN analysis_finding f ON f.task_id = tk.id GROUP BY 1, 2, 3, 4, 5, 8
+        FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum((e.value)::text::float8), {zero}, {zero},
                0, 0, {zero}, 0, NULL, '{{}}', '{{}}'

@@ -170,7 +170,8 @@ def measure(*, project: Project, spec: MetricSpec, start: datetime, end: datetim
     if source == "error":
         row = tasks.aggregate(n=Count("pk"), bad=Count("pk", filter=Q(status__in=["error", "timeout"])))
         return Measurement(_rate(row["bad"], row["n"]), row["n"], start, end)
-    findings = Finding.objects.filter(project=project, task_started_at__gte=start, task_started_at__lt=end)
+    # Low-confidence findings are guesses: they raise no alert and count in no wasted time.
+    findings = Finding.objects.counted().filter(project=project, task_started_at__gte=start, task_started_at__lt=end)
     if spec.finding_kind:
         findings = findings.filter(kind=spec.finding_kind)
     if any(spec.filters.get(key) for key in (*TASK_FILTERS, *STEP_FILTERS)):

@@ -10,6 +10,8 @@ from django.core import mail
 
 from analysis.alerts.evaluation import evaluations_needed, next_state, rules_evaluate
 from analysis.alerts.models import AlertEvent, AlertRule, Delivery
+from analysis.models import Finding
+from ingest.models import Task
 
 from .conftest import NOW
 
@@ -136,6 +138,27 @@ def test_other_projects_traffic_never_fires_a_rule(db, project, other_project, s
     run(0)
     rule.refresh_from_db()
     assert rule.state == "ok" and rule.last_sample_count == 0
+
+
+def test_low_confidence_findings_never_fire_a_wasted_time_rule(db, project, store):
+    rule = AlertRule.objects.create(
+        project=project, name="a tenth of the time wasted", metric="wasted_share", comparator="gt", threshold=10,
+        window_minutes=10, for_minutes=0, min_samples=5, channels=[{"type": "email", "to": ["oncall@example.com"]}])
+    ids = store(project, [1000.0] * 10, start=NOW - timedelta(minutes=5))
+    tasks = Task.objects.filter(project=project, task_id__in=ids)
+    Finding.objects.bulk_create([  # half the time, if these calls were independent: nothing shows they were
+        Finding(project=project, task=t, kind="parallelizable_calls", wasted_ms=500.0, summary="one after the other",
+                confidence=Finding.CONFIDENCE_LOW, confidence_reason="possible: no call ids or data flow",
+                task_started_at=t.started_at, release=t.release) for t in tasks])
+    run(0)
+    rule.refresh_from_db()
+    assert (rule.state, rule.last_value) == ("ok", 0.0)
+    assert mail.outbox == []
+    Finding.objects.filter(project=project).update(confidence=Finding.CONFIDENCE_MEDIUM)
+    run(1)
+    rule.refresh_from_db()
+    assert (rule.state, rule.last_value) == ("firing", pytest.approx(50.0))
+    assert len(mail.outbox) == 1
 
 
 def test_ttft_doubling_against_the_previous_week(db, project, store):

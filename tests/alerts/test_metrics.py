@@ -94,6 +94,25 @@ def test_finding_rate_counts_tasks_once_and_wasted_share(db, project, store):
     assert value(project, "wasted_share", finding_kind="serial_gap").value == pytest.approx(1.0)
 
 
+def test_a_low_confidence_finding_raises_no_finding_rate_and_wastes_no_time(db, project, store):
+    ids = store(project, [1000.0] * 20, start=WINDOW_START, spacing=timedelta(seconds=10))
+    t = Task.objects.get(project=project, task_id=ids[0])
+    Finding.objects.create(project=project, task=t, kind="repeated_tool_call", wasted_ms=100.0, summary="twice",
+                           task_started_at=t.started_at, release=t.release)
+    Finding.objects.create(project=project, task=t, kind="parallelizable_calls", wasted_ms=900.0,
+                           summary="one after the other", confidence=Finding.CONFIDENCE_LOW,
+                           confidence_reason="possible: nothing shows whether these calls were independent",
+                           task_started_at=t.started_at, release=t.release)
+    t = Task.objects.get(project=project, task_id=ids[1])
+    Finding.objects.create(project=project, task=t, kind="parallelizable_calls", wasted_ms=500.0,
+                           summary="one after the other", confidence=Finding.CONFIDENCE_LOW,
+                           task_started_at=t.started_at, release=t.release)
+    assert value(project, "wasted_share").value == pytest.approx(100 * 100.0 / 20_000.0)
+    assert value(project, "finding_rate").value == pytest.approx(100 * 1 / 20)
+    assert value(project, "finding_rate", finding_kind="parallelizable_calls").value == 0.0
+    assert value(project, "wasted_share", finding_kind="parallelizable_calls").value == 0.0
+
+
 def test_an_empty_window_has_no_value(db, project):
     m = value(project, "task_duration_p95")
     assert (m.value, m.sample_count) == (None, 0)

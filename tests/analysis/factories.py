@@ -28,10 +28,11 @@ def make_step(task, step_id, *, offset_ms=0.0, duration_ms=100.0, kind="tool", p
         ended_at=start + timedelta(milliseconds=duration_ms), duration_ms=duration_ms, **extra)
 
 
-def make_finding(task, kind, *, wasted_ms, step_ids=(), summary="it was slow") -> Finding:
+def make_finding(task, kind, *, wasted_ms, step_ids=(), summary="it was slow", confidence=Finding.CONFIDENCE_HIGH,
+                 confidence_reason="") -> Finding:
     return Finding.objects.create(project=task.project, task=task, kind=kind, step_ids=list(step_ids),
                                   wasted_ms=wasted_ms, summary=summary, task_started_at=task.started_at,
-                                  release=task.release)
+                                  release=task.release, confidence=confidence, confidence_reason=confidence_reason)
 
 
 def analyse(task, *, critical_path=(), budget=None, whatif=None, kinds=(), wasted_ms=0.0) -> TaskAnalysis:

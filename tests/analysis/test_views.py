@@ -167,6 +167,42 @@ def test_top_findings_rank_by_total_wasted_time_and_budget_is_averaged(client, p
     assert tool["x"] == [200.0]
 
 
+POSSIBLE = "possible: no call ids or data flow show whether these calls were independent"
+
+
+def test_a_low_confidence_finding_is_left_out_of_the_top_findings(client, project, spread):
+    make_finding(spread[0], "serial_gap", wasted_ms=300.0)
+    make_finding(spread[0], "parallelizable_calls", wasted_ms=900.0, confidence="low", confidence_reason=POSSIBLE)
+    make_finding(spread[1], "serial_gap", wasted_ms=100.0, confidence="medium", confidence_reason="few runs")
+    bar = charts_json(client, "/charts/overview.json")["findings"]["data"][0]
+    assert bar["customdata"] == ["serial_gap"]
+    assert bar["x"] == [0.4]
+    assert "2 findings in 2 tasks" in bar["hovertext"][0]
+
+
+def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_finding(client, project, monkeypatch):
+    from analysis import engine
+    from analysis.detectors.base import Finding as Detected
+
+    task = make_task(project, "run-1", duration_ms=2000.0)
+    make_step(task, "plan", kind="llm", duration_ms=500.0)
+    make_step(task, "a", offset_ms=700.0, duration_ms=600.0)
+    make_step(task, "b", offset_ms=1300.0, duration_ms=700.0)
+
+    def detect(ctx):  # what the detectors would say: a sure gap, and a guess that wastes more
+        yield Detected("serial_gap", ("a",), 200.0, "200 ms idle before a", {},
+                       intervals=((ctx.start_ms + 500, ctx.start_ms + 700),))
+        yield Detected("parallelizable_calls", ("a", "b"), 600.0, "a and b ran one after the other", {},
+                       intervals=((ctx.start_ms + 1300, ctx.start_ms + 1900),), confidence="low",
+                       confidence_reason=POSSIBLE)
+
+    monkeypatch.setattr(engine, "all_detectors", lambda: {"test": detect})
+    engine.analyse_task(task.pk)
+    row = page(client, "/tasks").split('<div class="muted small">run-1</div>')[1].split("</tr>")[0]
+    assert '<span class="finding-kind">serial_gap</span> <span class="muted">200.0 ms</span>' in row
+    assert "parallelizable_calls" not in row
+
+
 def test_bad_filter_is_a_400_that_names_the_parameter(client, project, spread):
     response = client.get("/", {"range": "3 weeks"})
     assert response.status_code == 400 and b"range: must be one of" in response.content

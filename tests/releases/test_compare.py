@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from analysis import rollups
-from analysis.models import TaskAnalysis
+from analysis.models import Finding, TaskAnalysis
 from analysis.releases.attribution import REST_KEY
 from analysis.releases.compare import (
     CompareFilters,
@@ -89,6 +89,33 @@ def test_finding_rates_budget_and_whatif_by_release(two_releases):
     summary = {r["metric"]: r for r in report["summary"]}
     assert summary["tool calls per task"]["a"] == pytest.approx(2.0)
     assert summary["tasks"]["a"] == 140
+
+
+def test_low_confidence_findings_count_in_no_finding_rate_or_wasted_time_rolled_up_or_raw(two_releases):
+    v2 = list(Task.objects.filter(project=two_releases, release="v2", name="checkout").order_by("started_at"))
+    expected = sum(Finding.objects.filter(task__in=v2, kind="repeated_tool_call").values_list("wasted_ms", flat=True))
+    Finding.objects.bulk_create(
+        [Finding(project=two_releases, task=t, kind="parallelizable_calls", step_ids=["search", "fetch"],
+                 wasted_ms=500.0, summary="search and fetch_invoice ran one after the other",
+                 confidence=Finding.CONFIDENCE_LOW, confidence_reason="possible: no call ids or data flow",
+                 release="v2", task_started_at=t.started_at) for t in v2]
+        + [Finding(project=two_releases, task=t, kind="repeated_tool_call", step_ids=["search"], wasted_ms=90.0,
+                   summary="search again?", confidence=Finding.CONFIDENCE_LOW, release="v2",
+                   task_started_at=t.started_at) for t in v2[1::5]])  # tasks without a sure repeat
+    raw = release_compare(project=two_releases, a="v1", b="v2").report
+    rollups.rollups_rebuild()
+    cache.clear()
+    rolled = release_compare(project=two_releases, a="v1", b="v2").report
+    assert_same(_figures(raw), _figures(rolled))
+    for report in (raw, rolled):
+        assert [r["kind"] for r in report["findings"]] == ["repeated_tool_call"]
+        repeated = report["findings"][0]
+        assert repeated["rate_b"] == pytest.approx(16 / 80)
+        assert repeated["wasted_per_task_b_ms"] == pytest.approx(expected / 80)
+    with connection.cursor() as cursor:  # the rolled-up wasted time itself
+        cursor.execute("SELECT key, sum(sum_ms) FROM analysis_group_rollup WHERE dimension = 'finding'"
+                       " AND release = 'v2' GROUP BY key")
+        assert dict(cursor.fetchall()) == {"repeated_tool_call": pytest.approx(expected)}
 
 
 def test_filters_narrow_both_releases(two_releases):
