@@ -14,6 +14,7 @@ from analysis import selectors
 from analysis.access import request_project
 from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
+from analysis.models import Finding
 from analysis.serializers import (
     FindingPageSerializer,
     LatencyPageSerializer,
@@ -97,7 +98,18 @@ class _TaskDetail:
 
 FINDING_PARAMETERS = [OpenApiParameter(name, OpenApiTypes.STR, required=False)
                       for name in ("project", "kind", "task_id", "release", "since", "until", "cursor")] + [
+    OpenApiParameter("confidence", OpenApiTypes.STR, required=False,
+                     description="high, medium or low, or a comma-separated list of them (any matches)"),
     OpenApiParameter("limit", OpenApiTypes.INT, required=False)]
+
+
+def confidences_or_400(value: str) -> list[str]:
+    """`confidence=high,medium` → ["high", "medium"]; an unknown level answers 400."""
+    levels = [v.strip() for v in value.split(",") if v.strip()]
+    if any(v not in Finding.CONFIDENCES for v in levels):
+        raise ValidationError({"error": f"confidence: must be one of {', '.join(Finding.CONFIDENCES)},"
+                                        " or a comma-separated list of them"})
+    return levels
 
 
 class FindingListView(APIView):
@@ -110,12 +122,14 @@ class FindingListView(APIView):
         kind = params.get("kind", "")
         if kind and kind not in all_detectors():
             raise ValidationError({"error": f"kind: must be one of {', '.join(sorted(all_detectors()))}"})
+        confidence = confidences_or_400(params.get("confidence", ""))
         try:
             filters = parse_task_filters({k: params[k] for k in ("since", "until") if k in params})
             limit = parse_limit(params)
             findings, next_cursor = selectors.finding_page(
                 project=project, kind=kind, task_id=params.get("task_id", ""), release=params.get("release", ""),
-                since=filters.since, until=filters.until, limit=limit, cursor=params.get("cursor", ""))
+                since=filters.since, until=filters.until, confidence=confidence, limit=limit,
+                cursor=params.get("cursor", ""))
         except FilterError as exc:
             raise ValidationError({"error": str(exc)}) from None
         return Response(FindingPageSerializer({"results": findings, "next_cursor": next_cursor}).data)

@@ -135,7 +135,10 @@ def task_steps_json(*, task: Task) -> list[str]:
 
 
 def task_findings(*, task: Task) -> list[Finding]:
-    return list(Finding.objects.filter(task=task).order_by("-wasted_ms", "kind"))
+    """The task's findings, most wasted time first; the low-confidence ones, which count in no
+    total, after the others."""
+    findings = Finding.objects.filter(task=task).order_by("-wasted_ms", "kind")
+    return sorted(findings, key=lambda f: not f.is_counted)
 
 
 def task_analysis(*, task: Task) -> TaskAnalysis | None:
@@ -143,12 +146,14 @@ def task_analysis(*, task: Task) -> TaskAnalysis | None:
 
 
 def finding_queryset(*, project: Project, kind: str = "", task_id: str = "", release: str = "",
-                     since=None, until=None) -> QuerySet[Finding]:
+                     since=None, until=None, confidence: Sequence[str] = ()) -> QuerySet[Finding]:
     """Findings of a project, newest task first. The API, the pages, the CSV export and
-    `evaluate_detection` all read findings through this."""
+    `evaluate_detection` all read findings through this. `confidence`: any of these levels."""
     qs = Finding.objects.filter(project=project).select_related("task")
     if kind:
         qs = qs.filter(kind=kind)
+    if confidence:
+        qs = qs.filter(confidence__in=list(confidence))
     if task_id:
         qs = qs.filter(task__task_id=task_id)
     if release:
@@ -161,10 +166,11 @@ def finding_queryset(*, project: Project, kind: str = "", task_id: str = "", rel
 
 
 def finding_page(*, project: Project, kind: str = "", task_id: str = "", release: str = "", since=None,
-                 until=None, limit: int = 50, cursor: str = "") -> tuple[list[Finding], str | None]:
+                 until=None, confidence: Sequence[str] = (), limit: int = 50,
+                 cursor: str = "") -> tuple[list[Finding], str | None]:
     """One page of `finding_queryset`, keyset-paginated on (task_started_at, id) descending."""
     qs = finding_queryset(project=project, kind=kind, task_id=task_id, release=release, since=since,
-                          until=until).filter(task_started_at__isnull=False)
+                          until=until, confidence=confidence).filter(task_started_at__isnull=False)
     if cursor:
         value, pk = decode_cursor(cursor, sort="-started_at")
         qs = qs.filter(Q(task_started_at__lt=value) | Q(task_started_at=value, pk__lt=pk))

@@ -41,11 +41,15 @@ class StepSerializer(serializers.ModelSerializer):
 
 class FindingSerializer(serializers.ModelSerializer):
     task_id = serializers.CharField(source="task.task_id", read_only=True)
+    confidence = serializers.ChoiceField(
+        choices=Finding.CONFIDENCES, read_only=True,
+        help_text="how sure the detector is; a low-confidence finding counts in no wasted-time total")
+    confidence_reason = serializers.CharField(read_only=True, help_text="what the confidence rests on")
 
     class Meta:
         model = Finding
-        fields = ["id", "kind", "task_id", "step_ids", "wasted_ms", "severity", "summary",
-                  "evidence", "release", "task_started_at"]
+        fields = ["id", "kind", "task_id", "step_ids", "wasted_ms", "severity", "confidence",
+                  "confidence_reason", "summary", "evidence", "release", "task_started_at"]
 
 
 class TaskDetailSerializer(TaskSerializer):

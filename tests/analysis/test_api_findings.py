@@ -7,6 +7,7 @@ import requests
 
 from analysis.engine import analyse_task
 from ingest.models import Task
+from tests.analysis.factories import make_finding, make_task
 
 from .workload import history, problem_task, store
 
@@ -48,9 +49,38 @@ def test_findings_filter_by_kind_and_task_and_page_with_a_cursor(get, analysed, 
     assert len(seen) == len(set(seen)) == 9
 
 
+POSSIBLE = "possible: no call ids or data flow show whether these calls were independent"
+
+
+@pytest.fixture
+def guessed(project):
+    """One task with a sure, a medium and a low-confidence finding, as the detectors write them."""
+    task = make_task(project, "g1", duration_ms=3000.0)
+    make_finding(task, "serial_gap", wasted_ms=300.0, confidence_reason="no step ran for 300 ms")
+    make_finding(task, "slow_step", wasted_ms=400.0, confidence="medium", confidence_reason="baseline of 24 runs only")
+    make_finding(task, "parallelizable_calls", wasted_ms=900.0, confidence="low", confidence_reason=POSSIBLE)
+    return task
+
+
+def test_findings_carry_their_confidence_and_filter_by_it(get, guessed, read_key):
+    every = get(read_key, "/api/v1/findings").json()["results"]
+    assert sorted((f["kind"], f["confidence"], f["confidence_reason"]) for f in every) == [
+        ("parallelizable_calls", "low", POSSIBLE), ("serial_gap", "high", "no step ran for 300 ms"),
+        ("slow_step", "medium", "baseline of 24 runs only")]
+    low = get(read_key, "/api/v1/findings", confidence="low").json()["results"]
+    assert [f["kind"] for f in low] == ["parallelizable_calls"]
+    sure = get(read_key, "/api/v1/findings", confidence="high, medium").json()["results"]
+    assert sorted(f["kind"] for f in sure) == ["serial_gap", "slow_step"]
+    detail = get(read_key, "/api/v1/tasks/g1").json()
+    # all listed, the one that counts in no total after those that do
+    assert [(f["kind"], f["confidence"]) for f in detail["findings"]] == [
+        ("slow_step", "medium"), ("serial_gap", "high"), ("parallelizable_calls", "low")]
+
+
 def test_findings_reject_bad_parameters_with_a_message(get, analysed, read_key):
     for params, word in (({"kind": "nope"}, "kind"), ({"since": "yesterday"}, "since"),
-                         ({"limit": "0"}, "limit"), ({"cursor": "!!"}, "cursor")):
+                         ({"limit": "0"}, "limit"), ({"cursor": "!!"}, "cursor"),
+                         ({"confidence": "sure"}, "confidence"), ({"confidence": "high,LOW"}, "confidence")):
         r = get(read_key, "/api/v1/findings", **params)
         assert r.status_code == 400 and word in r.json()["error"], (params, r.text)
 
