@@ -11,6 +11,7 @@ by attributes, never by span names, because names are free text chosen by each f
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from ingest.records import STEP_KINDS
@@ -85,12 +86,33 @@ OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_toke
                      "llm.token_count.completion", "llm.usage.completion_tokens")
 CACHED_TOKEN_KEYS = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
                      "llm.token_count.prompt_details.cache_read")
-TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk",)
+# Seconds. pydantic-ai writes the metric's name as a span attribute on streamed chat spans.
+TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk", "gen_ai.client.operation.time_to_first_chunk",
+                     "gen_ai.server.time_to_first_token")
 STREAM_KEYS = ("gen_ai.request.stream", "llm.is_streaming")
 TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name")
 TOOL_ARGS_KEYS = ("gen_ai.tool.call.arguments",)
+TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "tool.call_id", "tool.id")
+TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
+# The calls one model response requested, as structured messages (GenAI semconv ≥ 1.37, also
+# what pydantic-ai and openai-v2's latest conventions write) ...
+OUTPUT_MESSAGES_KEYS = ("gen_ai.output.messages",)
+# ... or flattened per call: OpenInference and OpenLLMetry (index placeholders matched below).
+_FLAT_CALL_ID = re.compile(
+    r"^(?:llm\.output_messages\.\d+\.message\.tool_calls\.\d+\.tool_call\.id"
+    r"|gen_ai\.completion\.\d+\.tool_calls\.\d+\.id)$")
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")
 TASK_NAME_KEYS = ("gen_ai.workflow.name", "gen_ai.agent.name", "traceloop.workflow.name")
+# Names frameworks give their root span whatever the agent is: a task named so is named again
+# after the agent that ran in it (its first agent step), else after its service.
+GENERIC_ROOT_NAMES = frozenset({
+    "langgraph", "agent workflow", "agent run", "invoke_agent", "workflow", "runnablesequence",
+    "agentexecutor", "agent", "chain", "graph", "run", "root", "trace", "main",
+})
+
+
+def is_generic_name(name: str) -> bool:
+    return name.strip().lower() in GENERIC_ROOT_NAMES
 DEVICE_KEY = "hw.id"
 RELEASE_KEY = "service.version"
 ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
@@ -122,6 +144,9 @@ class SpanFacts:
     streamed: bool | None = None
     tool_name: str = ""
     tool_args: object = None
+    tool_result: object = None
+    tool_call_id: str = ""
+    tool_call_ids: list[str] = field(default_factory=list)
     session_id: str = ""
     task_name: str = ""
     used: set[str] = field(default_factory=set)
@@ -211,6 +236,43 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> object:
     return None
 
 
+def _tool_result(attributes: dict, kind: str, used: set[str]) -> object:
+    for key in TOOL_RESULT_KEYS:
+        if attributes.get(key) is not None:
+            used.add(key)
+            return attributes[key]
+    if kind != "tool":
+        # On LLM and chain spans output.value is the answer, not a tool's result.
+        return None
+    for key in ("output.value", "traceloop.entity.output"):
+        if attributes.get(key) is not None:
+            used.add(key)
+            return attributes[key]
+    return None
+
+
+def requested_call_ids(attributes: dict) -> list[str]:
+    """The ids of the tool calls an LLM response requested, in order, from whichever
+    convention recorded them (structured output messages, or flattened attributes)."""
+    ids: list[str] = []
+    for key in OUTPUT_MESSAGES_KEYS:
+        messages = parse_json_value(attributes.get(key))
+        for message in messages if isinstance(messages, list) else ():
+            parts = message.get("parts") if isinstance(message, dict) else None
+            for part in parts if isinstance(parts, list) else ():
+                if isinstance(part, dict) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
+                    ids.append(part["id"])
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    ids.append(call["id"])
+    if not ids:
+        flat = sorted((k for k in attributes if _FLAT_CALL_ID.match(k)),
+                      key=lambda k: [int(n) for n in re.findall(r"\d+", k)])
+        ids = [attributes[k] for k in flat if isinstance(attributes[k], str) and attributes[k]]
+    return list(dict.fromkeys(ids))
+
+
 def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     """Map one span's attributes (and its resource's, for the device) onto agentops fields."""
     used: set[str] = set()
@@ -224,7 +286,8 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     facts.ttft_ms = _ttft_ms(attributes, used)
     facts.streamed = _flag(attributes, STREAM_KEYS, used)
     facts.session_id = _text(attributes, SESSION_KEYS, used)
-    facts.task_name = _text(attributes, TASK_NAME_KEYS, used)
+    # Read, not consumed: the agent name stays on the step, where the task's name is found.
+    facts.task_name = _text(attributes, TASK_NAME_KEYS, set())
     facts.device = _text(attributes, (DEVICE_KEY,), used)
     if not facts.device and resource:
         facts.device = _text(resource, (DEVICE_KEY,), set())
@@ -232,6 +295,10 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     if not facts.tool_name and kind == "tool":
         facts.tool_name = _text(attributes, ("traceloop.entity.name",), used)
     facts.tool_args = _tool_args(attributes, kind, used)
+    facts.tool_result = _tool_result(attributes, kind, used)
+    facts.tool_call_id = _text(attributes, TOOL_CALL_ID_KEYS, used) if kind != "llm" else ""
+    if kind == "llm":
+        facts.tool_call_ids = requested_call_ids(attributes)
     return facts
 
 

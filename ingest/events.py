@@ -109,9 +109,11 @@ def parse_task(event: dict) -> TaskRecord:
     ended_at = parse_time(event["ended_at"], path="ended_at") if event.get("ended_at") is not None else None
     if started_at and ended_at:
         check_span(started_at, ended_at, what="task")
+    name = _string(event, "name")
     return TaskRecord(
         task_id=_id(event, "task_id"),
-        name=_string(event, "name"),
+        name=name,
+        name_given=bool(name),
         release=_string(event, "release"),
         environment=_string(event, "environment", limit=100),
         session_id=_string(event, "session_id"),

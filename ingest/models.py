@@ -80,6 +80,9 @@ class Task(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
     task_id = models.CharField(max_length=128)
     name = models.CharField(max_length=200, blank=True, default="")
+    # False while the name is derived (from the first agent step, else the service): it is
+    # derived again as steps arrive. See TaskRecord.name_given.
+    name_given = models.BooleanField(default=False, db_default=False)
     release = models.CharField(max_length=200, blank=True, default="")
     environment = models.CharField(max_length=100, blank=True, default="")
     session_id = models.CharField(max_length=200, blank=True, default="")

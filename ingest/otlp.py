@@ -55,6 +55,7 @@ from ingest.records import (
     clean_attributes,
     clean_json,
     clean_text,
+    tool_result_text,
 )
 
 PROTOBUF = "application/x-protobuf"
@@ -325,6 +326,9 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
         streamed=streamed,
         tool_name=_short(facts.tool_name),
         tool_args=clean_json(facts.tool_args, path="tool_args") if facts.tool_args is not None else None,
+        tool_result=tool_result_text(facts.tool_result),
+        tool_call_id=_short(facts.tool_call_id, limits.MAX_ID_LENGTH),
+        tool_call_ids=[_short(c, limits.MAX_ID_LENGTH) for c in facts.tool_call_ids[:limits.MAX_TOOL_CALL_IDS]],
         release=resource.release,
         environment=resource.environment,
         session_id=session_id,
@@ -332,9 +336,13 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     if parent_id:
         return None, step
     agent_name = attributes.get("agent.name")
+    given = _short(facts.task_name) or (_short(agent_name) if isinstance(agent_name, str) else "")
+    if not given and not conventions.is_generic_name(name):
+        given = name
     task = TaskRecord(
         task_id=trace_id,
-        name=_short(facts.task_name) or name or (_short(agent_name) if isinstance(agent_name, str) else ""),
+        name=given or name,
+        name_given=bool(given) and not conventions.is_generic_name(given),
         release=resource.release,
         environment=resource.environment,
         session_id=session_id,

@@ -33,6 +33,10 @@ class RecordError(ValueError):
 class TaskRecord:
     task_id: str
     name: str = ""
+    # The name was given (a task event's name, a root span's agent or workflow name) rather
+    # than taken from a framework's generic root span; a name not given is derived again from
+    # the task's steps as they arrive.
+    name_given: bool = False
     release: str = ""
     environment: str = ""
     session_id: str = ""

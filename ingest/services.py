@@ -144,7 +144,7 @@ _STEP_COLUMNS = (
     "tool_call_ids"
 )
 _TASK_COLUMNS = (
-    "project_id, task_id, name, release, environment, session_id, started_at, ended_at, status, "
+    "project_id, task_id, name, name_given, release, environment, session_id, started_at, ended_at, status, "
     "attributes, reported, step_count, input_tokens, output_tokens, error_count, last_event_at"
 )
 
@@ -255,22 +255,25 @@ def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepR
     pks: dict[str, int] = {}
     created: set[int] = set()
     reported_rows = [
-        (t.task_id, t.name, t.release, t.environment, t.session_id, t.started_at, t.ended_at,
+        (t.task_id, t.name, t.name_given, t.release, t.environment, t.session_id, t.started_at, t.ended_at,
          t.status, _json(t.attributes))
         for t in tasks
     ]
     for task_id, pk, inserted in _upsert(
         cursor, table="ingest_task", target=_TASK_COLUMNS,
-        columns=[("task_id", "text"), ("name", "text"), ("release", "text"), ("environment", "text"),
-                 ("session_id", "text"), ("started_at", "timestamptz"), ("ended_at", "timestamptz"),
-                 ("status", "text"), ("attributes", "jsonb")],
+        columns=[("task_id", "text"), ("name", "text"), ("name_given", "bool"), ("release", "text"),
+                 ("environment", "text"), ("session_id", "text"), ("started_at", "timestamptz"),
+                 ("ended_at", "timestamptz"), ("status", "text"), ("attributes", "jsonb")],
         rows=reported_rows,
-        select=[f"{project.pk}", "u.task_id", "u.name", "u.release", "u.environment", "u.session_id",
+        select=[f"{project.pk}", "u.task_id", "u.name", "u.name_given", "u.release", "u.environment", "u.session_id",
                 "u.started_at", "u.ended_at", "u.status", "coalesce(u.attributes, '{}')", "true",
                 "0", "0", "0", "0", f"'{now.isoformat()}'::timestamptz"],
         conflict="project_id, task_id",
         update=(
-            "name = coalesce(nullif(EXCLUDED.name, ''), ingest_task.name), "
+            # A given name is never replaced by a derived one.
+            "name = CASE WHEN ingest_task.name_given AND NOT EXCLUDED.name_given THEN ingest_task.name "
+            "ELSE coalesce(nullif(EXCLUDED.name, ''), ingest_task.name) END, "
+            "name_given = ingest_task.name_given OR EXCLUDED.name_given, "
             "release = coalesce(nullif(EXCLUDED.release, ''), ingest_task.release), "
             "environment = coalesce(nullif(EXCLUDED.environment, ''), ingest_task.environment), "
             "session_id = coalesce(nullif(EXCLUDED.session_id, ''), ingest_task.session_id), "
@@ -295,7 +298,7 @@ def _tasks_upsert(cursor, *, project, tasks: list[TaskRecord], steps: list[StepR
         cursor, table="ingest_task", target=_TASK_COLUMNS,
         columns=[("task_id", "text"), ("release", "text"), ("environment", "text"), ("session_id", "text")],
         rows=rows,
-        select=[f"{project.pk}", "u.task_id", "''", "u.release", "u.environment", "u.session_id",
+        select=[f"{project.pk}", "u.task_id", "''", "false", "u.release", "u.environment", "u.session_id",
                 "NULL", "NULL", "''", "'{}'::jsonb", "false", "0", "0", "0", "0",
                 f"'{now.isoformat()}'::timestamptz"],
         conflict="project_id, task_id",
@@ -365,8 +368,9 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
 def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
     """Recompute what a task derives from its steps; returns the ids of tasks known to have ended.
 
-    A task that was never reported takes its bounds from its steps and its name from its
-    earliest root step (the OTLP root span may come last, or never)."""
+    A task that was never reported takes its bounds from its steps. A task whose name was not
+    given is named after the agent that ran (its first agent step's agent name), else its
+    service, else its root step (the OTLP root span may come last, or never); docs/otlp.md."""
     cursor.execute(
         """
         WITH s AS (
@@ -377,7 +381,10 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
                    count(*) FILTER (WHERE status <> 'ok') AS errs,
                    min(started_at) AS first,
                    max(ended_at) AS last,
-                   (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name
+                   (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name,
+                   (array_agg(coalesce(nullif(attributes->>'gen_ai.agent.name', ''),
+                                       nullif(attributes->>'agent.name', ''), nullif(name, ''))
+                              ORDER BY started_at) FILTER (WHERE kind = 'agent'))[1] AS agent_name
             FROM ingest_step WHERE task_id = ANY(%s) GROUP BY task_id
         ), b AS (
             SELECT t.id,
@@ -385,7 +392,7 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
                         ELSE coalesce(s.first, t.started_at) END AS started,
                    CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.ended_at
                         ELSE coalesce(s.last, t.ended_at) END AS ended,
-                   s.n, s.inp, s.outp, s.errs, s.first_name
+                   s.n, s.inp, s.outp, s.errs, s.first_name, s.agent_name
             FROM ingest_task t LEFT JOIN s ON s.task_id = t.id
             WHERE t.id = ANY(%s)
         )
@@ -397,7 +404,9 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
             input_tokens = coalesce(b.inp, 0),
             output_tokens = coalesce(b.outp, 0),
             error_count = coalesce(b.errs, 0),
-            name = CASE WHEN t.name <> '' THEN t.name ELSE coalesce(b.first_name, '') END,
+            name = CASE WHEN t.name_given THEN t.name
+                        ELSE left(coalesce(b.agent_name, nullif(t.attributes->>'service.name', ''),
+                                           b.first_name, nullif(t.name, ''), ''), 200) END,
             status = CASE WHEN t.status <> '' THEN t.status
                           WHEN t.reported THEN 'ok'
                           WHEN coalesce(b.errs, 0) > 0 THEN 'error' ELSE 'ok' END

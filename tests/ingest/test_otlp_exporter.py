@@ -88,7 +88,7 @@ def assert_agent_trace(detail):
     assert (paris["tool_name"], paris["tool_args"]) == ("get_weather", {"city": "Paris", "units": "C"})
     assert oslo["tool_args"] == {"city": "Oslo", "units": "C"}
     assert (oslo["status"], oslo["error"]) == ("error", "weather service timed out")
-    assert paris["attributes"]["gen_ai.tool.call.id"] == "call_0"
+    assert paris["tool_call_id"] == "call_0"
 
 
 def test_sdk_exporter_trace_reads_back_through_the_task_api(live_server, project, ingest_key, read_key):

@@ -1,0 +1,57 @@
+"""Traces recorded from real agent frameworks (tests/fixtures/agents/): replay their OTLP
+request bodies through the ingest path a live exporter reaches, and read their labels.
+
+A recorded family is a folder of `NNNN.pb` bodies (ExportTraceServiceRequest, protobuf, exactly
+as the framework's OTLP exporter posted them), `labels.jsonl` (what really happened, in the
+format of the simulator's labels) and `runs.jsonl` (what each run did). See
+tests/fixtures/agents/README.md for how they are recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.simulator.evaluation import read_labels
+from ingest import otlp
+from ingest.services import batch_store
+
+
+@dataclass(frozen=True)
+class Replayed:
+    family: str
+    requests: int
+    spans: int
+    rejected: int
+    problems: tuple[str, ...]
+
+
+def families(directory: Path) -> list[Path]:
+    """The family folders under `directory` (or `directory` itself if it is one)."""
+    directory = Path(directory)
+    if any(directory.glob("*.pb")):
+        return [directory]
+    return sorted(p for p in directory.iterdir() if p.is_dir() and any(p.glob("*.pb")))
+
+
+def replay(*, project, directory: Path) -> Replayed:
+    """Store every recorded request of one family in `project`, in the order it was sent."""
+    directory = Path(directory)
+    spans = rejected = 0
+    problems: list[str] = []
+    bodies = sorted(directory.glob("*.pb"))
+    for path in bodies:
+        decoded = otlp.decode_traces(path.read_bytes(), media=otlp.PROTOBUF)
+        batch_store(project=project, batch=decoded.batch)
+        spans += len(decoded.batch.steps)
+        rejected += decoded.rejected
+        problems.extend(f"{path.name}: {p}" for p in decoded.problems)
+    return Replayed(directory.name, len(bodies), spans, rejected, tuple(problems))
+
+
+def labels(directory: Path) -> list[dict]:
+    path = Path(directory) / "labels.jsonl"
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return read_labels(fh)
