@@ -384,6 +384,7 @@ class VisibleRow(NamedTuple):
     descendants: int          # steps below it in the tree
     collapsed: bool           # its subtree is hidden
     finding_summaries: tuple[str, ...] = ()  # on it or on hidden descendants
+    possible_summaries: tuple[str, ...] = ()  # the same, of low-confidence findings
 
 
 def default_mode(step_count: int) -> str:
@@ -406,11 +407,14 @@ def subtree_sizes(rows: Sequence[StepRow]) -> list[int]:
 
 
 def visible_rows(rows: Sequence[StepRow], *, mode: str, toggled: Iterable[str] = (),
-                 findings: Mapping[str, Sequence[str]] | None = None) -> list[VisibleRow]:
+                 findings: Mapping[str, Sequence[str]] | None = None,
+                 possible: Mapping[str, Sequence[str]] | None = None) -> list[VisibleRow]:
     """The rows to draw. `mode` "all" expands everything, "top" collapses every step below the
-    first level that has children; `toggled` step ids flip that default. Findings on hidden
-    steps move to the nearest visible ancestor, so a collapsed subtree still shows its problem."""
+    first level that has children; `toggled` step ids flip that default. Findings (and possible,
+    i.e. low-confidence, findings) on hidden steps move to the nearest visible ancestor, so a
+    collapsed subtree still shows its problem."""
     findings = findings or {}
+    possible = possible or {}
     flipped = set(toggled)
     sizes = subtree_sizes(rows)
     out: list[VisibleRow] = []
@@ -420,10 +424,12 @@ def visible_rows(rows: Sequence[StepRow], *, mode: str, toggled: Iterable[str] =
         has_children = sizes[i] > 0
         collapsed = has_children and ((mode == "top" and row.depth >= 1) != (row.step_id in flipped))
         summaries = list(findings.get(row.step_id, ()))
+        guesses = list(possible.get(row.step_id, ()))
         if collapsed:
             for hidden in rows[i + 1: i + 1 + sizes[i]]:
                 summaries += findings.get(hidden.step_id, ())
-        out.append(VisibleRow(row, sizes[i], collapsed, tuple(summaries)))
+                guesses += possible.get(hidden.step_id, ())
+        out.append(VisibleRow(row, sizes[i], collapsed, tuple(summaries), tuple(guesses)))
         i += 1 + (sizes[i] if collapsed else 0)
     return out
 
@@ -468,24 +474,37 @@ def step_hover(row: StepRow, *, critical: bool, hidden: int = 0) -> str:
     return "<br>".join(parts)
 
 
+POSSIBLE_FINDINGS = "possible findings"
+
+
+def _findings_hover(v: VisibleRow) -> str:
+    lines = [esc(truncate(s, 160)) for s in v.finding_summaries[:5]]
+    if v.possible_summaries:
+        lines.append("<i>possible, not counted in wasted time:</i>")
+        lines += [esc(truncate(s, 240)) for s in v.possible_summaries[:3]]
+    return "<br>".join(lines)
+
+
 def _row_label(v: VisibleRow) -> str:
     marker = "▸ " if v.collapsed else ""
     return "\u2003" * min(v.row.depth, 12) + marker + esc(truncate(v.row.name or v.row.kind, 40))
 
 
 def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = (),
-                     findings: Mapping[str, Sequence[str]] | None = None, mode: str | None = None,
+                     findings: Mapping[str, Sequence[str]] | None = None,
+                     possible: Mapping[str, Sequence[str]] | None = None, mode: str | None = None,
                      toggled: Iterable[str] = (), samples: Sequence[SamplePoint] = ()) -> dict:
     """The task waterfall with its device lane below on the same x axis (ms since task start).
 
     One bar per visible step, coloured by kind (WebGL beyond BAR_LIMIT rows); the critical path
     is outlined and marked ▶; findings are red diamonds at the end of their step (or of the
-    collapsed ancestor that hides it). customdata = step id for the click handler."""
+    collapsed ancestor that hides it), `possible` (low-confidence) ones faint diamonds where no
+    other finding is. customdata = step id for the click handler."""
     if not rows:
         return empty_figure("This task has no steps")
     mode = mode or default_mode(len(rows))
     critical = set(critical_path)
-    visible = visible_rows(rows, mode=mode, toggled=toggled, findings=findings)
+    visible = visible_rows(rows, mode=mode, toggled=toggled, findings=findings, possible=possible)
     use_gl = len(visible) > BAR_LIMIT
     by_kind: dict[str, list[int]] = {}
     for i, v in enumerate(visible):
@@ -535,8 +554,18 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
             "marker": {"symbol": "diamond", "color": "#c4320a", "size": 11,
                        "line": {"color": "#fff", "width": 1}},
             "customdata": [visible[i].row.step_id for i in flagged],
-            "hovertext": ["<br>".join(esc(truncate(s, 160)) for s in visible[i].finding_summaries[:5])
-                          for i in flagged],
+            "hovertext": [_findings_hover(visible[i]) for i in flagged],
+            "hoverinfo": "text",
+        })
+    # Findings that count in no total: dimmed, and only where no sure finding is drawn already.
+    guessed = [i for i, v in enumerate(visible) if v.possible_summaries and not v.finding_summaries]
+    if guessed:
+        data.append({
+            "type": scatter, "mode": "markers", "name": POSSIBLE_FINDINGS, "opacity": 0.4,
+            "x": [visible[i].row.start_ms + visible[i].row.duration_ms for i in guessed], "y": guessed,
+            "marker": {"symbol": "diamond-open", "color": "#c4320a", "size": 11},
+            "customdata": [visible[i].row.step_id for i in guessed],
+            "hovertext": [_findings_hover(visible[i]) for i in guessed],
             "hoverinfo": "text",
         })
     # The task's own span: device samples reach 30 s either side, and must not squeeze the bars.

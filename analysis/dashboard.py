@@ -534,12 +534,17 @@ def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint
             for device, ts, q, u, t, th in qs]
 
 
-def task_findings_by_step(findings: Iterable[Finding]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = defaultdict(list)
+def task_findings_by_step(findings: Iterable[Finding]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per step, "kind: summary" of the findings that count, and of the low-confidence ones
+    (with why we are not sure), which the waterfall draws dimmed."""
+    counted: dict[str, list[str]] = defaultdict(list)
+    possible: dict[str, list[str]] = defaultdict(list)
     for f in findings:
+        why = f" — {f.confidence_reason}" if f.confidence_reason and not f.is_counted else ""
+        text = f"{f.kind}: {f.summary}{why}"
         for step_id in f.step_ids:
-            out[step_id].append(f"{f.kind}: {f.summary}")
-    return out
+            (counted if f.is_counted else possible)[step_id].append(text)
+    return counted, possible
 
 
 def step_detail(*, task: Task, step_id: str) -> Step | None:

@@ -173,7 +173,8 @@ def task_detail(request, task_id: str):
     findings = selectors.task_findings(task=task)
     base = reverse("task-detail", args=[task.task_id])
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
-                 findings=findings, whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
+                 findings=findings, possible_findings=any(not f.is_counted for f in findings),
+                 whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
                          "step": base + "/steps/", "project": project.name,
@@ -197,9 +198,10 @@ def task_waterfall(request, task_id: str):
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
     samples = dashboard.task_lane_samples(task=task, devices={r.device for r in rows})
+    counted, possible = dashboard.task_findings_by_step(findings)
     figure = charts.waterfall_figure(
         rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
-        findings=dashboard.task_findings_by_step(findings), samples=samples)
+        findings=counted, possible=possible, samples=samples)
     has_children = {r.parent_step_id for r in rows if r.parent_step_id}
     budget = [("this task", analysis.budget)] if analysis and analysis.budget else []
     return {"waterfall": figure, "budget": charts.budget_figure(budget, title=""),
@@ -386,8 +388,9 @@ def findings_csv(request):
     def rows():
         for f in dashboard.findings_for_export(project=project, filters=filters):
             yield [f.task.task_id, f.task.name, f.release, f.task_started_at.isoformat() if f.task_started_at else "",
-                   f.kind, f.severity, f.wasted_ms, " ".join(f.step_ids), f.summary]
+                   f.kind, f.severity, f.confidence, f.confidence_reason, f.wasted_ms, " ".join(f.step_ids),
+                   f.summary]
 
     return _csv_response(f"{project.name}-findings.csv",
-                         ["task_id", "task_name", "release", "task_started_at", "kind", "severity",
-                          "wasted_ms", "step_ids", "summary"], rows())
+                         ["task_id", "task_name", "release", "task_started_at", "kind", "severity", "confidence",
+                          "confidence_reason", "wasted_ms", "step_ids", "summary"], rows())

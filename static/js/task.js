@@ -48,13 +48,16 @@
     }).catch(function (err) { A.fail(["chart-waterfall"], err); status.textContent = ""; });
   }
 
+  // Marker traces drawn over the bars; a step's row is read from its bar.
+  var MARKERS = ["findings", "possible findings", "critical path"];
+
   function rowOf(stepId) {
     var el = document.getElementById("chart-waterfall");
     var data = (el && el.data) || [];
     for (var i = 0; i < data.length; i++) {
       var cd = data[i].customdata || [];
       var j = cd.indexOf(stepId);
-      if (j >= 0 && data[i].name !== "findings" && data[i].name !== "critical path") { return data[i].y[j]; }
+      if (j >= 0 && MARKERS.indexOf(data[i].name) < 0) { return data[i].y[j]; }
     }
     return null;
   }

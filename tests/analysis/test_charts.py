@@ -130,10 +130,24 @@ def test_waterfall_marks_the_critical_path_and_findings_on_their_steps():
     assert "3x slower" in flags["hovertext"][0]
 
 
+def test_a_possible_finding_is_a_faint_diamond_and_joins_a_sure_one_on_the_same_step():
+    rows = chain(4)
+    fig = charts.waterfall_figure(rows, findings={"s3": ["slow_step: 3x slower"]},
+                                  possible={"s1": ["parallelizable_calls: one after the other — possible: no call ids"],
+                                            "s3": ["repeated_tool_call: maybe again — possible: args differ"]})
+    sure = next(t for t in fig["data"] if t["name"] == "findings")
+    faint = next(t for t in fig["data"] if t["name"] == "possible findings")
+    assert sure["customdata"] == ["s3"] and sure.get("opacity", 1) == 1
+    assert faint["customdata"] == ["s1"] and faint["opacity"] < 1 and faint["marker"]["symbol"] == "diamond-open"
+    assert "possible: no call ids" in faint["hovertext"][0]
+    assert "3x slower" in sure["hovertext"][0] and "maybe again" in sure["hovertext"][0]
+
+
 def test_waterfall_hover_escapes_names_tool_args_and_findings():
     rows = [StepRow("a", "", 0, "tool", XSS, 0.0, 5.0, tool_name="<b>t</b>", tool_args=XSS, error=XSS)]
     fig = charts.waterfall_figure(rows, findings={"a": [XSS]}, critical_path=["a"])
     assert_no_raw_html(fig)
+    assert_no_raw_html(charts.waterfall_figure(rows, possible={"a": [XSS]}))
     json.dumps(fig)  # serialisable as is
 
 

@@ -323,6 +323,34 @@ def test_waterfall_json_draws_each_step_with_critical_path_findings_and_device_l
     assert next(t for t in figs["budget"]["data"] if t["name"] == "tool")["x"] == [900.0]
 
 
+def finding_rows(body: str) -> dict[str, str]:
+    """The task page's findings table: kind → its row's HTML."""
+    table = body.split('id="findings-table"')[1].split("</table>")[0]
+    return {re.search(r'class="finding-kind">([^<]+)<', row).group(1): row for row in table.split("<tr")[2:]}
+
+
+def test_a_low_confidence_finding_is_dimmed_with_why_and_a_medium_one_is_marked(client, traced):
+    make_finding(traced, "parallelizable_calls", wasted_ms=900.0, step_ids=["plan"], summary="one after the other",
+                 confidence="low", confidence_reason=f"{POSSIBLE} {XSS_ARG}")
+    make_finding(traced, "serial_gap", wasted_ms=300.0, step_ids=["answer"], summary="idle",
+                 confidence="medium", confidence_reason="an outlier among 4 hand-offs only")
+    body = page(client, "/tasks/run-1")
+    rows = finding_rows(body)
+    assert list(rows) == ["slow_step", "serial_gap", "parallelizable_calls"]  # the guess last, though it wastes most
+    low = rows["parallelizable_calls"]
+    assert "finding-possible" in low and '<span class="confidence-tag">possible</span>' in low
+    assert f'<div class="confidence-reason">{POSSIBLE} &quot;&gt;&lt;img src=x onerror=alert(1)&gt;</div>' in low
+    assert XSS_ARG not in body
+    assert "medium confidence</span>" in rows["serial_gap"] and "finding-possible" not in rows["serial_gap"]
+    assert "finding-possible" not in rows["slow_step"] and "confidence-tag" not in rows["slow_step"]
+    assert "Dimmed findings are only possible" in body
+    data = charts_json(client, "/tasks/run-1/waterfall.json")["waterfall"]["data"]
+    assert next(t for t in data if t["name"] == "findings")["customdata"] == ["search", "answer"]
+    faint = next(t for t in data if t["name"] == "possible findings")
+    assert faint["customdata"] == ["plan"] and faint["opacity"] < 1
+    assert "<img" not in json.dumps(data)
+
+
 def test_step_json_returns_raw_attributes(client, traced):
     step = charts_json(client, "/tasks/run-1/steps/search.json")
     assert step["tool_args"] == {"q": XSS_ARG} and step["attributes"] == {"prompt": XSS_NAME}
@@ -416,6 +444,10 @@ def test_findings_csv_lists_the_projects_findings(client, project, other_project
     make_finding(make_task(other_project, "o"), "slow_step", wasted_ms=99.0, summary="theirs")
     rows = read_csv(client.get("/findings.csv"))
     assert len(rows) == 2 and rows[1][0] == "t0" and rows[1][-1] == "'@SUM(A1)"
+    make_finding(spread[1], "parallelizable_calls", wasted_ms=50.0, confidence="low", confidence_reason=POSSIBLE)
+    rows = [dict(zip(rows[0], r, strict=True)) for r in read_csv(client.get("/findings.csv"))[1:]]
+    assert [(r["kind"], r["confidence"], r["confidence_reason"]) for r in rows] == [
+        ("parallelizable_calls", "low", POSSIBLE), ("slow_step", "high", "")]
     assert read_csv(client.get("/findings.csv", {"finding": "serial_gap"}))[1:] == []
 
 

@@ -109,6 +109,46 @@ def test_a_finding_link_highlights_its_step(live_server, browser_page, member, h
     assert_nothing_ran(page)
 
 
+POSSIBLE = "possible: no call ids or data flow show whether these calls were independent"
+
+
+def test_a_possible_finding_is_dimmed_with_why_and_a_sure_one_is_not(live_server, browser_page, member, project):
+    task = make_task(project, "run-2", duration_ms=1600.0)
+    make_step(task, "root", kind="agent", duration_ms=1600.0)
+    make_step(task, "plan", parent="root", kind="llm", duration_ms=400.0)
+    make_step(task, "lookup", parent="root", kind="tool", offset_ms=700.0, duration_ms=400.0, tool_name="lookup")
+    make_step(task, "fetch", parent="root", kind="tool", offset_ms=1100.0, duration_ms=500.0, tool_name="fetch")
+    make_finding(task, "serial_gap", wasted_ms=300.0, step_ids=["lookup"], summary="300 ms idle before lookup")
+    make_finding(task, "parallelizable_calls", wasted_ms=400.0, step_ids=["fetch"],
+                 summary="lookup and fetch ran one after the other", confidence="low",
+                 confidence_reason=f"{POSSIBLE} {XSS_ARG}")
+    analyse(task, critical_path=["root", "plan", "lookup", "fetch"], kinds=["parallelizable_calls", "serial_gap"],
+            wasted_ms=300.0)
+    page = browser_page
+    log_in(page, live_server, "/tasks/run-2")
+    page.wait_for_selector("body[data-waterfall-ready='1']", timeout=WAIT_MS)
+    opacity = "el => Number(getComputedStyle(el).opacity)"
+    sure = page.locator("#findings-table tbody tr", has_text="serial_gap")
+    guess = page.locator("#findings-table tbody tr", has_text="parallelizable_calls")
+    assert sure.evaluate(opacity) == 1 and "possible" not in sure.inner_text()
+    assert guess.evaluate(opacity) <= 0.6
+    assert guess.locator(".confidence-tag").inner_text() == "possible"
+    reason = guess.locator(".confidence-reason")
+    assert reason.is_visible() and reason.inner_text() == f"{POSSIBLE} {XSS_ARG}"
+    summary_box = guess.locator(".finding-summary").bounding_box()
+    assert reason.bounding_box()["y"] >= summary_box["y"] + summary_box["height"] - 1  # under the summary
+    assert page.locator("dl.facts").inner_text().split("wasted")[1].strip().startswith("300.0 ms")
+    # the waterfall: a solid diamond on lookup, a faint one on fetch
+    markers = page.evaluate("""() => {
+        const gd = document.getElementById('chart-waterfall');
+        return Object.fromEntries(gd._fullData.filter(t => t.name.includes('findings')).map(t => [t.name,
+            Number(getComputedStyle(gd.querySelector('.scatterlayer .trace' + t.uid)).opacity)]));
+    }""")
+    assert markers["findings"] == 1 and markers["possible findings"] <= 0.5
+    screenshot(page, "task-possible-finding")
+    assert_nothing_ran(page)
+
+
 def test_clicking_a_histogram_bucket_lists_those_tasks_keeping_the_filters(live_server, browser_page, member, project):
     for i in range(12):
         make_task(project, f"fast{i}", duration_ms=120.0 + i / 5, release="v1", start=T0 + timedelta(minutes=i))
