@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8000
 
-.PHONY: install demo test test-fast faults browsers bench lint clean
+.PHONY: install demo test test-fast faults browsers bench lint clean fixtures
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,18 @@ bench: $(STAMP)
 # Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood): ~2 minutes.
 faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
+
+# Re-record the agent-framework OTLP fixtures (tests/fixtures/agents/, see its README): real
+# frameworks and instrumentations, fully offline, in their own venv so that .venv (the suite's
+# '.[dev]') never gets them. Every recorder runs in its own process.
+FIXTURES_VENV := .venv-fixtures
+fixtures:
+	@test -x $(FIXTURES_VENV)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV)
+	$(FIXTURES_VENV)/bin/python -m pip install -q --upgrade pip
+	$(FIXTURES_VENV)/bin/python -m pip install -q -e '.[fixtures]' opentelemetry-exporter-otlp-proto-http
+	@set -e; for f in $$(grep -l '^if __name__ == "__main__":' tests/fixtures/agents/record/*.py); do \
+	  m=$$(basename $$f .py); case $$m in capture|__init__) continue;; esac; \
+	  echo "== $$m"; $(FIXTURES_VENV)/bin/python -m tests.fixtures.agents.record.$$m; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
