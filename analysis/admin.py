@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from analysis.models import Baseline, Finding, TaskAnalysis
+from analysis.models import Baseline, Finding, ModelPrice, TaskAnalysis
 
 
 @admin.register(Finding)
@@ -22,3 +22,11 @@ class TaskAnalysisAdmin(admin.ModelAdmin):
 class BaselineAdmin(admin.ModelAdmin):
     list_display = ["kind", "key", "device", "count", "median_ms", "mad_ms", "p99_ms", "updated_at"]
     list_filter = ["kind"]
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    list_display = ["model", "input_per_million", "output_per_million", "effective_from", "note"]
+    list_filter = ["model"]
+    search_fields = ["model"]
+    ordering = ["model", "-effective_from"]

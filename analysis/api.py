@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analysis import selectors
+from analysis import exports, selectors
 from analysis.access import request_project
 from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
@@ -152,3 +153,41 @@ class LatencyView(APIView):
         filters = filters_or_400(request.query_params)
         rows = selectors.latency_percentiles(project=project, filters=filters, group_by=group_by)
         return Response(LatencyPageSerializer({"group_by": group_by, "results": rows}).data)
+
+
+class _IgnoreFormatParameter(DefaultContentNegotiation):
+    """`format=` names the export's file format, not a DRF renderer: errors are always JSON."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+EXPORT_PARAMETERS = [
+    OpenApiParameter("format", OpenApiTypes.STR, required=False, enum=list(exports.FORMATS),
+                     description="parquet (default), csv or jsonl"),
+    *[OpenApiParameter(name, OpenApiTypes.STR, required=False)
+      for name in ("project", *exports.TASK_PARAMS, *exports.STEP_PARAMS) if name not in ("min_duration_ms",
+                                                                                            "max_duration_ms")],
+    OpenApiParameter("min_duration_ms", OpenApiTypes.NUMBER, required=False),
+    OpenApiParameter("max_duration_ms", OpenApiTypes.NUMBER, required=False),
+]
+
+
+class ExportView(APIView):
+    """A streamed bulk export of tasks, steps, findings or resource samples (docs/export.md)."""
+
+    content_negotiation_class = _IgnoreFormatParameter
+
+    @extend_schema(operation_id="export", parameters=EXPORT_PARAMETERS,
+                   responses={(200, "application/vnd.apache.parquet"): OpenApiTypes.BINARY,
+                              (200, "text/csv"): OpenApiTypes.STR,
+                              (200, "application/x-ndjson"): OpenApiTypes.STR})
+    def get(self, request, entity: str):
+        project = request_project(request)
+        try:
+            export = exports.parse_export(project=project, entity=entity, params=request.query_params)
+        except FilterError as exc:
+            raise ValidationError({"error": str(exc)}) from None
+        response = StreamingHttpResponse(exports.stream(export), content_type=export.content_type)
+        response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
+        return response

@@ -105,3 +105,29 @@ class Baseline(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "kind", "key", "device"], name="baseline_unique")
         ]
+
+
+class ModelPrice(models.Model):
+    """What one model's tokens cost from `effective_from` until the model's next price (US
+    dollars per million tokens). Entered by an operator (the admin or `manage.py load_prices`):
+    none is built in, because a shipped price would be out of date without saying so. A step is
+    priced at the price in force when it started (analysis/costs.py)."""
+
+    model = models.CharField(max_length=200, help_text="as steps report it (gen_ai.request.model)")
+    input_per_million = models.DecimalField(max_digits=14, decimal_places=6,
+                                            help_text="US dollars per million input tokens")
+    output_per_million = models.DecimalField(max_digits=14, decimal_places=6,
+                                             help_text="US dollars per million output tokens")
+    effective_from = models.DateTimeField(help_text="the first instant this price applies (UTC)")
+    note = models.CharField(max_length=200, blank=True, default="", help_text="where the price comes from")
+
+    class Meta:
+        ordering = ["model", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "effective_from"], name="modelprice_unique_from"),
+            models.CheckConstraint(condition=models.Q(input_per_million__gte=0, output_per_million__gte=0),
+                                   name="modelprice_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} from {self.effective_from:%Y-%m-%d}"

@@ -7,6 +7,7 @@ urlpatterns = [
     path("api/v1/tasks/<str:task_id>", api.TaskDetailView.as_view(), name="api-task-detail"),
     path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),
     path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
+    path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),
     path("tasks", views.task_list, name="tasks"),
