@@ -14,6 +14,7 @@ tokens (no cache discount)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -111,7 +112,10 @@ def format_usd(value: float | None) -> str:
         return f"${value:,.2f}"
     if magnitude == 0:
         return "$0"
-    return f"${value:.3g}" if magnitude >= 0.001 else f"${value:.2e}"
+    if magnitude < 1e-6:
+        return f"${value:.2e}"
+    digits = 2 - math.floor(math.log10(magnitude))  # three significant digits
+    return f"${value:.{digits}f}"
 
 
 def _cost(row: Sequence) -> Cost:
@@ -211,7 +215,8 @@ def release_costs(*, tasks: QuerySet[Task], a: str, b: str) -> dict:
             n_tasks = out[side]["tasks"]
             cost = found["cost"] if found else Cost()
             calls = found["calls"] if found else 0
-            row[f"per_task_{side}_usd"] = cost.per(n_tasks) if found else None
+            # a release with tasks but no call of this group spends 0 on it per task
+            row[f"per_task_{side}_usd"] = cost.per(n_tasks) if found else (0.0 if n_tasks else None)
             row[f"per_call_{side}_usd"] = cost.per(calls - cost.unpriced) if found else None
             row[f"unpriced_{side}"] = cost.unpriced
         row["per_task_delta_usd"] = _delta(row["per_task_a_usd"], row["per_task_b_usd"])
