@@ -13,14 +13,18 @@ import csv
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.gzip import gzip_page
 
-from analysis import charts, dashboard, selectors
+from analysis import charts, costs, dashboard, selectors
 from analysis.access import project_for_user
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters
+from ingest.auth import bearer_token
+from ingest.models import IngestKey
+from ingest.services import key_authenticate
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
 TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
@@ -46,8 +50,14 @@ def keep(params, keys=TASK_PARAMS, **override) -> dict[str, str]:
 
 def _project(request):
     """The project of this request; Http404 for a project the user may not see. None when the
-    user has no project at all (the page then explains how to get one)."""
+    user has no project at all (the page then explains how to get one). A request with a read
+    key (the chart JSON, for agentops.client) sees the key's project only."""
     name = request.GET.get("project")
+    key = getattr(request, "read_key", None)
+    if key is not None:
+        if name and name != key.project.name:
+            raise Http404("no such project")
+        return key.project
     project = project_for_user(request.user, name)
     if project is None and name:
         raise Http404("no such project")
@@ -87,10 +97,19 @@ class _BadRequest(Exception):
 
 
 def _json_view(func):
-    """login + gzip + bad filters → 400 {"error": ...} for the chart JSON endpoints."""
-    @login_required
+    """login (or a key with the read scope: agentops.client's figures) + gzip + bad filters →
+    400 {"error": ...} for the chart JSON endpoints."""
     @gzip_page
     def wrapper(request, *args, **kwargs):
+        if bearer_token(request) is not None:
+            key = key_authenticate(plaintext=bearer_token(request))
+            if key is None:
+                return JsonResponse({"error": "unknown or revoked key"}, status=401)
+            if IngestKey.SCOPE_READ not in key.scopes:
+                return JsonResponse({"error": "this key has no 'read' scope"}, status=403)
+            request.read_key = key
+        elif not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
         try:
             return JsonResponse(func(request, *args, **kwargs))
         except _BadRequest as exc:
@@ -113,10 +132,15 @@ def _task_or_404(project, task_id: str):
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = None
+    totals = cost = None
+    cost_rows = []
     if project and filters:
         totals = dashboard.overview_totals(project=project, filters=filters)
-    return _page(request, "analysis/overview.html", project, error, totals=totals,
+        cost_rows = sorted(costs.cost_by_release(project=project, filters=filters).items())
+        cost = costs.combined(row["cost"] for _, row in cost_rows)
+    return _page(request, "analysis/overview.html", project, error, totals=totals, cost=cost,
+                 cost_per_task=costs.format_usd(cost.per(totals["count"])) if cost and cost.usd is not None else "",
+                 cost_rows=cost_rows,
                  tasks_query=urlencode(keep(request.GET)),
                  config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
                          "tasks": reverse("tasks"), "params": keep(request.GET)})
@@ -150,6 +174,9 @@ def task_list(request):
         try:
             tasks, next_cursor = selectors.task_list(project=project, filters=filters, limit=PAGE_SIZE,
                                                      cursor=request.GET.get("cursor", ""), sort=sort)
+            found = costs.task_costs(tasks=tasks)
+            for t in tasks:
+                t.cost = found[t.pk]
         except FilterError as exc:
             error = str(exc)
     params = keep(request.GET, TASK_PARAMS + ("sort",))
@@ -172,7 +199,10 @@ def task_detail(request, task_id: str):
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
     base = reverse("task-detail", args=[task.task_id])
+    session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
+                                   if task.session_id else (0, None))
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
+                 cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=findings, possible_findings=any(not f.is_counted for f in findings),
                  whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],

@@ -10,9 +10,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analysis.access import request_project
+from analysis.costs import release_costs
 from analysis.filters import FilterError
 from analysis.releases.compare import (
     UnknownRelease,
+    compared_tasks,
     parse_compare_filters,
     parse_threshold,
     release_compare,
@@ -67,7 +69,9 @@ class ReleaseCompareView(APIView):
                                          filters=filters, threshold_pct=threshold_pct, alpha=alpha)
         except (FilterError, UnknownRelease) as exc:
             raise _bad_request(str(exc)) from None
-        return Response(ReleaseComparisonSerializer(comparison.report).data)
+        cost = release_costs(tasks=compared_tasks(project=project, releases=[params["a"].strip(), params["b"].strip()],
+                                                  filters=filters), a=params["a"].strip(), b=params["b"].strip())
+        return Response(ReleaseComparisonSerializer({**comparison.report, "cost": cost}).data)
 
 
 class ReleaseListView(APIView):

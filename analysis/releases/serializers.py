@@ -149,6 +149,10 @@ class ReleaseComparisonSerializer(serializers.Serializer):
     budget = BudgetRowSerializer(many=True)
     findings = FindingRateSerializer(many=True)
     whatif = WhatIfRowSerializer(many=True)
+    cost = serializers.JSONField(
+        help_text="token cost (analysis/costs.py): per task and per LLM step for a and b in US dollars, their "
+                  "deltas, unpriced LLM steps and models, and per LLM step group (kind:name) the cost per task and "
+                  "per call; null where no price applies")
 
 
 class SparkPointSerializer(serializers.Serializer):

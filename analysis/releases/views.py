@@ -11,12 +11,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
 
+from analysis import costs
 from analysis.access import project_for_user
 from analysis.filters import FilterError
 from analysis.releases import charts, stats
 from analysis.releases.compare import (
     CompareFilters,
     UnknownRelease,
+    compared_tasks,
     parse_compare_filters,
     parse_threshold,
     release_compare,
@@ -128,7 +130,7 @@ def release_compare_page(request):
     names = release_names(project=project) if project else []
     a = params.get("a", "").strip() or (names[1] if len(names) > 1 else "")
     b = params.get("b", "").strip() or (names[0] if names else "")
-    report, figures = None, None
+    report, figures, cost = None, None, None
     if project and not error and a and b:
         try:
             comparison = release_compare(project=project, a=a, b=b, filters=filters,
@@ -138,6 +140,11 @@ def release_compare_page(request):
         else:
             report = comparison.report
             _present(report)
+            cost = costs.release_costs(tasks=compared_tasks(project=project, releases=[a, b], filters=filters),
+                                       a=a, b=b)
+            latency = {r["key"]: r["contribution_ms"] for r in report["attribution"]["steps"]}
+            for row in cost["steps"]:
+                row["latency_delta_ms"] = latency.get(row["key"])
             series = [("a", a, comparison.durations[a]), ("b", b, comparison.durations[b])]
             figures = {
                 "ecdf": charts.ecdf_figure(series),
@@ -145,7 +152,7 @@ def release_compare_page(request):
                 "contribution": charts.contribution_figure(report["attribution"]["steps"]),
             }
     context = {
-        "project": project, "error": error, "report": report, "figures": figures,
+        "project": project, "error": error, "report": report, "figures": figures, "cost": cost,
         "a": a, "b": b, "release_names": names, "filters": filters,
         "threshold_pct": threshold_pct, "alpha": alpha,
         "level_text": f"{100 * stats.interval_level(alpha):g}%",
