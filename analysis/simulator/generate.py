@@ -12,6 +12,11 @@ never reshuffles another):
    device inside the window is slowed, and labelled.
 3. Tasks: a plan (turns, tool calls, arguments, token counts) is drawn, the chosen problems
    are applied to the plan, then it is laid out in time: LLM turn → tool calls → LLM turn…
+   How dependencies show depends on `dependencies`: "declared" (each turn of a chain agent
+   runs its calls one after another, and every step lists what it consumed in `depends_on`)
+   or "evidence", the default (evidence.py wires the plan first: calls get results, dependent
+   calls quote earlier results, agent code chains follow-ups; steps carry call ids and results
+   and never `depends_on`, and the calls of one response run concurrently).
 4. Telemetry: each device's readings, consistent with the LLM steps it served and its
    windows (see devices.py).
 
@@ -27,11 +32,11 @@ written to a file by the command.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.simulator.calls import Call, Turn, canonical, equivalent_variant, unique_args
 from analysis.simulator.catalog import (
     AGENTS,
     CACHE_SPEEDUP,
@@ -41,6 +46,7 @@ from analysis.simulator.catalog import (
     Tool,
 )
 from analysis.simulator.devices import SimDevice, Window, device_samples, make_devices
+from analysis.simulator.evidence import result_text, wire
 
 KINDS = ("slow_step", "repeated_tool_call", "serial_gap", "parallelizable_calls", "context_growth",
          "hardware_queueing", "hardware_throttling")
@@ -64,6 +70,11 @@ HW_MIN_EXTRA_RATIO = 0.2
 PARALLEL_MIN_WASTE_MS = 150.0  # expected sum − max of an injected serial group
 ERROR_RATE = 0.012
 TIMEOUT_RATE = 0.004
+# Evidence mode: share of tasks whose LLM steps do not report the calls their response
+# requested (instrumentations that do not capture output messages; in OpenTelemetry's GenAI
+# conventions message content is opt-in). Their tool steps still carry call ids and results.
+UNREPORTED_CALL_IDS_RATE = 0.25
+DEPENDENCY_MODES = ("evidence", "declared")
 
 _ERRORS = ["HTTP 503 from upstream: service unavailable", "HTTP 429 from upstream: rate limited",
            "ValidationError: field 'id' not found", "ConnectionResetError: peer closed connection"]
@@ -79,6 +90,9 @@ class SimulationConfig:
     devices: tuple[tuple[str, int], ...] = (("gpu", 2), ("dmatrix", 2), ("groq", 2))
     anomaly_rate: float = 0.15
     environment: str = "production"
+    # "evidence": dependencies show only through results and call ids, as real agents show
+    # them (evidence.py); "declared": every step says what it consumed in `depends_on`.
+    dependencies: str = "evidence"
 
 
 @dataclass
@@ -87,6 +101,9 @@ class Simulation:
     samples: list[dict]
     labels: list[dict]
     step_count: int = 0
+    # Evidence mode's ground truth, like the labels never sent: per task, {step id: the step
+    # ids whose results its arguments quote}.
+    dependencies: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def events(self, *, chunk: int):
         """Native events in batches of about `chunk` (a task and its steps stay together)."""
@@ -119,27 +136,6 @@ class Simulation:
 
 
 @dataclass
-class Call:
-    tool: Tool
-    args: object
-    result_tokens: int
-    slow_factor: float = 1.0
-    status: str = "ok"
-    repeat_of: Call | None = None
-    step_id: str = ""
-    start_ms: float = 0.0
-    end_ms: float = 0.0
-
-
-@dataclass
-class Turn:
-    output_tokens: int
-    calls: list[Call] = field(default_factory=list)
-    serial: bool = False  # independent calls run one after another (injected)
-    gap_before_ms: float = 0.0  # injected stall before this turn's LLM step
-
-
-@dataclass
 class Arrival:
     index: int
     start_ms: float
@@ -152,30 +148,6 @@ class Arrival:
 
 def _hex(*parts: object, n: int) -> str:
     return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=n // 2).hexdigest()
-
-
-def _canonical(args: object) -> str:
-    """Arguments compared the way the product compares them: key order, JSON spacing and runs
-    of whitespace in strings do not matter."""
-    if isinstance(args, str):
-        args = json.loads(args)
-    if isinstance(args, dict):
-        args = {k: " ".join(v.split()) if isinstance(v, str) else v for k, v in args.items()}
-    return json.dumps(args, sort_keys=True)
-
-
-def _equivalent_variant(args: dict, rng: np.random.Generator) -> object:
-    """The same arguments written differently: keys reordered, a JSON string with other
-    spacing, or extra whitespace inside string values — what frameworks really send."""
-    reordered = dict(reversed(list(args.items())))
-    how = int(rng.integers(0, 3))
-    if how == 0 and list(reordered) != list(args):
-        return reordered
-    if how == 2:
-        spaced = {k: (f" {v.replace(' ', '  ')} " if isinstance(v, str) else v) for k, v in reordered.items()}
-        if spaced != args:
-            return spaced
-    return json.dumps(reordered, indent=int(rng.integers(1, 4)))
 
 
 def _plan(rng: np.random.Generator, agent: Agent, kinds: tuple[str, ...]) -> list[Turn]:
@@ -198,7 +170,7 @@ def _plan(rng: np.random.Generator, agent: Agent, kinds: tuple[str, ...]) -> lis
             tools = [agent.tools[int(j)] for j in rng.choice(len(agent.tools), size=n_calls, replace=False)]
         else:
             tools = [agent.tools[int(j)] for j in rng.integers(0, len(agent.tools), size=n_calls)]
-        calls = [Call(tool, _unique_args(rng, tool, seen), _result_tokens(rng, growth)) for tool in tools]
+        calls = [Call(tool, unique_args(rng, tool, seen), _result_tokens(rng, growth)) for tool in tools]
         turns.append(Turn(output_tokens=int(rng.integers(20, 120)) + 15 * n_calls, calls=calls))
     return turns
 
@@ -206,19 +178,6 @@ def _plan(rng: np.random.Generator, agent: Agent, kinds: tuple[str, ...]) -> lis
 def _call_weights(n: int) -> list[float]:
     weights = [0.5, 0.3, 0.2][:n]
     return [w / sum(weights) for w in weights]
-
-
-def _unique_args(rng: np.random.Generator, tool: Tool, seen: set[str]) -> dict:
-    """Arguments no earlier call of this tool in the task used: normal traffic never repeats."""
-    for attempt in range(20):
-        args = tool.args(rng)
-        if attempt >= 10:
-            args["page"] = attempt
-        key = tool.name + _canonical(args)
-        if key not in seen:
-            seen.add(key)
-            return args
-    raise RuntimeError(f"could not draw fresh arguments for {tool.name}")
 
 
 def _result_tokens(rng: np.random.Generator, growth: bool) -> int:
@@ -239,25 +198,25 @@ def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tu
         if not candidates:
             turn = tool_turns[int(rng.integers(0, len(tool_turns)))]
             spare = [tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}]
-            seen = {c.tool.name + _canonical(c.args) for t in turns for c in t.calls}
+            seen = {c.tool.name + canonical(c.args) for t in turns for c in t.calls}
             for tool in spare[: int(rng.integers(1, 3))]:
-                turn.calls.append(Call(tool, _unique_args(rng, tool, seen), turn.calls[0].result_tokens))
+                turn.calls.append(Call(tool, unique_args(rng, tool, seen), turn.calls[0].result_tokens))
             candidates = [turn]
         turn = candidates[int(rng.integers(0, len(candidates)))]
         turn.serial = True
         # Make it a problem worth the name: add calls until serialising them costs ≥ 150 ms.
-        seen = {c.tool.name + _canonical(c.args) for t in turns for c in t.calls}
+        seen = {c.tool.name + canonical(c.args) for t in turns for c in t.calls}
         spare = sorted((tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}),
                        key=lambda tool: -tool.median_ms)
         while spare and _serial_waste(turn) < PARALLEL_MIN_WASTE_MS:
             tool = spare.pop(0)
-            turn.calls.append(Call(tool, _unique_args(rng, tool, seen), turn.calls[0].result_tokens))
+            turn.calls.append(Call(tool, unique_args(rng, tool, seen), turn.calls[0].result_tokens))
         marks["parallelizable_calls"] = turn
     if "repeated_tool_call" in kinds:
         i = int(rng.integers(0, len(tool_turns) - 1))
         j = int(rng.integers(i + 1, len(tool_turns)))
         original = tool_turns[i].calls[int(rng.integers(0, len(tool_turns[i].calls)))]
-        repeat = Call(original.tool, _equivalent_variant(original.args, rng), original.result_tokens,
+        repeat = Call(original.tool, equivalent_variant(original.args, rng), original.result_tokens,
                       repeat_of=original)
         tool_turns[j].calls.append(repeat)
         marks["repeated_tool_call"] = repeat
@@ -281,6 +240,8 @@ def simulate(config: SimulationConfig) -> Simulation:
         raise ValueError("tasks: must be 0 or more")
     if config.end_ms - config.start_ms < 3_600_000:
         raise ValueError("the simulated period must be at least one hour long")
+    if config.dependencies not in DEPENDENCY_MODES:
+        raise ValueError(f"dependencies: one of {', '.join(DEPENDENCY_MODES)}")
     rng = np.random.default_rng([config.seed, 0])
     devices = make_devices(config.devices, rng)
     if not devices:
@@ -289,11 +250,15 @@ def simulate(config: SimulationConfig) -> Simulation:
     _open_windows(arrivals, rng)
     tasks: list[list[dict]] = []
     labels: list[dict] = []
+    dependencies: dict[str, dict[str, list[str]]] = {}
     step_count = 0
     for arrival in arrivals:
-        events, task_labels = _task(config, arrival, np.random.default_rng([config.seed, 1, arrival.index]))
+        events, task_labels, task_dependencies = _task(config, arrival,
+                                                       np.random.default_rng([config.seed, 1, arrival.index]))
         tasks.append(events)
         labels.extend(task_labels)
+        if task_dependencies:
+            dependencies[events[0]["task_id"]] = task_dependencies
         step_count += len(events) - 1
     samples = []
     for i, device in enumerate(devices):
@@ -302,7 +267,7 @@ def simulate(config: SimulationConfig) -> Simulation:
         samples.extend({"type": "resource", "device": device.name, "vendor": device.model.vendor,
                         "hardware": device.model.hardware, "ts": _ns(t), "metrics": metrics}
                        for t, metrics in readings)
-    return Simulation(tasks=tasks, samples=samples, labels=labels, step_count=step_count)
+    return Simulation(tasks=tasks, samples=samples, labels=labels, step_count=step_count, dependencies=dependencies)
 
 
 def _arrivals(config: SimulationConfig, devices: list[SimDevice], rng: np.random.Generator) -> list[Arrival]:
@@ -394,8 +359,10 @@ def _median_ms(tool: Tool, release: int) -> float:
     return median
 
 
-def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
-    """One task's events (task, root step, steps in time order) and its labels."""
+def _task(config: SimulationConfig, a: Arrival,
+          rng: np.random.Generator) -> tuple[list[dict], list[dict], dict[str, list[str]]]:
+    """One task's events (task, root step, steps in time order), its labels and (evidence
+    mode) its dependencies."""
     turns = _plan(rng, a.agent, a.kinds)
     marks = _inject(rng, a.agent, turns, a.kinds)
     status = "ok"
@@ -413,7 +380,15 @@ def _task(config: SimulationConfig, a: Arrival, rng: np.random.Generator) -> tup
                 call.status = "error"  # the agent reads the error and carries on
                 if len(turns) >= 2 and turn is turns[-2] and status == "ok" and rng.random() < 0.5:
                     status = "error"
-    return _Timeline(config, a, rng).run(turns, status)
+    timeline = _Timeline(config, a, rng)
+    if config.dependencies == "evidence":
+        # Its own generator: the plan above draws exactly what declared mode draws.
+        evidence_rng = np.random.default_rng([config.seed, 3, a.index])
+        timeline.call_ids_reported = bool(evidence_rng.random() >= UNREPORTED_CALL_IDS_RATE)
+        growth = "context_growth" in a.kinds
+        wire(evidence_rng, a.agent, turns, result_tokens=lambda: _result_tokens(evidence_rng, growth))
+    events, labels = timeline.run(turns, status)
+    return events, labels, timeline.dependencies
 
 
 class _Timeline:
@@ -433,6 +408,10 @@ class _Timeline:
         self.hw_hits: dict[str, list[tuple[str, float]]] = {}
         self.previous_tools: list[str] = []
         self.last_step_id = ""
+        self.evidence = config.dependencies == "evidence"
+        self.call_ids_reported = True
+        self.calls_issued = 0
+        self.dependencies: dict[str, list[str]] = {}
 
     def next_id(self) -> str:
         self.counter += 1
@@ -495,6 +474,8 @@ class _Timeline:
                 "input_tokens": context, "output_tokens": turn.output_tokens, "cached_tokens": cached,
                 "ttft_ms": round(ttft, 3), "streamed": True, "depends_on": self.previous_tools,
                 "attributes": {"gen_ai.system": hw.vendor, "turn": len(self.llm_steps) + 1}}
+        if self.evidence:
+            self.show_requested_calls(step, turn)
         self.steps.append(step)
         self.llm_steps.append(step)
         device.llm_steps.append((t, t + duration))
@@ -510,10 +491,12 @@ class _Timeline:
         return step_id, t + duration
 
     def tool_calls(self, issued: float, turn: Turn) -> float:
-        """The turn's calls: concurrent, chained (each consuming the previous), or — injected —
-        independent but one after another. Returns when the last one ends."""
+        """The turn's calls: concurrent, chained (declared mode: each consuming the previous;
+        evidence mode: follow-ups agent code runs on a result), or — injected — independent but
+        one after another. Returns when the last one ends."""
         rng = self.rng
         self.previous_tools = []
+        requested = 0  # evidence mode: this call's position among those the response requested
         for n, call in enumerate(turn.calls):
             call.step_id = self.next_id()
             median = _median_ms(call.tool, self.a.release_index)
@@ -526,7 +509,10 @@ class _Timeline:
             else:
                 dur = median * float(rng.lognormal(0.0, call.tool.sigma))
             depends_on: list[str] = []
-            if self.agent.pattern == "chain" and n > 0:
+            if self.evidence:
+                start = self.evidence_start(call, turn, n, requested, issued)
+                requested += call.requested
+            elif self.agent.pattern == "chain" and n > 0:
                 start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
                 depends_on = [turn.calls[n - 1].step_id]
             elif turn.serial and n > 0:
@@ -543,6 +529,8 @@ class _Timeline:
                 step["error"] = _ERRORS[int(rng.integers(0, len(_ERRORS)))]
             elif call.status == "timeout":
                 step["error"] = f"tool call timed out after {call.tool.timeout_ms / 1000:g} s"
+            if self.evidence:
+                self.show_result(step, call)
             self.steps.append(step)
             self.previous_tools.append(call.step_id)
             self.context += call.result_tokens
@@ -554,8 +542,43 @@ class _Timeline:
         self.last_step_id = last.step_id
         if turn.serial:
             durations = [c.end_ms - c.start_ms for c in turn.calls]
-            self.label("parallelizable_calls", [c.step_id for c in turn.calls], sum(durations) - max(durations))
+            extra = {"tool_call_ids_reported": self.call_ids_reported} if self.evidence else {}
+            self.label("parallelizable_calls", [c.step_id for c in turn.calls], sum(durations) - max(durations),
+                       **extra)
         return last.end_ms
+
+    # --- evidence mode: what real agents show instead of depends_on --------------------------
+
+    def show_requested_calls(self, step: dict, turn: Turn) -> None:
+        """Call ids for the turn's calls; the LLM step lists those its response requested
+        (not the follow-ups agent code runs), when the instrumentation reports them."""
+        del step["depends_on"]
+        for call in turn.calls:
+            self.calls_issued += 1
+            call.call_id = "call_" + _hex(self.task_id, "call", self.calls_issued, n=24)
+        requested = [c.call_id for c in turn.calls if c.requested]
+        if requested and self.call_ids_reported:
+            step["tool_call_ids"] = requested
+
+    def evidence_start(self, call: Call, turn: Turn, n: int, requested: int, issued: float) -> float:
+        rng = self.rng
+        if call.after is not None:
+            # Agent code dispatches the follow-up as soon as the result it reads is in.
+            return call.after.end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+        if turn.serial and requested > 0:
+            return turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+        # Frameworks dispatch the calls of one response together: overlapping, a little skew.
+        return issued + requested * float(rng.uniform(0.3, 3.0))
+
+    def show_result(self, step: dict, call: Call) -> None:
+        del step["depends_on"]
+        step["tool_call_id"] = call.call_id
+        if call.status == "ok":
+            step["tool_result"] = result_text(call.result)
+        elif call.status == "error":
+            step["tool_result"] = step["error"]  # what the framework hands back to the model
+        if call.sources:
+            self.dependencies[call.step_id] = [s.step_id for s in call.sources]
 
     def task_labels(self) -> None:
         if "context_growth" in self.a.kinds:

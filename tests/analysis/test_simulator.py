@@ -1,9 +1,11 @@
 """The workload simulator: every injected problem is really in the data, normal traffic does not
-look like one, a seed reproduces the data, labels never reach the product, and HTTP mode stores
-what in-process mode stores."""
+look like one, a seed reproduces the data, labels never reach the product, HTTP mode stores
+what in-process mode stores, and (evidence mode, the default) dependencies show only the way
+real agents show them: through results and call ids, never `depends_on`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import defaultdict
@@ -37,6 +39,20 @@ def sim():
 
 @pytest.fixture(scope="module")
 def data(sim):
+    return index(sim)
+
+
+@pytest.fixture(scope="module")
+def declared_sim():
+    return simulate(config(dependencies="declared"))
+
+
+@pytest.fixture(scope="module")
+def declared(declared_sim):
+    return index(declared_sim)
+
+
+def index(sim) -> dict:
     """Steps by task, labels by kind, labelled task ids, samples by device."""
     steps = {}
     tasks = {}
@@ -177,7 +193,8 @@ def test_a_serial_gap_is_real_idle_time_and_normal_gaps_stay_small(data):
     assert max(normal) < 250
 
 
-def test_parallelizable_calls_run_one_after_another_with_no_dependency(data):
+def test_declared_mode_parallelizable_calls_run_one_after_another_and_chains_say_what_they_consume(declared):
+    data = declared
     for label in data["labels"]["parallelizable_calls"]:
         calls = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
         assert len(calls) >= 2 and all(c["depends_on"] == [] for c in calls)
@@ -203,6 +220,275 @@ def test_parallelizable_calls_run_one_after_another_with_no_dependency(data):
                 assert b["started_at"] < a["ended_at"], (a, b)
                 checked_parallel += 1
     assert checked_parallel > 50 and checked_chain > 50
+
+
+# --- evidence mode: dependencies shown the way real agents show them ------------------------
+
+
+def turns(steps: dict) -> list[tuple[dict, list[dict]]]:
+    """(LLM step, the tool calls that ran after it and before the next LLM step), in order."""
+    out: list[tuple[dict, list[dict]]] = []
+    for s in work_steps(steps):
+        if s["kind"] == "llm":
+            out.append((s, []))
+        elif out:
+            out[-1][1].append(s)
+    return out
+
+
+def strings(value) -> list[str]:
+    """Every string in arguments or a result (arguments may come as a JSON string), as a
+    detector compares them: surrounding whitespace does not count."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return [value.strip()]
+        return strings(parsed) if not isinstance(parsed, str) else [value.strip()]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in strings(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in strings(v)]
+    return []
+
+
+def linking(value) -> set[str]:
+    """Values a detector could read as a link between two calls: 8 characters, or 6 with a
+    digit (broad on purpose, so that accidents would show)."""
+    return {s for s in strings(value) if len(s) >= 8 or (len(s) >= 6 and any(c.isdigit() for c in s))}
+
+
+def ids(value) -> set[str]:
+    """The narrow kind: ids, paths, URLs — at least 7 characters with letters and digits."""
+    return {s for s in strings(value) if len(s) >= 7 and any(c.isdigit() for c in s) and any(c.isalpha() for c in s)}
+
+
+def trivial(step: dict) -> set:
+    """The values that prove nothing when two calls share them: booleans, small numbers,
+    short codes ("en", "EUR")."""
+    def scalars(value):
+        if isinstance(value, dict):
+            return [x for v in value.values() for x in scalars(v)]
+        if isinstance(value, list):
+            return [x for v in value for x in scalars(v)]
+        return [value]
+    args = json.loads(step["tool_args"]) if isinstance(step["tool_args"], str) else step["tool_args"]
+    result = json.loads(step["tool_result"]) if step.get("status") == "ok" and "tool_result" in step else {}
+    return {json.dumps(v) for v in scalars(args) + scalars(result)
+            if isinstance(v, bool) or (isinstance(v, int) and 0 <= v < 10) or (isinstance(v, str) and len(v) <= 3)}
+
+
+def lineage(dependencies: dict, step_id: str) -> set[str]:
+    """Every step whose result reached this one, directly or through others."""
+    out, stack = set(), list(dependencies.get(step_id, ()))
+    while stack:
+        d = stack.pop()
+        if d not in out:
+            out.add(d)
+            stack.extend(dependencies.get(d, ()))
+    return out
+
+
+def repeats(data) -> dict[str, str]:
+    """repeat step id → the step it repeats."""
+    return {lab["step_ids"][1]: lab["step_ids"][0] for lab in data["labels"]["repeated_tool_call"]}
+
+
+def reported(steps: dict) -> bool:
+    return any("tool_call_ids" in s for s in steps.values())
+
+
+def test_the_same_seed_gives_identical_data_in_both_dependency_modes(sim, declared_sim):
+    again = simulate(config())
+    assert again.tasks == sim.tasks and again.labels == sim.labels and again.dependencies == sim.dependencies
+    assert simulate(config(dependencies="declared")).tasks == declared_sim.tasks
+    # The same workload either way: the same tasks, agents, releases and injected problems.
+    assert [e[0]["task_id"] for e in sim.tasks] == [e[0]["task_id"] for e in declared_sim.tasks]
+    assert sorted((lab["task_id"], lab["kind"]) for lab in sim.labels if lab["kind"] not in KINDS[-2:]) == \
+        sorted((lab["task_id"], lab["kind"]) for lab in declared_sim.labels if lab["kind"] not in KINDS[-2:])
+    with pytest.raises(ValueError, match="dependencies: one of evidence, declared"):
+        simulate(config(dependencies="guessed"))
+
+
+def test_declared_mode_is_what_it_was(declared_sim, declared):
+    """Byte for byte the structure it had before evidence mode existed (seed 5, 150 tasks),
+    timings aside; every step says what it consumed, and nothing more."""
+    small = simulate(config(tasks=150, dependencies="declared"))
+    shape = [[(e.get("step_id"), e.get("kind"), e.get("name"), e.get("status"), e.get("depends_on"), e.get("tool_args"))
+              for e in events] for events in small.tasks]
+    labels = [(lab["task_id"], lab["kind"], lab["step_ids"]) for lab in small.labels]
+    digest = hashlib.sha256(json.dumps([shape, labels], sort_keys=True).encode()).hexdigest()
+    assert digest == "1df7b9f9eb78a87c6ec45db194c92e3e0b2926f2ddae3a122a7d86c366c5c62d"
+    assert declared_sim.dependencies == {}
+    for steps in declared["steps"].values():
+        for s in work_steps(steps):
+            assert "depends_on" in s and not {"tool_call_ids", "tool_call_id", "tool_result"} & set(s)
+
+
+def test_evidence_mode_never_sends_depends_on(sim, data):
+    assert all("depends_on" not in e for events in sim.tasks for e in events)
+    assert sum(len(d) for d in sim.dependencies.values()) > 300  # the dependencies are there all the same
+
+
+def test_every_tool_step_carries_its_call_id_and_a_result(data):
+    call_ids = []
+    for steps in data["steps"].values():
+        for s in work_steps(steps):
+            if s["kind"] == "llm":
+                assert "tool_call_id" not in s and "tool_result" not in s
+                continue
+            call_ids.append(s["tool_call_id"])
+            assert s["tool_call_id"].startswith("call_")
+            if s["status"] == "ok":
+                assert isinstance(json.loads(s["tool_result"]), dict) and len(s["tool_result"]) < 1000
+            elif s["status"] == "error":
+                assert s["tool_result"] == s["error"]  # what the framework hands back to the model
+            else:
+                assert "tool_result" not in s  # timed out: nothing came back
+    assert len(call_ids) == len(set(call_ids))
+
+
+def test_every_dependency_shows_as_an_id_quoted_from_the_earlier_result(sim, data):
+    checked = 0
+    for task_id, dependencies in sim.dependencies.items():
+        steps = data["steps"][task_id]
+        for step_id, sources in dependencies.items():
+            step = steps[step_id]
+            for source_id in sources:
+                source = steps[source_id]
+                assert source["status"] == "ok" and source["ended_at"] <= step["started_at"]
+                assert ids(step["tool_args"]) & {v for v in ids(step["tool_args"]) if v in source["tool_result"]}, \
+                    (step["tool_args"], source["tool_result"])
+                checked += 1
+    assert checked > 300
+
+
+def test_no_call_quotes_a_result_it_does_not_depend_on(sim, data):
+    """Within a turn, calls that do not depend on each other share no distinctive value; across
+    the task, no call's arguments carry a value of an earlier result it did not read. Only
+    trivial values (true, "en", "EUR", small numbers) are shared, and they are, as in real APIs."""
+    again = repeats(data)
+    trivially_shared = 0
+    for task_id, steps in data["steps"].items():
+        dependencies = sim.dependencies.get(task_id, {})
+
+        def related(a: dict, b: dict, dependencies=dependencies) -> bool:
+            """b read a's result, or a's original's (a repeat returns what its original did);
+            a repeat and its original count as one call."""
+            a_ids = {a["step_id"]} | ({again[a["step_id"]]} if a["step_id"] in again else set())
+            b_ids = {b["step_id"]} | ({again[b["step_id"]]} if b["step_id"] in again else set())
+            reach = set().union(*(lineage(dependencies, i) for i in b_ids))
+            return bool(a_ids & (reach | b_ids))
+
+        calls = [s for s in work_steps(steps) if s["kind"] != "llm"]
+        for i, b in enumerate(calls):
+            for a in calls[:i]:
+                if a.get("tool_result") and a["ended_at"] <= b["started_at"] and not related(a, b):
+                    assert not {v for v in linking(b["tool_args"]) if v in a["tool_result"]}, (a, b)
+        for _, turn_calls in turns(steps):
+            for i, b in enumerate(turn_calls):
+                for a in turn_calls[:i]:
+                    if related(a, b) or related(b, a):
+                        continue
+                    a_text = json.dumps(a["tool_args"]) + a.get("tool_result", "")
+                    b_text = json.dumps(b["tool_args"]) + b.get("tool_result", "")
+                    assert not linking(a["tool_args"]) & linking(b["tool_args"]), (a, b)
+                    assert not any(v in b_text for v in linking(a["tool_args"])), (a, b)
+                    assert not any(v in a_text for v in linking(b["tool_args"])), (a, b)
+                    trivially_shared += bool(trivial(a) & trivial(b))
+    assert trivially_shared > 50
+
+
+def test_the_calls_a_response_requested_carry_its_ids_and_follow_ups_of_agent_code_do_not(sim, data):
+    with_ids = follow_ups = calling = 0
+    for task_id, steps in data["steps"].items():
+        dependencies = sim.dependencies.get(task_id, {})
+        calling += any(s.get("tool_name") for s in steps.values())
+        if not reported(steps):
+            for llm, turn_calls in turns(steps):
+                assert "tool_call_ids" not in llm and all(c["tool_call_id"] for c in turn_calls)
+            continue
+        with_ids += 1
+        for llm, turn_calls in turns(steps):
+            requested = llm.get("tool_call_ids", [])
+            assert len(requested) == len(set(requested))
+            assert bool(requested) == bool(turn_calls)  # the final answer requests nothing
+            by_id = {c["tool_call_id"]: c for c in turn_calls}
+            assert set(requested) <= set(by_id)
+            for call in turn_calls:
+                if call["tool_call_id"] in requested:
+                    continue
+                # Not requested by the model: agent code ran it on a result of this very turn.
+                follow_ups += 1
+                sources = [by_id[c] for c in requested if by_id[c]["step_id"] in dependencies.get(call["step_id"], ())]
+                assert len(sources) == 1 and sources[0]["ended_at"] <= call["started_at"]
+    assert 0.7 < with_ids / calling < 0.8  # a quarter of instrumentations do not capture them
+    assert follow_ups > 100
+
+
+def test_calls_requested_together_run_concurrently_unless_the_turn_was_serialised(data):
+    serialised = {i for lab in data["labels"]["parallelizable_calls"] for i in lab["step_ids"]}
+    concurrent = 0
+    for steps in data["steps"].values():
+        if not reported(steps):
+            continue
+        for llm, turn_calls in turns(steps):
+            requested = [c for c in turn_calls if c["tool_call_id"] in llm.get("tool_call_ids", [])]
+            if len(requested) < 2:
+                continue
+            starts = [ms(c["started_at"]) for c in requested]
+            if requested[0]["step_id"] in serialised:
+                assert all(b["started_at"] >= a["ended_at"] for a, b in zip(requested, requested[1:], strict=False))
+            else:
+                # Dispatched together, as frameworks do: a little skew, then they overlap.
+                assert max(starts) - min(starts) < 10 and max(starts) < min(ms(c["ended_at"]) for c in requested)
+                concurrent += 1
+    assert concurrent > 200
+
+
+def test_dependent_calls_come_in_a_later_turn_or_chained_in_the_same_one(sim, data):
+    """Both shapes real agents produce: the model read the result and asked again, or agent code
+    ran a follow-up at once. The same-turn chain runs one after another like a serialised turn,
+    and is never labelled parallelizable: it depends on what it follows."""
+    serialised = {i for lab in data["labels"]["parallelizable_calls"] for i in lab["step_ids"]}
+    shapes = defaultdict(int)
+    for task_id, dependencies in sim.dependencies.items():
+        steps = data["steps"][task_id]
+        turn_of = {c["step_id"]: n for n, (_, turn_calls) in enumerate(turns(steps)) for c in turn_calls}
+        for step_id, sources in dependencies.items():
+            for source_id in sources:
+                if turn_of[step_id] == turn_of[source_id]:
+                    shapes["same turn", data["tasks"][task_id]["name"]] += 1
+                    assert step_id not in serialised and source_id not in serialised
+                    step, source = steps[step_id], steps[source_id]
+                    assert 0 <= ms(step["started_at"]) - ms(source["ended_at"]) < 100
+                else:
+                    assert turn_of[step_id] > turn_of[source_id]
+                    shapes["later turn", data["tasks"][task_id]["name"]] += 1
+    for agent in AGENTS:
+        assert shapes["later turn", agent.name] > 10, agent.name
+        if agent.code_chains:
+            assert shapes["same turn", agent.name] > 10, agent.name
+
+
+def test_parallelizable_labels_name_independent_calls_of_one_response_run_one_after_another(sim, data):
+    seen = set()
+    for label in data["labels"]["parallelizable_calls"]:
+        steps = data["steps"][label["task_id"]]
+        calls = [steps[i] for i in label["step_ids"]]
+        dependencies = sim.dependencies.get(label["task_id"], {})
+        assert len(calls) >= 2 and not any(set(dependencies.get(c["step_id"], ())) & set(label["step_ids"]) for c in calls)
+        assert all(b["started_at"] >= a["ended_at"] for a, b in zip(calls, calls[1:], strict=False))
+        llm = [llm for llm, turn_calls in turns(steps) if calls[0] in turn_calls][0]
+        # A label says what was injected, whether or not the trace shows which calls the
+        # response requested: without call ids a detector can only call it possible.
+        assert label["tool_call_ids_reported"] == reported(steps)
+        if label["tool_call_ids_reported"]:
+            assert [c["tool_call_id"] for c in calls] == llm["tool_call_ids"]
+        else:
+            assert "tool_call_ids" not in llm
+        seen.add(label["tool_call_ids_reported"])
+    assert seen == {True, False}
 
 
 def test_context_growth_makes_input_tokens_and_ttft_climb(data):
@@ -302,7 +588,7 @@ def _step_rows(project):
     return sorted(Step.objects.filter(project=project).values_list(
         "task__task_id", "step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "status",
         "error", "depends_on", "model", "device", "input_tokens", "output_tokens", "cached_tokens", "ttft_ms",
-        "tool_name", "tool_args", "attributes"))
+        "tool_name", "tool_args", "tool_result", "tool_call_id", "tool_call_ids", "attributes"))
 
 
 def _sample_rows(project):
@@ -327,17 +613,34 @@ def test_simulate_stores_through_ingest_and_labels_never_reach_the_database(db, 
     markers = [*KINDS, "magnitude", "verdict", "injected", "anomal"]
     text_fields = Q()
     for marker in markers:
-        text_fields |= Q(attributes__icontains=marker) | Q(name__icontains=marker) | Q(error__icontains=marker)
+        text_fields |= (Q(attributes__icontains=marker) | Q(name__icontains=marker) | Q(error__icontains=marker)
+                        | Q(tool_result__icontains=marker))
     assert not Step.objects.filter(project=project).filter(text_fields).exists()
     for marker in markers:
         assert not Task.objects.filter(project=project, attributes__icontains=marker).exists()
         assert not Step.objects.filter(project=project, tool_args__icontains=marker).exists()
         assert not ResourceSample.objects.filter(project=project, extra__icontains=marker).exists()
+    # Evidence mode by default: call ids and results stored, no dependency stated.
+    steps = Step.objects.filter(project=project)
+    assert not steps.exclude(depends_on=[]).exists()
+    assert steps.filter(kind="llm").exclude(tool_call_ids=[]).exists()
+    assert not steps.filter(kind__in=["tool", "retrieval"], tool_call_id="").exists()
+    assert steps.filter(kind__in=["tool", "retrieval"], status="ok", tool_result="").count() == 0
+    assert "Dependencies: evidence." in out.out
     # Running it again updates in place: same ids, no duplicates.
     before = Step.objects.filter(project=project).count()
     call_command("simulate", project="sim", tasks=80, since="1d", until=UNTIL, seed=3, anomaly_rate=0.5,
                  devices="gpu:1,dmatrix:1,groq:1", verbosity=0)
     assert Step.objects.filter(project=project).count() == before
+
+
+def test_simulate_declared_sends_depends_on_and_no_call_evidence(db):
+    call_command("simulate", project="declared", tasks=30, since="6h", until=UNTIL, seed=4,
+                 devices="gpu:1", dependencies="declared", verbosity=0)
+    steps = Step.objects.filter(project=Project.objects.get(name="declared"))
+    assert steps.exclude(depends_on=[]).exists()
+    assert not steps.exclude(tool_call_ids=[]).exists() and not steps.exclude(tool_call_id="").exists()
+    assert not steps.exclude(tool_result="").exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -363,6 +666,7 @@ def test_http_mode_stores_exactly_what_in_process_mode_stores(live_server, make_
     ({"until": "yesterday"}, "--until: 'yesterday' is not an RFC 3339 timestamp"),
     ({"url": "http://localhost:1"}, "--url needs --key"),
     ({"labels": "/nonexistent/dir/labels.jsonl"}, "--labels: cannot write"),
+    ({"dependencies": "guessed"}, "--dependencies: one of evidence, declared"),
 ])
 def test_bad_options_are_refused_by_name(db, options, message):
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):

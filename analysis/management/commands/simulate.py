@@ -2,7 +2,9 @@
 send it through the ingest path; `--labels FILE` writes the ground truth (JSON Lines).
 
 In-process by default (the project is created if missing); `--url/--key` posts the same
-native batches to a running server instead. See docs/simulator.md.
+native batches to a running server instead. `--dependencies evidence` (the default) shows
+which call depends on which only the way real agents do, through tool results and call ids;
+`declared` sends `depends_on` as well, for comparison. See docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from analysis.hardware import profile_for
-from analysis.simulator.generate import KINDS, SimulationConfig, simulate
+from analysis.simulator.generate import DEPENDENCY_MODES, KINDS, SimulationConfig, simulate
 from analysis.simulator.sinks import SinkError, post_http, store_in_process
 from ingest.models import Project
 from ingest.services import project_create
@@ -87,6 +89,9 @@ class Command(BaseCommand):
         parser.add_argument("--key", default=None, help="ingest key for --url")
         parser.add_argument("--batch-size", dest="batch_size", type=int, default=5000)
         parser.add_argument("--environment", default="production")
+        parser.add_argument("--dependencies", default="evidence", choices=DEPENDENCY_MODES,
+                            help="evidence (default): dependencies show only through tool results and call "
+                                 "ids, as real agents send them; declared: every step lists them in depends_on")
 
     def handle(self, *args, **o):
         if o["tasks"] < 0:
@@ -97,6 +102,8 @@ class Command(BaseCommand):
             raise CommandError("--batch-size: between 1 and 10000 events")
         if o["url"] and not o["key"]:
             raise CommandError("--url needs --key (an ingest key of the target project)")
+        if o["dependencies"] not in DEPENDENCY_MODES:
+            raise CommandError(f"--dependencies: one of {', '.join(DEPENDENCY_MODES)}")
         if not o["url"] and not o["project"]:
             raise CommandError("--project is required (or --url and --key to send over HTTP)")
         releases = tuple(r.strip() for r in o["releases"].split(",") if r.strip())
@@ -109,7 +116,7 @@ class Command(BaseCommand):
         config = SimulationConfig(
             tasks=o["tasks"], start_ms=since.timestamp() * 1000, end_ms=until.timestamp() * 1000,
             seed=o["seed"], releases=releases, devices=parse_devices(o["devices"]),
-            anomaly_rate=o["anomaly_rate"], environment=o["environment"],
+            anomaly_rate=o["anomaly_rate"], environment=o["environment"], dependencies=o["dependencies"],
         )
 
         started = time.monotonic()
@@ -145,6 +152,7 @@ class Command(BaseCommand):
             f"into {where} in {elapsed:.1f} s (generation {generated:.1f} s, "
             f"{sim.step_count / max(elapsed, 1e-9):,.0f} steps/s)."
         )
+        self.stdout.write(f"Dependencies: {config.dependencies}.")
         self.stdout.write(f"Injected problems: {sum(counts.values())} "
                           + ", ".join(f"{k}={counts[k]}" for k in KINDS))
         if rejected:
