@@ -145,7 +145,8 @@ def analyse(ctx: TaskContext) -> dict:
         "findings": findings,
         "critical_path": path_step_ids(segments),
         "budget": latency_budget(segments, queue_wait_ms=queue_wait),
-        "whatif": whatif_module.project(ctx, segments, findings),
+        # A possible (low-confidence) waste is no saving to promise.
+        "whatif": whatif_module.project(ctx, segments, counted(findings)),
         "wasted_ms": total_wasted(ctx, findings),
     }
 
@@ -177,7 +178,7 @@ def _store(task: Task, result: dict, *, seen_through, claim_token: str) -> None:
         "critical_path": result["critical_path"], "budget": result["budget"], "whatif": result["whatif"],
         "wasted_ms": round(result["wasted_ms"], 3),
         "top_finding": max(totals, key=totals.get) if totals else "",
-        "finding_kinds": sorted({f.kind for f in findings}), "claimed_until": None, "claim_token": "",
+        "finding_kinds": sorted(totals), "claimed_until": None, "claim_token": "",
     }
     with transaction.atomic():
         # The UPDATE locks the row until commit: the claim check and the writes are atomic.

@@ -111,7 +111,8 @@ def _iso_sql(column: str) -> str:
 # StepSerializer's fields after step_id, parent_step_id and depth, in its order.
 _STEP_JSON_FIELDS = ("kind", "name", "started_at", "ended_at", "duration_ms", "status", "error", "depends_on",
                      "model", "provider", "device", "input_tokens", "output_tokens", "cached_tokens", "ttft_ms",
-                     "streamed", "tool_name", "tool_args", "attributes", "events")
+                     "streamed", "tool_name", "tool_args", "tool_result", "tool_call_id", "tool_call_ids",
+                     "attributes", "events")
 _STEP_JSON_SQL = (
     "SELECT step_id, parent_step_id, json_build_object('step_id', step_id, 'parent_step_id', parent_step_id)::text,"
     " json_build_object(" + ", ".join(

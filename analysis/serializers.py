@@ -36,7 +36,8 @@ class StepSerializer(serializers.ModelSerializer):
         fields = ["step_id", "parent_step_id", "depth", "kind", "name", "started_at", "ended_at",
                   "duration_ms", "status", "error", "depends_on", "model", "provider", "device",
                   "input_tokens", "output_tokens", "cached_tokens", "ttft_ms", "streamed",
-                  "tool_name", "tool_args", "attributes", "events"]
+                  "tool_name", "tool_args", "tool_result", "tool_call_id", "tool_call_ids", "attributes",
+                  "events"]
 
 
 class FindingSerializer(serializers.ModelSerializer):

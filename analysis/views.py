@@ -249,7 +249,7 @@ def step_detail(request, task_id: str, step_id: str):
     fields = ["step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
               "status", "error", "depends_on", "model", "provider", "device", "input_tokens",
               "output_tokens", "cached_tokens", "ttft_ms", "streamed", "tool_name", "tool_args",
-              "attributes", "events"]
+              "tool_result", "tool_call_id", "tool_call_ids", "attributes", "events"]
     return {f: (getattr(step, f).isoformat() if f.endswith("_at") else getattr(step, f)) for f in fields}
 
 

@@ -208,47 +208,81 @@ def parse_json_value(value: object) -> object:
     return value
 
 
-def _tool_args(attributes: dict, kind: str, used: set[str]) -> object:
+# LangChain's tool-callback payload, which OpenLLMetry records as a tool's input: the arguments
+# are `inputs`; `input_str` is a Python repr of them and `tags`/`metadata` change on every call
+# (graph step, checkpoint), so the payload as a whole never compares equal to a repeat.
+_LANGCHAIN_INPUT_KEYS = frozenset({"input_str", "tags", "metadata", "inputs", "kwargs"})
+
+
+def _unwrap_arguments(parsed: object) -> tuple[object, str]:
+    """The arguments inside a framework's wrapper, and the call id the wrapper names."""
+    if not isinstance(parsed, dict):
+        return parsed, ""
+    keys = set(parsed)
+    if "inputs" in keys and keys <= _LANGCHAIN_INPUT_KEYS and keys & {"input_str", "tags", "metadata"}:
+        kwargs = parsed.get("kwargs")
+        call_id = kwargs.get("tool_call_id") if isinstance(kwargs, dict) else None
+        return parsed["inputs"], call_id if isinstance(call_id, str) else ""
+    if keys <= {"args", "kwargs", "inputs"}:
+        # OpenLLMetry wraps a Python call as {"args": [...], "kwargs": {...}}: keyword
+        # arguments alone are the arguments; positional ones are kept alongside.
+        args, kwargs = parsed.get("args") or [], parsed.get("kwargs")
+        if parsed.get("inputs") is not None and not args and not kwargs:
+            return parsed["inputs"], ""
+        if not args and isinstance(kwargs, dict):
+            return kwargs, ""
+    return parsed, ""
+
+
+def _unwrap_result(parsed: object) -> tuple[object, str]:
+    """A tool's result inside a framework's wrapper, and the call id it answered: OpenLLMetry's
+    {"output": …, "kwargs": …}; a LangChain ToolMessage serialised by OpenInference
+    ({"type": "tool", "data": {…}}) or by LangChain's dumpd ({"lc": 1, "id": [… "ToolMessage"],
+    "kwargs": {…}})."""
+    if isinstance(parsed, dict) and "output" in parsed and set(parsed) <= {"output", "kwargs"}:
+        parsed = parse_json_value(parsed["output"])
+    message = None
+    if isinstance(parsed, dict):
+        if parsed.get("type") == "tool" and isinstance(parsed.get("data"), dict):
+            message = parsed["data"]
+        elif parsed.get("lc") == 1 and isinstance(parsed.get("kwargs"), dict) and "ToolMessage" in str(parsed.get("id")):
+            message = parsed["kwargs"]
+    if message is None:
+        return parsed, ""
+    call_id = message.get("tool_call_id")
+    return message.get("content"), call_id if isinstance(call_id, str) else ""
+
+
+def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
+    """The call's arguments and, when a wrapper names it, the call id."""
     for key in TOOL_ARGS_KEYS:
         if attributes.get(key) is not None:
             used.add(key)
-            return parse_json_value(attributes[key])
+            return _unwrap_arguments(parse_json_value(attributes[key]))
     if kind != "tool":
         # On LLM and chain spans input.value is the prompt, not arguments.
-        return None
-    entity_input = attributes.get("traceloop.entity.input")
-    if entity_input is not None:
-        used.add("traceloop.entity.input")
-        parsed = parse_json_value(entity_input)
-        if isinstance(parsed, dict) and set(parsed) <= {"args", "kwargs", "inputs"}:
-            # OpenLLMetry wraps a Python call as {"args": [...], "kwargs": {...}}: keyword
-            # arguments alone are the arguments; positional ones are kept alongside.
-            args, kwargs = parsed.get("args") or [], parsed.get("kwargs")
-            if parsed.get("inputs") is not None and not args and not kwargs:
-                return parsed["inputs"]
-            if not args and isinstance(kwargs, dict):
-                return kwargs
-        return parsed
-    for key in ("input.value", "tool.parameters"):
+        return None, ""
+    for key in ("traceloop.entity.input", "input.value", "tool.parameters"):
         if attributes.get(key) is not None:
             used.add(key)
-            return parse_json_value(attributes[key])
-    return None
+            return _unwrap_arguments(parse_json_value(attributes[key]))
+    return None, ""
 
 
-def _tool_result(attributes: dict, kind: str, used: set[str]) -> object:
+def _tool_result(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
+    """What the tool returned and, when a wrapper names it, the call id it answered."""
     for key in TOOL_RESULT_KEYS:
         if attributes.get(key) is not None:
             used.add(key)
-            return attributes[key]
+            return _unwrap_result(parse_json_value(attributes[key]))
     if kind != "tool":
         # On LLM and chain spans output.value is the answer, not a tool's result.
-        return None
+        return None, ""
     for key in ("output.value", "traceloop.entity.output"):
         if attributes.get(key) is not None:
             used.add(key)
-            return attributes[key]
-    return None
+            return _unwrap_result(parse_json_value(attributes[key]))
+    return None, ""
 
 
 def requested_call_ids(attributes: dict) -> list[str]:
@@ -294,9 +328,10 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     facts.tool_name = _text(attributes, TOOL_NAME_KEYS, used)
     if not facts.tool_name and kind == "tool":
         facts.tool_name = _text(attributes, ("traceloop.entity.name",), used)
-    facts.tool_args = _tool_args(attributes, kind, used)
-    facts.tool_result = _tool_result(attributes, kind, used)
-    facts.tool_call_id = _text(attributes, TOOL_CALL_ID_KEYS, used) if kind != "llm" else ""
+    facts.tool_args, args_call_id = _tool_args(attributes, kind, used)
+    facts.tool_result, result_call_id = _tool_result(attributes, kind, used)
+    if kind != "llm":
+        facts.tool_call_id = _text(attributes, TOOL_CALL_ID_KEYS, used) or args_call_id or result_call_id
     if kind == "llm":
         facts.tool_call_ids = requested_call_ids(attributes)
     return facts

@@ -299,7 +299,8 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     if not parent_id and kind == "other":
         kind = "framework"  # an unclassified root span is the orchestration around the steps
     ttft_ms = facts.ttft_ms if facts.ttft_ms is not None else event_ttft_ms
-    streamed = facts.streamed if facts.streamed is not None else (True if event_ttft_ms is not None else None)
+    # A time to first chunk, however recorded, means the response was streamed.
+    streamed = facts.streamed if facts.streamed is not None else (True if ttft_ms is not None else None)
     failed = span.status.code == STATUS_CODE_ERROR
     error = (span.status.message or exception or "error") if failed else ""
     session_id = _short(facts.session_id) or resource.session_id

@@ -22,7 +22,7 @@ from django.db import OperationalError, connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ingest import partitions
+from ingest import conventions, partitions
 from ingest.models import IngestKey, Project, ResourceSample
 from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
 
@@ -382,10 +382,14 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
                    min(started_at) AS first,
                    max(ended_at) AS last,
                    (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name,
-                   (array_agg(coalesce(nullif(attributes->>'gen_ai.agent.name', ''),
-                                       nullif(attributes->>'agent.name', ''), nullif(name, ''))
-                              ORDER BY started_at) FILTER (WHERE kind = 'agent'))[1] AS agent_name
-            FROM ingest_step WHERE task_id = ANY(%s) GROUP BY task_id
+                   (array_agg(agent_name ORDER BY started_at)
+                        FILTER (WHERE agent_name IS NOT NULL AND lower(agent_name) <> ALL(%s)))[1] AS agent_name
+            FROM (SELECT task_id, name, parent_step_id, started_at, ended_at, status, input_tokens,
+                         output_tokens, CASE WHEN kind = 'agent' THEN coalesce(
+                                nullif(attributes->>'gen_ai.agent.name', ''), nullif(attributes->>'agent.name', ''),
+                                nullif(name, '')) END AS agent_name
+                  FROM ingest_step WHERE task_id = ANY(%s)) steps
+            GROUP BY task_id
         ), b AS (
             SELECT t.id,
                    CASE WHEN t.reported AND t.started_at IS NOT NULL THEN t.started_at
@@ -413,7 +417,7 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
         FROM b WHERE t.id = b.id
         RETURNING t.id, t.reported AND t.ended_at IS NOT NULL
         """,
-        [task_pks, task_pks],
+        [sorted(conventions.GENERIC_ROOT_NAMES), task_pks, task_pks],
     )
     return [pk for pk, ended in cursor.fetchall() if ended]
 
