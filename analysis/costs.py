@@ -102,6 +102,15 @@ class Cost:
         return self.usd / n if self.usd is not None and n else None
 
 
+def combined(parts: Iterable[Cost]) -> Cost:
+    """One Cost for several disjoint sets of steps (e.g. all releases)."""
+    parts = list(parts)
+    priced = [p.usd for p in parts if p.usd is not None]
+    return Cost(usd=sum(priced) if priced else None, llm_steps=sum(p.llm_steps for p in parts),
+                unpriced=sum(p.unpriced for p in parts),
+                unpriced_models=tuple(sorted({m for p in parts for m in p.unpriced_models})))
+
+
 def format_usd(value: float | None) -> str:
     if value is None:
         return "no price"
