@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("ingest", "analysis", "queries", "storage")
+SECTIONS = ("ingest", "analysis", "queries", "storage", "export")
 
 FULL_TASKS = 500_000  # --scale 1: 500k tasks of 20 steps = 10M steps
 STEPS_PER_TASK = 20
@@ -118,7 +118,9 @@ def child_analysis(p: dict) -> dict:
             "simulate_failures": failures}
 
 
-def child_queries(p: dict) -> dict:
+def query_dataset(p: dict):
+    """The queries' dataset (`--scale` × 10M steps) in its scratch database, loaded unless a
+    previous run left it at this size: (project, tasks, steps, load seconds or None)."""
     from bench import harness
 
     harness.BENCH_DB = "agentops_bench_queries"
@@ -129,7 +131,7 @@ def child_queries(p: dict) -> dict:
     harness.migrate()
     from django.db import connection
 
-    from bench import loader, queries
+    from bench import loader
     from ingest.models import Project
 
     project = Project.objects.filter(name="bench-queries").first()
@@ -152,6 +154,15 @@ def child_queries(p: dict) -> dict:
         load_s = round(time.perf_counter() - started, 1)
     with connection.cursor() as cursor:
         loader.catalog(cursor, project_id=project.pk)
+    return project, tasks, wanted_steps, load_s
+
+
+def child_queries(p: dict) -> dict:
+    from bench import harness, queries
+
+    project, tasks, wanted_steps, load_s = query_dataset(p)
+    from django.db import connection
+
     # The loader writes raw rows with SQL, as a backfill would: build the latency rollups from
     # them the way an operator would (`manage.py rollups_rebuild`), as of the newest task, which
     # is where the periodic job keeps them on a live system: the tasks of the hour in progress
@@ -190,6 +201,15 @@ def child_queries(p: dict) -> dict:
             "queries": results, "storage": storage_bytes()}
 
 
+def child_export(p: dict) -> dict:
+    from bench import export, harness
+
+    project, tasks, steps, load_s = query_dataset(p)
+    url = harness.bench_database_url(fresh=False)
+    return {"tasks": tasks + 1, "steps": steps, "load_seconds": load_s,
+            "steps_export": export.run(database_url=url, project=project)}
+
+
 def storage_bytes() -> dict:
     """Bytes on disk per step: every partition of ingest_step (heap, TOAST, indexes)."""
     from django.db import connection
@@ -213,7 +233,7 @@ def child_purge(p: dict) -> dict:
 
 
 CHILDREN = {"otlp": child_otlp, "native": child_native, "analysis": child_analysis,
-            "queries": child_queries, "purge": child_purge}
+            "queries": child_queries, "export": child_export, "purge": child_purge}
 
 
 def run_child(name: str, params: dict) -> dict:
@@ -291,6 +311,12 @@ def table_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                 continue
             rows.append((f"  {name}", f"{r['median_ms']:,.1f} ({r['p95_ms']:,.0f})", f"target {target} ms",
                          f"{r['median_ms'] / target:.2f}", f"≤ {target} ms"))
+    exported = results.get("export", {})
+    for fmt, r in (exported.get("steps_export") or {}).items():
+        if isinstance(r, dict) and r.get("rows_per_s"):
+            rows.append((f"export of {r['rows']:,} steps as {fmt} over HTTP, rows/s (peak RSS of the web worker)",
+                         _fmt(r["rows_per_s"]), f"{r['peak_rss_mib']:,.0f} MiB peak",
+                         f"{r['rss_before_mib']:,.0f} MiB before", "bounded"))
     for label, storage in (("loaded dataset", q.get("storage")), ("OTLP-ingested rows", otlp.get("storage"))):
         if storage and storage.get("bytes_per_step"):
             rows.append((f"storage, bytes per step on disk ({label}, {storage['rows']:,} rows)",
@@ -364,6 +390,8 @@ def main() -> None:
         results["analysis"] = run_child("analysis", params)
     if "queries" in only or "storage" in only:
         results["queries"] = run_child("queries", params)
+    if "export" in only:
+        results["export"] = run_child("export", params)
     run_child("purge", params)
     results["seconds"] = round(time.perf_counter() - started)
     results["machine"]["load_average_end"] = os.getloadavg()

@@ -1,0 +1,134 @@
+"""Every chart builder's figure dict is a valid Plotly figure: built with realistic data and
+handed to plotly.graph_objects.Figure, which refuses an unknown or mistyped property (a figure
+that Plotly.js would silently not draw fails here instead)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from analysis import charts
+from analysis.alerts import charts as alert_charts
+from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
+from analysis.releases import charts as release_charts
+
+T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
+RNG = np.random.default_rng(7)
+
+
+def _series() -> list[SeriesPoint]:
+    points = []
+    for h in range(24):
+        start, end = T0 + timedelta(hours=h), T0 + timedelta(hours=h + 1)
+        for release in ("v1", "v2", "<b>v3</b>"):
+            points.append(SeriesPoint(start.isoformat(), end.isoformat(), release, 40 + h, h % 3,
+                                      900.0 + h, 2400.0 + 10 * h, 5100.0 + 20 * h))
+    points.append(SeriesPoint(T0.isoformat(), (T0 + timedelta(hours=1)).isoformat(), "(other)", 5, 0, None, None, None))
+    return points
+
+
+def _steps(n: int) -> list[StepRow]:
+    rows = [StepRow("root", "", 0, "agent", "checkout", 0.0, n * 10.0 + 10)]
+    for i in range(n):
+        kind = ("llm", "tool", "retrieval", "framework")[i % 4]
+        rows.append(StepRow(f"s{i}", "root", 1, kind, f"step {i}", 10.0 * i, 9.0 + (i % 7),
+                            status="error" if i % 13 == 0 else "ok",
+                            model="llama-3.1-70b" if kind == "llm" else "", device="groq-1" if kind == "llm" else "",
+                            ttft_ms=120.0 if kind == "llm" else None,
+                            input_tokens=1200 if kind == "llm" else None, output_tokens=80 if kind == "llm" else None,
+                            tool_name="search_orders" if kind == "tool" else "",
+                            tool_args='{"q": "<img src=x>"}' if kind == "tool" else "",
+                            error="timeout" if i % 13 == 0 else ""))
+    return rows
+
+
+def _lane(devices=("groq-1", "gpu-0")) -> list[SamplePoint]:
+    return [SamplePoint(d, 100.0 * k, {"queue_depth": float(k % 5), "utilization": 0.4 + (k % 5) / 10,
+                                       "temperature_c": 60.0 + k % 9, "throttled": float(k % 11 == 0)})
+            for d in devices for k in range(40)]
+
+
+def _device_series() -> list[SamplePoint]:
+    return [SamplePoint(d, (T0 + timedelta(minutes=5 * k)).isoformat(),
+                        {"utilization": 0.5, "queue_depth": 2.0, "temperature_c": 70.0, "throttled": 0.0})
+            for d in ("groq-1", "gpu-0", "dmatrix-0") for k in range(30)]
+
+
+def _ecdf(labels=("tasks",)):
+    fractions = tuple(i / 100 for i in range(101))
+    return [(label, fractions, sorted(RNG.lognormal(7, 0.5, 101).tolist())) for label in labels]
+
+
+def _attribution_rows():
+    return [{"key": f"tool:search_{i}", "contribution_ms": (-1) ** i * 40.0 * i} for i in range(12)]
+
+
+BUILDERS = {
+    "empty": lambda: charts.empty_figure("No tasks in this range"),
+    "volume": lambda: charts.volume_figure(_series()),
+    "error_rate": lambda: charts.error_rate_figure(_series()),
+    "percentiles": lambda: charts.percentile_figure(_series()),
+    "top_findings": lambda: charts.top_findings_figure([FindingTotal("repeated_tool_call", 40, 31, 51_000.0),
+                                                        FindingTotal("serial_gap", 12, 12, 9_000.0)]),
+    "budget": lambda: charts.budget_figure([("v1", {"prefill": 300.0, "decode": 900.0, "tool": 1200.0,
+                                                    "framework": 80.0, "custom": 5.0}),
+                                            ("v2", {"prefill": 280.0, "decode": 850.0, "tool": 1500.0})],
+                                           title="Latency budget"),
+    "histogram": lambda: charts.histogram_figure([(100.0, 125.9, 4), (125.9, 158.5, 17), (158.5, 199.5, 9),
+                                                  (1e6, 1e7, 1)], title="Task duration"),
+    "histogram_unclickable": lambda: charts.histogram_figure([(10.0, 12.6, 3)], title="Steps", clickable=False),
+    "ecdf": lambda: charts.ecdf_figure(_ecdf(("llama-3.1-70b", "mixtral", "<i>x</i>")), title="ECDF by model"),
+    "device_timeseries": lambda: charts.device_timeseries_figure(_device_series(), title="Device telemetry"),
+    "waterfall": lambda: charts.waterfall_figure(_steps(60), critical_path=["root", "s0", "s4"],
+                                                 findings={"s1": ["repeated_tool_call: search twice"]},
+                                                 possible={"s2": ["parallelizable_calls: maybe"]},
+                                                 samples=_lane()),
+    "waterfall_collapsed": lambda: charts.waterfall_figure(_steps(60), mode="top"),
+    "waterfall_webgl": lambda: charts.waterfall_figure(_steps(3000), mode="all",
+                                                       findings={"s9": ["slow_step: 3× its baseline"]}),
+    "release_ecdf": lambda: release_charts.ecdf_figure([("a", "v1", np.sort(RNG.lognormal(7, 0.4, 500))),
+                                                        ("b", "v2", np.sort(RNG.lognormal(7.1, 0.4, 500)))]),
+    "release_histogram": lambda: release_charts.histogram_figure(
+        [("a", "v1", RNG.lognormal(7, 0.4, 500)), ("b", "v2", RNG.lognormal(7.1, 0.4, 500))]),
+    "release_contribution": lambda: release_charts.contribution_figure(_attribution_rows()),
+    "alert_metric": lambda: alert_charts.metric_figure(
+        times=[T0 + timedelta(minutes=m) for m in range(30)], values=[4000.0 + 10 * m for m in range(30)],
+        threshold=4200.0, title="checkout p95", unit="ms",
+        evaluated=[((T0 + timedelta(minutes=m)).isoformat(), 4100.0) for m in range(0, 30, 5)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_every_chart_builder_makes_a_valid_plotly_figure(name):
+    figure = BUILDERS[name]()
+    validated = go.Figure(figure)  # raises ValueError on an invalid property or value
+    assert validated.to_dict()["data"] or name == "empty" or validated.layout.annotations
+
+
+def test_an_invalid_property_fails_the_validation():
+    figure = charts.volume_figure(_series())
+    figure["data"][0]["colour"] = "red"
+    with pytest.raises(ValueError, match="colour"):
+        go.Figure(figure)
+    figure = charts.volume_figure(_series())
+    figure["layout"]["xaxis"] = {"type": "logarithmic"}
+    with pytest.raises(ValueError):
+        go.Figure(figure)
+
+
+def test_the_list_names_every_builder():
+    """A new chart builder gets a row above: every public *_figure function is listed."""
+    import inspect
+
+    built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts)
+             for n, f in inspect.getmembers(m, inspect.isfunction) if n.endswith("_figure") and f.__module__ == m.__name__}
+    covered = {"analysis.charts.empty_figure", "analysis.charts.volume_figure", "analysis.charts.error_rate_figure",
+               "analysis.charts.percentile_figure", "analysis.charts.top_findings_figure",
+               "analysis.charts.budget_figure", "analysis.charts.histogram_figure", "analysis.charts.ecdf_figure",
+               "analysis.charts.device_timeseries_figure", "analysis.charts.waterfall_figure",
+               "analysis.releases.charts.ecdf_figure", "analysis.releases.charts.histogram_figure",
+               "analysis.releases.charts.contribution_figure", "analysis.alerts.charts.metric_figure"}
+    assert built == covered, built ^ covered
