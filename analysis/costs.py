@@ -92,10 +92,14 @@ class Cost:
         return format_usd(self.usd)
 
     @property
+    def missing_models(self) -> str:
+        """The models with no price, named."""
+        return ", ".join(m or "(no model)" for m in self.unpriced_models)
+
+    @property
     def missing_text(self) -> str:
         """Which models have no price, for a tooltip."""
-        names = ", ".join(m or "(no model)" for m in self.unpriced_models)
-        return f"no price for {names}" if names else ""
+        return f"no price for {self.missing_models}" if self.unpriced_models else ""
 
     def per(self, n: int) -> float | None:
         """The priced cost divided over n (tasks or steps); None without a cost or n."""
