@@ -116,9 +116,13 @@ class _Wiring:
     # --- calls the model requested ---------------------------------------------------------
 
     def repeat(self, call: Call) -> None:
+        """The same call again, arguments written differently; it returns what it returned, and
+        quotes what its original quoted and any result that has echoed those values since
+        (the original's own, a patch that echoed the path read again)."""
         original = call.repeat_of
-        call.args = equivalent_variant(original.args, self.rng)
-        call.result, call.sources = original.result, list(original.sources)
+        call.args, call.result = equivalent_variant(original.args, self.rng), original.result
+        own = argument_values(call.args)
+        call.sources = [c for c in self.read if own & self.values_of(c)]
 
     def settle(self, call: Call, placed: list[Call]) -> None:
         """Arguments (quoting an earlier result, or as planned) and a result that fit the turn."""

@@ -289,11 +289,6 @@ def lineage(dependencies: dict, step_id: str) -> set[str]:
     return out
 
 
-def repeats(data) -> dict[str, str]:
-    """repeat step id → the step it repeats."""
-    return {lab["step_ids"][1]: lab["step_ids"][0] for lab in data["labels"]["repeated_tool_call"]}
-
-
 def reported(steps: dict) -> bool:
     return any("tool_call_ids" in s for s in steps.values())
 
@@ -367,18 +362,13 @@ def test_no_call_quotes_a_result_it_does_not_depend_on(sim, data):
     """Within a turn, calls that do not depend on each other share no distinctive value; across
     the task, no call's arguments carry a value of an earlier result it did not read. Only
     trivial values (true, "en", "EUR", small numbers) are shared, and they are, as in real APIs."""
-    again = repeats(data)
     trivially_shared = 0
     for task_id, steps in data["steps"].items():
         dependencies = sim.dependencies.get(task_id, {})
 
         def related(a: dict, b: dict, dependencies=dependencies) -> bool:
-            """b read a's result, or a's original's (a repeat returns what its original did);
-            a repeat and its original count as one call."""
-            a_ids = {a["step_id"]} | ({again[a["step_id"]]} if a["step_id"] in again else set())
-            b_ids = {b["step_id"]} | ({again[b["step_id"]]} if b["step_id"] in again else set())
-            reach = set().union(*(lineage(dependencies, i) for i in b_ids))
-            return bool(a_ids & (reach | b_ids))
+            """b read a's result, directly or through others."""
+            return a["step_id"] in lineage(dependencies, b["step_id"])
 
         calls = [s for s in work_steps(steps) if s["kind"] != "llm"]
         for i, b in enumerate(calls):
