@@ -73,13 +73,6 @@ def result_text(result: object) -> str:
     return result if isinstance(result, str) else json.dumps(result, separators=(",", ":"))
 
 
-class _Offer:
-    __slots__ = ("call", "field", "values")
-
-    def __init__(self, call: Call, field: str, values: list[str]):
-        self.call, self.field, self.values = call, field, values
-
-
 def wire(rng: np.random.Generator, agent: Agent, turns: list[Turn], *, result_tokens) -> None:
     """Give the plan's calls results and real, visible dependencies (in place). `result_tokens()`
     draws the context a follow-up's output adds, as the plan drew it for the other calls."""
@@ -116,8 +109,8 @@ class _Wiring:
     # --- calls the model requested ---------------------------------------------------------
 
     def repeat(self, call: Call) -> None:
-        """The same call again, arguments written differently; it returns what it returned, and
-        quotes what its original quoted and any result that has echoed those values since
+        """The same call again, arguments written differently; it returns what its original
+        returned, and quotes what its original quoted and any result that has echoed those values since
         (the original's own, a patch that echoed the path read again)."""
         original = call.repeat_of
         call.args, call.result = equivalent_variant(original.args, self.rng), original.result
