@@ -9,7 +9,8 @@ so task and kind suffice. A finding that names no steps at all is matched on tas
 - recall = labels matched by some finding / labels;
 - F1 = their harmonic mean; "overall" pools the counts of every kind (micro-average).
 With no findings (or no labels) of a kind, its precision (recall) is reported as 0, never
-as a flattering 1.
+as a flattering 1. A label marked `"ambiguous": true` is left out of both: a finding on it
+counts neither way.
 
 Hardware verdict accuracy: over the LLM steps named in `hardware_queueing` /
 `hardware_throttling` labels (each with its expected verdict), the share for which some
@@ -107,6 +108,13 @@ def _matches(label: dict, finding: FindingView) -> bool:
 
 
 def evaluate(labels: list[dict], findings: list[FindingView]) -> Evaluation:
+    # An `ambiguous` label marks something that happened but that no definition settles (a
+    # recording machine's stall that made one call 2× slower): a finding on it is neither right
+    # nor wrong, and missing it is no miss.
+    ambiguous = [label for label in labels if label.get("ambiguous")]
+    labels = [label for label in labels if not label.get("ambiguous")]
+    findings = [f for f in findings if not any(_matches(label, f) for label in ambiguous)
+                or any(_matches(label, f) for label in labels)]
     by_task: dict[str, list[FindingView]] = {}
     for f in findings:
         by_task.setdefault(f.task_id, []).append(f)

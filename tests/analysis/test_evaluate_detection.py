@@ -105,3 +105,28 @@ def test_missing_file_and_unknown_project_are_clear_errors(project, tmp_path):
         run(labels=str(tmp_path / "nope.jsonl"), project="acme")
     with pytest.raises(CommandError, match="no project named 'nope'"):
         run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="nope")
+
+
+def test_an_ambiguous_label_counts_neither_way():
+    from analysis.simulator.evaluation import FindingView, evaluate
+
+    labels = [{"task_id": "t1", "kind": "slow_step", "step_ids": ["s1"]},
+              {"task_id": "t1", "kind": "slow_step", "step_ids": ["s2"], "ambiguous": True},
+              {"task_id": "t2", "kind": "slow_step", "step_ids": ["s9"], "ambiguous": True}]
+    findings = [FindingView("t1", "slow_step", ("s1",)), FindingView("t1", "slow_step", ("s2",)),
+                FindingView("t1", "slow_step", ("s3",))]
+    [score] = [s for s in evaluate(labels, findings).scores if s.kind == "slow_step"]
+    # s2 is neither right nor wrong, t2's stall is no miss; s3 is a false alarm.
+    assert (score.labels, score.labels_found, score.findings, score.findings_matched) == (1, 1, 2, 1)
+
+
+def test_low_confidence_findings_are_not_scored_unless_asked(project, tmp_path):
+    t = task(project, "t1")
+    finding(project, t, "slow_step", ["s1"])
+    Finding.objects.create(project=project, task=t, kind="parallelizable_calls", step_ids=["a", "b"], wasted_ms=50,
+                           summary="x", confidence="low", task_started_at=t.started_at)
+    labels = write_labels(tmp_path / "l.jsonl", [{"task_id": "t1", "kind": "slow_step", "step_ids": ["s1"]}])
+    lines = run(labels=labels, project=project.name)
+    assert "1 findings scored (1 low-confidence not scored)" in lines[0]
+    assert row(lines, "parallelizable_calls")[2] == "0"
+    assert row(run(labels=labels, project=project.name, include_low=True), "parallelizable_calls")[2] == "1"
