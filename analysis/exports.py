@@ -1,11 +1,12 @@
 """Bulk export of a project's tasks, steps, findings and resource samples as Parquet, CSV or
 JSON Lines (`GET /api/v1/export/<entity>`, `manage.py export`; docs/export.md).
 
-Bounded memory whatever the size: one SQL statement per export runs in a read-only,
-repeatable-read transaction (one consistent snapshot) through a server-side cursor, and is
-fetched FETCH_ROWS rows at a time; each batch becomes an Arrow table with fixed column types,
-then a Parquet row group (pyarrow), or CSV / JSON Lines text (pandas), and is handed on before
-the next is fetched. Nothing holds more than one batch.
+Bounded memory whatever the size: one SQL statement per export, streamed by Postgres with
+`COPY (...) TO STDOUT` (one statement, one consistent snapshot) and cut into blocks of
+FETCH_ROWS rows; each block is parsed into an Arrow table with fixed column types by pyarrow's
+CSV reader, then written as one Parquet row group (pyarrow), CSV (pyarrow) or JSON Lines
+(pandas), and handed on before the next block is read. Nothing holds more than one block, and
+no Python object is made per value.
 
 The filters are the task list's (`parse_task_filters` + `selectors.task_queryset`: one
 definition), plus `kind` and `model` of a step; cost columns come from analysis.costs."""
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from agentops.db import read_alias
@@ -214,30 +216,48 @@ def export_sql(export: Export) -> tuple[str, list]:
 
 
 def batches(export: Export, *, fetch_rows: int = FETCH_ROWS) -> Iterator[pa.Table]:
-    """The export's rows as Arrow tables of at most `fetch_rows` rows, read through a
-    server-side cursor in one read-only snapshot."""
+    """The export's rows as Arrow tables of at most `fetch_rows` rows. Postgres streams them with
+    `COPY (<the statement>) TO STDOUT` (one statement: one snapshot) as CSV, one row per message;
+    each block of rows is parsed by pyarrow's CSV reader (C++) with the columns' types, so no
+    Python object is made per value."""
     from django.db import connections
 
-    alias = read_alias()
     sql, params = export_sql(export)
+    columns = COLUMNS[export.entity]
     arrow_schema = schema(export.entity)
-    types = [ARROW_TYPES[c.type] for c in COLUMNS[export.entity]]
-    connection = connections[alias]
-    outermost = not connection.in_atomic_block
-    with transaction.atomic(using=alias):
-        if outermost:  # inside a caller's transaction (a test), its snapshot is the one we get
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        cursor = connection.chunked_cursor()
-        try:
-            cursor.execute(sql, params)
-            while rows := cursor.fetchmany(fetch_rows):
-                columns = list(zip(*rows, strict=True))
-                del rows
-                yield pa.Table.from_arrays([pa.array(col, type=t) for col, t in zip(columns, types, strict=True)],
-                                           schema=arrow_schema)
-        finally:
-            cursor.close()
+    parse = _csv_reader(columns)
+    with connections[read_alias()].cursor() as cursor, \
+            cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
+        block: list[bytes] = []
+        for row in copy:
+            block.append(bytes(row))
+            if len(block) >= fetch_rows:
+                yield parse(b"".join(block), arrow_schema)
+                block = []
+        if block:
+            yield parse(b"".join(block), arrow_schema)
+
+
+def _csv_reader(columns: tuple[Column, ...]) -> Callable[[bytes, pa.Schema], pa.Table]:
+    """Parses a block of Postgres CSV rows into a typed Arrow table. Postgres writes NULL as an
+    unquoted empty field and an empty text as "", booleans as t/f; timestamps arrive as epoch
+    microseconds (int8) and are cast."""
+    names = [c.name for c in columns]
+    convert = pacsv.ConvertOptions(
+        column_types={c.name: pa.int64() if c.type == "ts" else ARROW_TYPES[c.type] for c in columns},
+        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
+        true_values=["t"], false_values=["f"])
+    parse_options = pacsv.ParseOptions(newlines_in_values=True)
+    times = [i for i, c in enumerate(columns) if c.type == "ts"]
+
+    def parse(blob: bytes, arrow_schema: pa.Schema) -> pa.Table:
+        table = pacsv.read_csv(pa.BufferReader(blob), parse_options=parse_options, convert_options=convert,
+                               read_options=pacsv.ReadOptions(column_names=names, block_size=len(blob) + 1))
+        for i in times:
+            table = table.set_column(i, names[i], table.column(i).cast(ARROW_TYPES["ts"]))
+        return table.cast(arrow_schema)
+
+    return parse
 
 
 class _Spool:
@@ -277,13 +297,23 @@ def _frame(table: pa.Table) -> pd.DataFrame:
     return table.to_pandas(types_mapper=PANDAS_TYPES.get)
 
 
-def _csv_safe(frame: pd.DataFrame, text_columns: list[str]) -> pd.DataFrame:
-    for name in text_columns:
-        values = frame[name]
-        risky = values.str.startswith(CSV_DANGEROUS, na=False)
-        if risky.any():
-            frame[name] = values.mask(risky, "'" + values)
-    return frame
+def _csv_table(table: pa.Table, columns: tuple[Column, ...]) -> pa.Table:
+    """The table as the CSV shows it: timestamps in RFC 3339 (UTC, "Z"), and a ' before text a
+    spreadsheet would run as a formula."""
+    for i, column in enumerate(columns):
+        values = table.column(i)
+        if column.type == "ts":
+            values = pc.strftime(values, format="%Y-%m-%dT%H:%M:%SZ")
+        elif column.type in ("text", "json"):
+            risky = None
+            for prefix in CSV_DANGEROUS:
+                starts = pc.starts_with(values, pattern=prefix)
+                risky = starts if risky is None else pc.or_(risky, starts)
+            values = pc.if_else(risky, pc.binary_join_element_wise("'", values, ""), values)
+        else:
+            continue
+        table = table.set_column(i, column.name, values)
+    return table
 
 
 def encode(export: Export, tables: Iterator[pa.Table]) -> Iterator[bytes]:
@@ -299,15 +329,15 @@ def encode(export: Export, tables: Iterator[pa.Table]) -> Iterator[bytes]:
             writer.close()
         yield spool.drain()
         return
-    text_columns = [c.name for c in COLUMNS[export.entity] if c.type in ("text", "json")]
+    columns = COLUMNS[export.entity]
     first = True
     for table in tables:
-        frame = _frame(table)
         if export.format == "csv":
-            yield _csv_safe(frame, text_columns).to_csv(
-                index=False, header=first, date_format="%Y-%m-%dT%H:%M:%S.%fZ", lineterminator="\n").encode()
+            out = pa.BufferOutputStream()
+            pacsv.write_csv(_csv_table(table, columns), out, write_options=pacsv.WriteOptions(include_header=first))
+            yield out.getvalue().to_pybytes()
         else:
-            yield frame.to_json(orient="records", lines=True, date_format="iso", date_unit="us").encode()
+            yield _frame(table).to_json(orient="records", lines=True, date_format="iso", date_unit="us").encode()
         first = False
     if first and export.format == "csv":  # no rows: the header still says what the columns are
         yield (",".join(c.name for c in COLUMNS[export.entity]) + "\n").encode()

@@ -38,7 +38,11 @@ class Command(BaseCommand):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         commands = {
             "web": [python, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"{host}:{port}",
-                    "--workers", str(web_workers), "--timeout", "60", "--graceful-timeout", "20",
+                    # gthread, one thread: one request at a time per process as with sync workers,
+                    # but the heartbeat comes from the main loop, so a bulk export streaming for
+                    # minutes is not killed as a hung worker after --timeout.
+                    "--workers", str(web_workers), "--worker-class", "gthread", "--threads", "1",
+                    "--timeout", "60", "--graceful-timeout", "20",
                     "--access-logfile", "-", "--access-logformat", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'],
             "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
                        "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h",
