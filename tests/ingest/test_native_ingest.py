@@ -232,3 +232,32 @@ def test_a_key_over_its_rate_limit_gets_429_with_retry_after(post, ingest_key, s
     assert codes[3].status_code == 429
     assert int(codes[3].headers["Retry-After"]) > 0
     cache.clear()
+
+
+def test_tool_results_and_call_ids_read_back_through_the_task_api(post, get, project, ingest_key, make_key):
+    r = post(ingest_key, {"events": [
+        task(),
+        step("s1", kind="llm", model="m", tool_call_ids=["call_a", "call_b"]),
+        step("s2", tool_name="search_orders", tool_call_id="call_a", tool_args={"customer": "Ada"},
+             tool_result={"order_id": "ord_8f3k2q", "total": 12}),
+        step("s3", tool_name="lookup", tool_call_id="call_b", tool_result="x" * 10_000),
+    ]})
+    assert r.json() == {"accepted": 4, "rejected": []}
+    steps = {s["step_id"]: s for s in get(make_key(project, "read"), "/api/v1/tasks/t1").json()["steps"]}
+    assert steps["s1"]["tool_call_ids"] == ["call_a", "call_b"]
+    assert (steps["s2"]["tool_call_id"], json.loads(steps["s2"]["tool_result"])) == (
+        "call_a", {"order_id": "ord_8f3k2q", "total": 12})
+    assert len(steps["s3"]["tool_result"]) < 5_000 and steps["s3"]["tool_result"].endswith("…[truncated]")
+
+
+@pytest.mark.parametrize("override,message", [
+    ({"tool_call_ids": "call_a"}, "tool_call_ids: must be a list"),
+    ({"tool_call_ids": ["call_a", 7]}, "tool_call_ids: must be a list"),
+    ({"tool_call_id": {"id": "call_a"}}, "tool_call_id: must be a string"),
+])
+def test_bad_call_ids_are_refused_by_name_and_spare_the_rest(post, project, ingest_key, override, message):
+    r = post(ingest_key, {"events": [step("good"), step("bad", **override)]})
+    body = r.json()
+    assert r.status_code == 200 and body["accepted"] == 1
+    [rejected] = body["rejected"]
+    assert rejected["index"] == 1 and message in rejected["error"]
