@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -188,6 +190,10 @@ class ExportView(APIView):
             export = exports.parse_export(project=project, entity=entity, params=request.query_params)
         except FilterError as exc:
             raise ValidationError({"error": str(exc)}) from None
-        response = StreamingHttpResponse(exports.stream(export), content_type=export.content_type)
+        chunks = exports.stream(export)
+        # The first chunk is made here, in the view: a database that is down answers 503 with
+        # Retry-After (not a broken stream) before anything is sent.
+        first = next(chunks, b"")
+        response = StreamingHttpResponse(itertools.chain([first], chunks), content_type=export.content_type)
         response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
         return response

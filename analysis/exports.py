@@ -226,8 +226,11 @@ def batches(export: Export, *, fetch_rows: int = FETCH_ROWS) -> Iterator[pa.Tabl
     columns = COLUMNS[export.entity]
     arrow_schema = schema(export.entity)
     parse = _csv_reader(columns)
-    with connections[read_alias()].cursor() as cursor, \
-            cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
+    connection = connections[read_alias()]
+    # psycopg's own cursor (Django's debug wrapper takes no COPY parameters), its errors
+    # translated into Django's as on any query.
+    with connection.cursor() as cursor, connection.wrap_database_errors, \
+            cursor.cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
         block: list[bytes] = []
         for row in copy:
             block.append(bytes(row))
