@@ -7,9 +7,13 @@ Real agents never say which call consumed which output; what they do record, str
 2. data flow: a call whose arguments carry a distinctive value (an id, a path, a long token) that
    first appeared in an earlier call's result consumed that result — dependent;
 3. `depends_on`, when the sender states dependencies at all (then an unlisted pair is independent);
-4. the earlier call's result was recorded and nothing of it reached the later call's arguments:
+4. a follow-up: where calls carry ids, a call no model response requested was started by the
+   agent's own code; if its arguments carry a distinctive value of an earlier call of the turn
+   (lint the file just patched), it followed that call on purpose — dependent. Where nothing
+   tells a follow-up from a requested call, such a shared value leaves the pair unknown;
+5. the earlier call's result was recorded and nothing of it reached the later call's arguments:
    probably independent, but a value may have flowed in a form we cannot see — medium;
-5. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
+6. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
 Trivial values (booleans, small numbers, short or plain words) are never evidence: `true`, `1`
 or "en" in two calls says nothing about either. See docs/analysis.md, "Dependencies".
 """
@@ -24,12 +28,14 @@ from analysis.detectors.base import StepData
 INDEPENDENT_IDS = "requested together in one model response"
 DEPENDENT_DATA = "arguments carry a value from the earlier call's result"
 DECLARED = "declared by the sender (depends_on)"
+DEPENDENT_FOLLOW_UP = "started by agent code on a value of the earlier call"
 INDEPENDENT_NO_FLOW = "results recorded, none reaches the other's arguments"
+UNKNOWN_SHARED = "share a value, and nothing shows whether one waited for the other"
 UNKNOWN = "no call ids, results or declared dependencies"
 
 # Confidence each kind of evidence supports (docs/analysis.md, "Confidence").
-STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high",
-            INDEPENDENT_NO_FLOW: "medium", UNKNOWN: "low"}
+STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
+            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low"}
 
 # A token worth treating as data flow: at least 6 characters with a digit (ord_8f3k2q, 48213x),
 # at least 8 with a separator (src/app.py, a-b-c-d), or 16 of anything. Shorter or plainer
@@ -117,6 +123,8 @@ class Evidence:
         # A sender that states dependencies anywhere in the task states them everywhere.
         self.declares = any(s.depends_on for s in steps)
         self.calls = sorted((s for s in steps if s.kind in CALL_KINDS), key=lambda s: (s.start_ms, s.step_id))
+        # Follow-ups can be told from requested calls only where both sides record call ids.
+        self.ids_both_sides = bool(self.requested_by) and any(c.tool_call_id for c in self.calls)
         self._index = {s.step_id: i for i, s in enumerate(self.calls)}
         self._args: dict[str, set[str]] = {}
         self._results: dict[str, set[str]] = {}
@@ -154,6 +162,10 @@ class Evidence:
         self._outputs[call.step_id] = new
         return new
 
+    def follow_up(self, call: StepData) -> bool:
+        """Started by the agent's code, not requested by a model response."""
+        return self.ids_both_sides and call.tool_call_id not in self.requested_by
+
     def link(self, earlier: StepData, later: StepData) -> Link:
         a, b = earlier.step_id, later.step_id
         if self.declares:
@@ -161,9 +173,14 @@ class Evidence:
         first = self.issuer(earlier)
         if first is not None and first is self.issuer(later):
             return Link(a, b, False, INDEPENDENT_IDS)
-        if earlier.tool_result and later.start_ms >= earlier.end_ms - 1e-6:
-            if self.output(earlier) & self.args(later):
-                return Link(a, b, True, DEPENDENT_DATA)
+        after = later.start_ms >= earlier.end_ms - 1e-6
+        if earlier.tool_result and after and self.output(earlier) & self.args(later):
+            return Link(a, b, True, DEPENDENT_DATA)
+        if (self.args(earlier) | self.result(earlier)) & self.args(later):
+            if after and self.follow_up(later):
+                return Link(a, b, True, DEPENDENT_FOLLOW_UP)
+            return Link(a, b, None, UNKNOWN_SHARED)
+        if earlier.tool_result:
             return Link(a, b, False, INDEPENDENT_NO_FLOW)
         return Link(a, b, None, UNKNOWN)
 

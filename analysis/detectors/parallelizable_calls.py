@@ -45,6 +45,7 @@ from analysis.detectors.dependencies import (
     INDEPENDENT_NO_FLOW,
     STRENGTH,
     UNKNOWN,
+    UNKNOWN_SHARED,
     Evidence,
     Link,
 )
@@ -60,6 +61,8 @@ REASONS = {
         "a dependency through a transformed value would not show.",
     UNKNOWN: "Possible only: the trace records no tool-call ids, results or dependencies, "
              "so nothing shows whether these calls needed each other's output.",
+    UNKNOWN_SHARED: "Possible only: these calls share a value (an id, a path) and the trace does not "
+                    "show whether the agent meant one to wait for the other.",
 }
 
 
@@ -80,13 +83,17 @@ def turn_groups(steps: list[StepData], evidence: Evidence) -> list[list[StepData
 
 
 def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float:
-    """Duration of the group's longest dependency chain (calls in start order)."""
-    needs: dict[str, list[str]] = defaultdict(list)
+    """Duration of the group run as parallel as its dependencies allow: independent calls start
+    with the group, a dependent one after what it needs plus the hand-off it really took (the
+    agent's dispatch time between a call and its follow-up is not parallelism to win)."""
+    needs: dict[str, list[StepData]] = defaultdict(list)
+    by_id = {s.step_id: s for s in group}
     for earlier, later in dependent:
-        needs[later].append(earlier)
+        needs[later].append(by_id[earlier])
     finish: dict[str, float] = {}
     for s in group:
-        ready = max((finish[e] for e in needs[s.step_id] if e in finish), default=0.0)
+        ready = max((finish[e.step_id] + max(0.0, s.start_ms - e.end_ms) for e in needs[s.step_id]
+                     if e.step_id in finish), default=0.0)
         finish[s.step_id] = ready + s.duration_ms
     return max(finish.values(), default=0.0)
 

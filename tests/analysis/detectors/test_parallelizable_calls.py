@@ -111,7 +111,27 @@ def test_a_value_the_earlier_call_only_passed_on_is_not_its_output():
                 chat("l2", 2.5, 3)])
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b")
-    assert finding.confidence == "medium"
+    # Not a's output, but both act on one order: with no call ids to say whether the model asked
+    # for both or code chained them, it is only possible.
+    assert finding.confidence == "low"
+
+
+def test_a_follow_up_started_by_agent_code_on_the_same_value_waited_on_purpose():
+    # The model asked for the patch; the agent's code then lints the file it patched.
+    ctx = task([chat("l1", 0, 1, "c1"),
+                call("a", 1, 1.5, "apply_patch", {"file": "src/mod_140.py"}, '{"applied": 2}', call_id="c1"),
+                call("b", 1.5, 2.5, "run_linter", {"paths": ["src/mod_140.py"]}, '{"ok": true}', call_id="c9"),
+                chat("l2", 2.5, 3)])
+    assert detect(ctx) == []
+
+
+def test_calls_one_response_requested_on_the_same_value_are_still_independent():
+    ctx = task([chat("l1", 0, 1, "c1", "c2"),
+                call("a", 1, 1.5, "get_order", {"order_id": "ord_8f3k2q"}, '{"status": "paid"}', call_id="c1"),
+                call("b", 1.5, 2.5, "get_shipment", {"order_id": "ord_8f3k2q"}, '{"eta": "2d"}', call_id="c2"),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.confidence == "high"
 
 
 def test_a_trivial_shared_value_is_not_evidence_of_dependence():
@@ -163,3 +183,12 @@ def test_call_ids_say_which_response_a_call_answers_even_when_timing_blurs_turns
                 call("c", 2.5, 3.0, "z", {"q": 3}, call_id="c3")])
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b")
+
+
+def test_the_hand_off_before_a_dependent_call_is_not_parallelism_to_win():
+    # b reads what a found, 25 ms after a ended (the agent's dispatch); c, independent, overlapped.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "search_code", {"q": "null pointer"}, '{"path": "src/null/mod_137.py"}'),
+                call("b", 1.525, 1.6, "read_file", {"path": "src/null/mod_137.py"}, '{"lines": 37}'),
+                call("c", 1.51, 1.6, "read_file", {"path": "src/x/mod_505.py"}, '{"lines": 3}')])
+    assert detect(ctx) == []
