@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pandas as pd
 import pyarrow as pa
@@ -29,7 +29,6 @@ from agentops.db import read_alias
 from analysis import costs
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
 from analysis.selectors import task_queryset
-from analysis.views import CSV_DANGEROUS  # text a spreadsheet would run: prefixed with ' in CSV
 from ingest.models import Project, Step
 
 log = logging.getLogger("agentops.analysis")
@@ -39,11 +38,15 @@ FORMATS = {"parquet": ("application/vnd.apache.parquet", "parquet"),
            "csv": ("text/csv; charset=utf-8", "csv"),
            "jsonl": ("application/x-ndjson", "jsonl")}
 FETCH_ROWS = 20_000  # one Parquet row group; ~20-40 MB of Python rows for steps at most
-TASK_PARAMS = ("release", "name", "status", "environment", "session_id", "device", "finding", "q",
-               "min_duration_ms", "max_duration_ms", "since", "until", "range")
-STEP_PARAMS = ("kind", "model")
+# The task list's filters, whatever they are: every field of TaskFilters is a parameter of the
+# same name (parse_task_filters), plus the `range` preset.
+TASK_PARAMS = tuple(f.name for f in fields(TaskFilters)) + ("range",)
+STEP_PARAMS = tuple(p for p in ("kind", "model") if p not in TASK_PARAMS)
 SAMPLE_PARAMS = ("device", "since", "until", "range")
 COMMON_PARAMS = ("format", "project")
+# Text a spreadsheet would run as a formula: every CSV the product writes (these exports, the
+# dashboard's /tasks.csv and /findings.csv) prefixes such a cell with '.
+CSV_DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 
 # Column types: text, int, float, bool, ts (timestamp with time zone, UTC, microseconds), json
 # (JSON as text: attributes, tool arguments, id lists).
@@ -171,7 +174,8 @@ def _task_ids_sql(export: Export) -> tuple[str, list]:
     """The ids of the tasks the filters select: the task list's own query (selectors.task_queryset),
     narrowed to tasks with a step of `kind` / `model` when those are given."""
     qs = task_queryset(project=export.project, filters=export.filters)
-    step_match = {k: v for k, v in (("kind", export.kind), ("model", export.model)) if v}
+    # (a step filter that is also a task filter is already in task_queryset)
+    step_match = {k: v for k, v in (("kind", export.kind), ("model", export.model)) if v and k in STEP_PARAMS}
     if step_match:
         qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), **step_match)))
     sql, params = qs.values("id").query.sql_with_params()

@@ -65,7 +65,7 @@ def test_a_price_entered_in_the_admin_gives_the_task_page_its_cost(live_server, 
 
     page.goto(f"{live_server.url}/tasks/priced-run")
     assert page.text_content("#task-cost").strip() == "$0.000680"  # (1000 × 0.6 + 100 × 0.8) / 1e6
-    assert "sess-9 · 1 task · $0.000680" in page.text_content("#session-cost")
+    assert page.text_content("#session-cost").strip() == "sess-9 · 1 task · $0.000680"
     screenshot(page, "task-cost")
 
     page.goto(f"{live_server.url}/tasks/other-run")
