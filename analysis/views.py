@@ -21,6 +21,7 @@ from django.views.decorators.gzip import gzip_page
 
 from analysis import charts, costs, dashboard, selectors
 from analysis.access import project_for_user
+from analysis.exports import CSV_DANGEROUS
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters
 from ingest.auth import bearer_token
 from ingest.models import IngestKey
@@ -30,7 +31,6 @@ GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
 TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
                                "finding", "device", "session_id")
 LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device")
-CSV_DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 PAGE_SIZE = 50
 
 
