@@ -214,8 +214,8 @@ class Client:
     # --- aggregates ---------------------------------------------------------------------------------
 
     def latency(self, group_by: str = "task", **filters) -> pd.DataFrame:
-        """count, p50, p90, p95, p99 and max duration (ms) per group: task, kind, name, model or
-        device, as the Latency page shows them."""
+        """count, p50, p90, p95, p99 and max duration (ms) per group: task, kind, name, tool, model
+        or device, as the Latency page shows them (the same selector)."""
         body = self.get_json("/api/v1/latency", group_by=group_by, **filters)
         return pd.DataFrame(body["results"], columns=["group", "count", "p50", "p90", "p95", "p99", "max"])
 

@@ -138,7 +138,7 @@ class FindingListView(APIView):
         return Response(FindingPageSerializer({"results": findings, "next_cursor": next_cursor}).data)
 
 
-LATENCY_GROUPS = ("task", "kind", "name", "model", "device")
+LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device")  # as the Latency page groups
 
 
 class LatencyView(APIView):
