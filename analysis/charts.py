@@ -320,6 +320,25 @@ def device_timeseries_figure(points: Sequence[SamplePoint], *, title: str,
     return {"data": data, "layout": layout}
 
 
+def lane_axis(samples: Sequence[SamplePoint], metric: str, x_range: Sequence[float]) -> dict:
+    """A lane's y axis scaled to its own data: from 0 (or its lowest value, when negative) to its
+    highest value plus headroom, both ends labelled, so a 90 °C reading sits under a "90" tick
+    instead of at the edge of a band labelled 0 and 50 (the readings the waterfall shows, those
+    within the task's span; all of them when none is)."""
+    values = [p.values.get(metric) for p in samples if x_range[0] <= p.x <= x_range[1]]
+    values = [v for v in values if v is not None] or [p.values[metric] for p in samples
+                                                      if p.values.get(metric) is not None]
+    if not values:
+        return {"rangemode": "tozero", "nticks": 3}
+    low, high = min(0.0, min(values)), max(values)
+    if high <= low:
+        high = low + 1.0
+    span = high - low
+    ticks = [low, high] if low == 0 else [low, 0.0, high]
+    return {"range": [low - (0.08 * span if low < 0 else 0.0), high + 0.15 * span], "autorange": False,
+            "tickmode": "array", "tickvals": ticks, "ticktext": [f"{v:.3g}" for v in ticks]}
+
+
 def _axis_key(i: int) -> str:
     return "yaxis" if i == 1 else f"yaxis{i}"
 
@@ -596,11 +615,11 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
         yaxis["domain"] = [top_of_lane + 0.03, 1]
         layout["yaxis"] = yaxis
         band = top_of_lane / len(LANE_METRICS)
-        for i, (_, label) in enumerate(LANE_METRICS):
+        for i, (metric, label) in enumerate(LANE_METRICS):
             low = top_of_lane - (i + 1) * band
-            layout[_axis_key(i + 2)] = {"domain": [low + band * 0.15, low + band],
+            layout[_axis_key(i + 2)] = {"domain": [low + band * 0.2, low + band],
                                         "title": {"text": label, "font": {"size": 10}},
-                                        "rangemode": "tozero", "nticks": 3}
+                                        **lane_axis(samples, metric, x_range)}
         layout["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1), "range": x_range,
                            "title": {"text": "ms since task start"}, "zeroline": False}
         layout["height"] = total

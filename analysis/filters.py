@@ -1,5 +1,11 @@
 """Task filters shared by the read API, the pages and the CSV export, parsed from a query dict.
-A bad value raises FilterError naming the parameter."""
+A bad value raises FilterError naming the parameter.
+
+Search (`selectors.task_queryset` applies it): `attr=key:value` (a step's or the task's
+attributes), `model=`, `tool=`, `min_step_ms=` and `error=` (words of a step's error) all
+describe one step, so `tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
+the task name (contains), the task id (exact), or words of any step's tool arguments or error;
+`running=1` keeps the tasks whose steps are still arriving."""
 
 from __future__ import annotations
 
@@ -35,6 +41,19 @@ class TaskFilters:
     max_duration_ms: float | None = None
     since: datetime | None = None
     until: datetime | None = None
+    attr: str = ""              # "key:value"
+    model: str = ""
+    tool: str = ""
+    min_step_ms: float | None = None
+    error: str = ""
+    running: str = ""           # "1": only tasks still running
+
+    @property
+    def attr_pair(self) -> tuple[str, str] | None:
+        if not self.attr:
+            return None
+        key, _, value = self.attr.partition(":")
+        return key, value
 
     def as_query(self) -> dict[str, str]:
         """The filters as URL parameters (for links that keep them)."""
@@ -82,6 +101,12 @@ def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
     status = params.get("status", "")
     if status and status not in STATUSES:
         raise FilterError(f"status: must be one of {', '.join(STATUSES)}")
+    attr = params.get("attr", "")
+    if attr and (":" not in attr or not attr.partition(":")[0].strip()):
+        raise FilterError("attr: must be key:value, e.g. attr=gen_ai.system:openai")
+    running = params.get("running", "")
+    if running not in ("", "0", "1", "true", "false"):
+        raise FilterError("running: must be 1 or 0")
     since = _time(params, "since")
     preset = params.get("range", "")
     if preset and not since:
@@ -101,6 +126,12 @@ def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
         max_duration_ms=_number(params, "max_duration_ms"),
         since=since,
         until=_time(params, "until"),
+        attr=attr[:400],
+        model=params.get("model", ""),
+        tool=params.get("tool", ""),
+        min_step_ms=_number(params, "min_step_ms"),
+        error=params.get("error", "")[:200],
+        running="1" if running in ("1", "true") else "",
     )
 
 

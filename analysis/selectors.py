@@ -3,14 +3,72 @@ through these, so a filter means the same thing everywhere."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict, namedtuple
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.conf import settings
+from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from analysis.filters import TaskFilters, decode_cursor, encode_cursor
 from analysis.models import Finding, TaskAnalysis
-from ingest.models import Project, Step, Task
+from ingest.models import STEP_SEARCH_TSVECTOR, Project, Step, Task
+
+
+def running_q(*, now: datetime | None = None) -> Q:
+    """Tasks still running: their end not reported yet, and an event within the time after which
+    the analysis gives up waiting for the end (ANALYSIS_ABANDON_SECONDS)."""
+    now = now or datetime.now(tz=UTC)
+    recent = now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
+    return ~Q(reported=True, ended_at__isnull=False) & Q(last_event_at__gte=recent)
+
+
+def task_is_running(task: Task, *, now: datetime | None = None) -> bool:
+    now = now or datetime.now(tz=UTC)
+    ended = task.reported and task.ended_at is not None
+    return not ended and task.last_event_at >= now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
+
+
+def step_text_match(text: str) -> RawSQL:
+    """Steps whose tool arguments or error hold the words of `text` (web-search syntax: "a
+    phrase", or, -not), through the GIN index on STEP_SEARCH_TSVECTOR (docs/ui.md, "Search")."""
+    return RawSQL(f"({STEP_SEARCH_TSVECTOR}) @@ websearch_to_tsquery('simple', %s)", [search_words(text)],
+                  output_field=BooleanField())
+
+
+def search_words(text: str) -> str:
+    """The search text as the index saw the steps' text: < and > are spaces (see ingest.models)."""
+    return text.replace("<", " ").replace(">", " ")
+
+
+def _attr_values(value: str) -> list[object]:
+    """`attr=k:5` matches the string "5" and the number 5 (likewise true/false/null)."""
+    values: list[object] = [value]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return values
+    if parsed is None or isinstance(parsed, bool | int | float):
+        values.append(parsed)
+    return values
+
+
+def _step_search(f: TaskFilters) -> Q | None:
+    """The filters that describe one step, as a condition on that step (None: none set)."""
+    q = Q()
+    if f.model:
+        q &= Q(model=f.model)
+    if f.tool:
+        q &= Q(tool_name=f.tool)
+    if f.min_step_ms is not None:
+        q &= Q(duration_ms__gte=f.min_step_ms)
+    if f.error:
+        q &= Q(step_text_match(f.error)) & Q(RawSQL(
+            "to_tsvector('simple', translate(error, '<>', '  ')) @@ websearch_to_tsquery('simple', %s)",
+            [search_words(f.error)], output_field=BooleanField()))
+    return q if q else None
 
 
 def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
@@ -21,7 +79,8 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         if value:
             qs = qs.filter(**{field: value})
     if f.q:
-        qs = qs.filter(Q(name__icontains=f.q) | Q(task_id=f.q))
+        text_steps = Step.objects.filter(Q(project=project) & Q(step_text_match(f.q))).values("task_id")
+        qs = qs.filter(Q(name__icontains=f.q) | Q(task_id=f.q) | Q(pk__in=text_steps))
     if f.min_duration_ms is not None:
         qs = qs.filter(duration_ms__gte=f.min_duration_ms)
     if f.max_duration_ms is not None:
@@ -34,6 +93,22 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         qs = qs.filter(analysis__finding_kinds__contains=[f.finding])
     if f.device:
         qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device=f.device)))
+    if f.running:
+        qs = qs.filter(running_q())
+    step_q = _step_search(f)
+    pair = f.attr_pair
+    if pair:
+        key, value = pair
+        step_attr = Q()
+        task_attr = Q()
+        for v in _attr_values(value):
+            step_attr |= Q(attributes__contains={key: v})
+            task_attr |= Q(attributes__contains={key: v})
+        on_step = Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
+        on_task = task_attr & (Q(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q))) if step_q else Q())
+        qs = qs.filter(on_step | on_task)
+    elif step_q:
+        qs = qs.filter(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q)))
     return qs
 
 

@@ -19,7 +19,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.gzip import gzip_page
 
-from analysis import charts, costs, dashboard, selectors
+from analysis import charts, comparison, costs, dashboard, selectors, sessions
 from analysis.access import project_for_user
 from analysis.exports import CSV_DANGEROUS
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters
@@ -29,8 +29,9 @@ from ingest.services import key_authenticate
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
 TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
-                               "finding", "device", "session_id")
-LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device")
+                               "finding", "device", "session_id", "attr", "model", "tool", "min_step_ms", "error",
+                               "running")
+LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device", "session")
 PAGE_SIZE = 50
 
 
@@ -132,13 +133,15 @@ def _task_or_404(project, task_id: str):
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = cost = None
+    totals = cost = turn_time = None
     cost_rows = []
     if project and filters:
         totals = dashboard.overview_totals(project=project, filters=filters)
+        turn_time = sessions.turn_time(project=project, filters=filters)
         cost_rows = sorted(costs.cost_by_release(project=project, filters=filters).items())
         cost = costs.combined(row["cost"] for _, row in cost_rows)
-    return _page(request, "analysis/overview.html", project, error, totals=totals, cost=cost,
+    return _page(request, "analysis/overview.html", project, error, totals=totals, cost=cost, turn_time=turn_time,
+                 sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
                  cost_per_task=costs.format_usd(cost.per(totals["count"])) if cost and cost.usd is not None else "",
                  cost_rows=cost_rows,
                  tasks_query=urlencode(keep(request.GET)),
@@ -177,6 +180,7 @@ def task_list(request):
             found = costs.task_costs(tasks=tasks)
             for t in tasks:
                 t.cost = found[t.pk]
+                t.running = selectors.task_is_running(t)
         except FilterError as exc:
             error = str(exc)
     params = keep(request.GET, TASK_PARAMS + ("sort",))
@@ -201,14 +205,19 @@ def task_detail(request, task_id: str):
     base = reverse("task-detail", args=[task.task_id])
     session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
                                    if task.session_id else (0, None))
+    running = selectors.task_is_running(task)
+    typical = None if running else comparison.diff_payload(project=project, task=task, against="typical", rows=False)
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
+                 running=running, typical=typical,
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=findings, possible_findings=any(not f.is_counted for f in findings),
                  whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
                          "step": base + "/steps/", "project": project.name,
-                         "mode": request.GET.get("mode", ""), "steps": task.step_count})
+                         "mode": request.GET.get("mode", ""), "steps": task.step_count, "running": running,
+                         "live": base + "/live.json?" + urlencode(keep(request.GET, ("project",))),
+                         "search": base + "/search.json?" + urlencode(keep(request.GET, ("project",)))})
 
 
 @_json_view
@@ -265,14 +274,17 @@ def latency(request):
     task_rows, group_rows = [], []
     if project and not error:
         task_rows = dashboard.duration_percentiles(project=project, filters=filters)
-        if group_by != "task":
+        if group_by == "session":  # time per user turn, per session
+            group_rows = sessions.session_percentiles(project=project, filters=filters)
+        elif group_by != "task":
             group_rows = dashboard.duration_percentiles(project=project, filters=filters, group_by=group_by)
     params = keep(request.GET)
     chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
     for r in group_rows:
         r["query"] = urlencode({**params, "group_by": group_by, "group": r["group"]})
-        # Tasks filter by device; other step groups have no task filter to drill into.
-        r["tasks_query"] = urlencode({**params, "device": r["group"]}) if group_by == "device" else ""
+        # Tasks filter by device and session; other step groups have no task filter to drill into.
+        r["tasks_query"] = (urlencode({**params, "device": r["group"]}) if group_by == "device" else
+                            urlencode({**params, "session_id": r["group"]}) if group_by == "session" else "")
     return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
                  group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
                  group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),
@@ -296,7 +308,16 @@ def latency_charts(request):
         "task_ecdf": charts.ecdf_figure(dashboard.duration_quantiles(project=project, filters=filters),
                                         title="Task duration ECDF"),
     }
-    if group_by != "task":
+    if group_by == "session":
+        top = [r["group"] for r in sessions.session_percentiles(project=project, filters=filters, limit=8)]
+        label = f"Time per user turn: session {group}" if group else "Time per user turn (all sessions)"
+        out["group_histogram"] = charts.histogram_figure(
+            sessions.session_histogram(project=project, filters=filters, session_id=group), title=label,
+            clickable=False)
+        out["group_ecdf"] = charts.ecdf_figure(
+            sessions.session_quantiles(project=project, filters=filters, session_ids=[group] if group else top),
+            title="Time per user turn ECDF by session")
+    elif group_by != "task":
         top = [r["group"] for r in dashboard.duration_percentiles(project=project, filters=filters,
                                                                   group_by=group_by, limit=8)]
         label = f"Step duration: {group_by} = {group}" if group else f"Step duration (all {group_by}s)"

@@ -8,6 +8,9 @@ Only ingest writes these tables. Indexes follow the queries the product runs:
   percentiles; BRIN on started_at keeps time-range scans cheap for tens of millions of rows
   at a fraction of a B-tree's size.
 - samples by (project, device, ts) for the device lane and hardware correlation.
+- search (migration 0007, raw SQL: an expression index on a partitioned table): a GIN index on
+  STEP_SEARCH_TSVECTOR (words of a step's error and of its tool arguments' keys and values) and
+  a GIN jsonb_path_ops index on step attributes (`attr=key:value`); tasks by (project, session).
 """
 
 from __future__ import annotations
@@ -108,10 +111,22 @@ class Task(models.Model):
             # The task list sorted by duration ("slowest first"), keyset-paginated like by time.
             models.Index(fields=["project", "-duration_ms", "-id"], name="task_project_duration"),
             models.Index(fields=["last_event_at"], name="task_last_event"),
+            # Sessions: the tasks of one session, and the session list's grouping.
+            models.Index(fields=["project", "session_id", "started_at"], name="task_project_session",
+                         condition=~models.Q(session_id="")),
         ]
 
     def __str__(self) -> str:
         return f"{self.name or self.task_id}"
+
+
+# The words of a step that free-text search matches: its error and its tool arguments as JSON
+# text (keys, strings, numbers). The index in migration 0007 is on exactly this expression, and a
+# query must repeat it verbatim for Postgres to use it. 'simple': lower case, no stemming and no
+# stop words, so ids, codes and other languages are found as written. < and > become spaces:
+# Postgres' parser reads <...> as markup and would drop the words inside a <script> element.
+STEP_SEARCH_TSVECTOR = (
+    "to_tsvector('simple'::regconfig, translate(error || ' ' || coalesce(tool_args::text, ''), '<>', '  '))")
 
 
 class Step(models.Model):

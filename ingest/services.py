@@ -430,8 +430,11 @@ def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list
     for s in samples:
         vendor, hardware = devices.get(s.device, ("", ""))
         devices[s.device] = (s.vendor or vendor, s.hardware or hardware)
-    unseen = _unseen("device", project.pk, devices)
-    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items()) if name in unseen]
+    # Remembered with what is known of them: a device first seen on a step (no vendor) must not
+    # hide the vendor and hardware its resource samples bring a moment later.
+    keys = {name: f"{name}\x00{v}\x00{h}" for name, (v, h) in devices.items()}
+    unseen = _unseen("device", project.pk, keys.values())
+    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items()) if keys[name] in unseen]
     _upsert(
         cursor, table="ingest_device",
         columns=[("project_id", "bigint"), ("name", "text"), ("vendor", "text"), ("hardware", "text"),

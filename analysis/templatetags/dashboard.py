@@ -16,7 +16,7 @@ from analysis.filters import RANGE_PRESETS
 register = template.Library()
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
-NAV = [("overview", "Overview"), ("tasks", "Tasks"), ("latency", "Latency"), ("devices", "Devices"),
+NAV = [("overview", "Overview"), ("tasks", "Tasks"), ("sessions", "Sessions"), ("latency", "Latency"), ("devices", "Devices"),
        ("releases", "Releases"), ("alerts", "Alerts")]
 
 

@@ -113,6 +113,62 @@
     });
   });
 
+  // Find steps (name, tool, model, device, key:value attribute, text of arguments or errors):
+  // the server lists the matches in time order; each is revealed, highlighted and scrolled to.
+  var found = { ids: [], at: -1 };
+  var findStatus = document.getElementById("find-status"), findNext = document.getElementById("find-next");
+
+  function scrollTo(stepId) {
+    var el = document.getElementById("chart-waterfall"), y = rowOf(stepId), ax = el._fullLayout && el._fullLayout.yaxis;
+    if (y === null || !ax) { return; }
+    var rows = (el.layout.meta || {}).visible || 0;
+    if (rows > 60) { Plotly.relayout(el, { "yaxis.range": [y + 20, y - 20] }); }
+    var top = el.getBoundingClientRect().top + window.scrollY + ax._offset + ax.l2p(y);
+    window.scrollTo({ top: Math.max(0, top - window.innerHeight / 3), behavior: "smooth" });
+  }
+
+  function showMatch(i) {
+    found.at = (i + found.ids.length) % found.ids.length;
+    var id = found.ids[found.at];
+    findStatus.textContent = (found.at + 1) + " of " + found.ids.length + (found.truncated ? "+" : "") + ": " + id;
+    history.replaceState(null, "", "#step=" + encodeURIComponent(id));
+    state.selected = id;
+    var ready = rowOf(id) === null ? load(id) : Promise.resolve();
+    ready.then(function () { select(id); scrollTo(id); });
+  }
+
+  document.getElementById("find-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var q = document.getElementById("find-steps").value.trim();
+    if (!q) { return; }
+    findStatus.textContent = "Searching…";
+    A.fetchJSON(cfg.search + (cfg.search.indexOf("?") >= 0 ? "&" : "?") + "q=" + encodeURIComponent(q)).then(function (body) {
+      found = { ids: body.step_ids || [], at: -1, truncated: body.truncated };
+      findNext.hidden = found.ids.length < 2;
+      if (found.ids.length) { showMatch(0); } else { findStatus.textContent = "no step matches"; }
+    }).catch(function (err) { findStatus.textContent = err.message; });
+  });
+  findNext.addEventListener("click", function () { if (found.ids.length) { showMatch(found.at + 1); } });
+
+  // A running task: every few seconds ask whether steps arrived (or it ended), and redraw.
+  if (cfg.running && cfg.live) {
+    var seen = null, marker = document.getElementById("running-marker");
+    var poll = setInterval(function () {
+      A.fetchJSON(cfg.live).then(function (live) {
+        var key = live.steps + "|" + live.last_event_at;
+        var changed = seen === null ? live.steps !== cfg.steps : key !== seen;
+        seen = key;
+        if (!live.running) {
+          clearInterval(poll);
+          if (marker) { marker.textContent = live.status || "ended"; marker.className = "status status-" + (live.status || "unknown"); }
+          document.body.dataset.taskRunning = "0";
+        }
+        if (changed || !live.running) { load(state.selected); }
+      }).catch(function () { /* the next tick tries again */ });
+    }, 3000);
+    document.body.dataset.taskRunning = "1";
+  }
+
   var fromHash = /^#step=(.+)$/.exec(window.location.hash);
   var initial = fromHash ? decodeURIComponent(fromHash[1]) : null;
   load(initial).then(function () { if (initial) { select(initial); } });
