@@ -1,5 +1,7 @@
 import time
 
+import pytest
+
 from analysis.budget import latency_budget
 from analysis.critical_path import critical_path, path_step_ids
 
@@ -50,3 +52,17 @@ def test_fifty_thousand_steps_with_a_deep_chain_take_well_under_a_second():
     elapsed = time.process_time() - started
     assert elapsed < 0.5, elapsed
     assert abs(sum(budget.values()) - 5_000_000) < 1
+
+
+def test_a_wrapper_leaf_beside_the_model_call_does_not_hide_it():
+    # LangGraph with OpenInference: the model call is a sibling of a chain leaf that wraps the
+    # same time and ends a moment later; a routing node runs after it.
+    steps = [step("node", "framework", 0, 1.2), step("call_model", "framework", 0.05, 1.01, parent_step_id="node"),
+             step("llm", "llm", 0.06, 1.0, parent_step_id="node"),
+             step("route", "framework", 1.01, 1.2, parent_step_id="node")]
+    segments = critical_path(steps, T0, T0 + 1200)
+    ids = [seg.step.step_id if seg.step else None for seg in segments]
+    assert "llm" in ids and ids.index("llm") < ids.index("route")
+    llm = next(seg for seg in segments if seg.step and seg.step.step_id == "llm")
+    assert llm.length == pytest.approx(940)
+    assert sum(seg.length for seg in segments) == pytest.approx(1200)

@@ -23,10 +23,10 @@ def run(ctx):
 
 def test_caching_repeats_and_parallelising_calls_shorten_the_path_alone_and_together():
     ctx = task([
-        step("l1", "llm", 0, 1, model="m"),
-        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}),
-        step("b", "tool", 2, 3, tool_name="search", tool_args={"q": 1}),   # repeat of a: 1 s
-        step("c", "tool", 3, 3.5, tool_name="weather", tool_args={"city": "x"}),  # serial with a
+        step("l1", "llm", 0, 1, model="m", tool_call_ids=("ca", "cb", "cc")),  # one response asked for all
+        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}, tool_call_id="ca"),
+        step("b", "tool", 2, 3, tool_name="search", tool_args={"q": 1}, tool_call_id="cb"),  # repeat of a: 1 s
+        step("c", "tool", 3, 3.5, tool_name="weather", tool_args={"city": "x"}, tool_call_id="cc"),  # serial with a
         step("l2", "llm", 3.5, 4, model="m"),
     ])
     w = run(ctx)
@@ -34,6 +34,17 @@ def test_caching_repeats_and_parallelising_calls_shorten_the_path_alone_and_toge
     assert w["cached_ms"] == 3000
     assert w["parallel_ms"] == 3500   # a ∥ c saves 500 ms
     assert w["parallel_cached_ms"] == 2500
+
+
+def test_a_possible_serialisation_promises_no_saving():
+    # Nothing shows whether c needed a's output: the finding is only possible, and saves nothing.
+    ctx = task([
+        step("l1", "llm", 0, 1, model="m"),
+        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}),
+        step("c", "tool", 2, 2.5, tool_name="weather", tool_args={"city": "x"}),
+        step("l2", "llm", 2.5, 3, model="m"),
+    ])
+    assert run(ctx)["parallel_ms"] == run(ctx)["actual_ms"] == 3000
 
 
 def test_time_off_the_critical_path_saves_nothing():

@@ -54,8 +54,16 @@ def replayed(live_server, project, ingest_key):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_recorded_trace_arrives_as_a_task_named_after_its_agent(replayed, family):
+def test_a_recorded_family_arrives_as_its_instrumentation_sent_it(replayed, family):
+    # One replay per family (each is a few hundred spans over HTTP), every aspect checked on it.
     tasks = replayed(family)
+    check_tasks_are_named_after_their_agent(family, tasks)
+    check_tool_steps(family)
+    check_llm_steps(family)
+    check_trees(tasks)
+
+
+def check_tasks_are_named_after_their_agent(family, tasks):
     recorded = runs(family)
     assert len(recorded) >= 20 and set(tasks) == {r["task_id"] for r in recorded}
     for run in recorded:
@@ -65,9 +73,8 @@ def test_every_recorded_trace_arrives_as_a_task_named_after_its_agent(replayed, 
         assert task.status == ("error" if run["status"] == "error" else "ok")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_tool_steps_carry_name_arguments_result_call_id_and_status(replayed, family):
-    replayed(family)
+def check_tool_steps(family):
+    """Tool steps carry name, arguments, result, call id and status."""
     checked = 0
     for run in runs(family):
         for call in run["tool_calls"]:
@@ -92,9 +99,8 @@ def test_tool_steps_carry_name_arguments_result_call_id_and_status(replayed, fam
     assert checked >= 40
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_llm_steps_carry_model_tokens_requested_calls_and_ttft(replayed, family):
-    replayed(family)
+def check_llm_steps(family):
+    """LLM steps carry model, tokens, the calls their response requested, and TTFT."""
     for run in runs(family):
         llm = list(Step.objects.filter(task__task_id=run["task_id"], kind="llm").order_by("started_at"))
         assert len(llm) == len(run["llm_turns"]), run["scenario"]
@@ -112,9 +118,8 @@ def test_llm_steps_carry_model_tokens_requested_calls_and_ttft(replayed, family)
             assert final.ttft_ms == pytest.approx(run["ttft_ms"], rel=0.05, abs=5)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_each_trace_is_one_tree_under_its_root(replayed, family):
-    tasks = replayed(family)
+def check_trees(tasks):
+    """Each trace is one tree under its root."""
     for task in tasks.values():
         steps = {s.step_id: s.parent_step_id for s in Step.objects.filter(task=task)}
         roots = [sid for sid, parent in steps.items() if not parent]
