@@ -79,6 +79,7 @@ def step_kind(attributes: dict) -> str:
 
 MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.response.model_name",
               "llm.model_name", "llm.response.model", "llm.request.model")
+LANGCHAIN_MODEL_KEY = "traceloop.association.properties.ls_model_name"
 PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
                     "llm.token_count.prompt", "llm.usage.prompt_tokens")
@@ -313,6 +314,10 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     kind = step_kind(attributes)
     facts = SpanFacts(kind=kind, used=used)
     facts.model = _text(attributes, MODEL_KEYS, used)
+    if facts.model.lower() in ("", "unknown"):
+        # OpenLLMetry writes "unknown" for a LangChain model it cannot serialise; LangChain's own
+        # metadata still names it.
+        facts.model = _text(attributes, (LANGCHAIN_MODEL_KEY,), used) or facts.model
     facts.provider = _text(attributes, PROVIDER_KEYS, used)
     facts.input_tokens = _count(attributes, INPUT_TOKEN_KEYS, used)
     facts.output_tokens = _count(attributes, OUTPUT_TOKEN_KEYS, used)

@@ -153,3 +153,32 @@ def test_openllmetry_positional_tool_arguments_are_kept():
 def test_device_comes_from_the_span_or_its_resource():
     assert conventions.span_facts({"hw.id": "gpu-7"}, resource={"hw.id": "node"}).device == "gpu-7"
     assert conventions.span_facts({}, resource={"hw.id": "corsair-2"}).device == "corsair-2"
+
+
+def test_an_openllmetry_model_it_could_not_serialise_is_named_by_langchain_metadata():
+    facts = conventions.span_facts({"gen_ai.operation.name": "chat", "gen_ai.request.model": "unknown",
+                                    "traceloop.association.properties.ls_model_name": "scripted-chat-8b"})
+    assert facts.model == "scripted-chat-8b"
+    named = conventions.span_facts({"gen_ai.operation.name": "chat", "gen_ai.response.model": "gpt-4o",
+                                    "traceloop.association.properties.ls_model_name": "gpt-4o-mini"})
+    assert named.model == "gpt-4o"
+
+
+def test_requested_call_ids_from_flattened_attributes_in_index_order():
+    attributes = {"gen_ai.operation.name": "chat",
+                  **{f"gen_ai.completion.0.tool_calls.{j}.id": f"call_{j}" for j in (10, 2, 0)},
+                  "gen_ai.completion.0.tool_calls.2.name": "search"}
+    assert conventions.span_facts(attributes).tool_call_ids == ["call_0", "call_2", "call_10"]
+
+
+def test_a_langchain_callback_payload_gives_its_inputs_and_call_id():
+    payload = {"input_str": "{'order_id': 'ord_1'}", "tags": ["seq:step:1"],
+               "metadata": {"langgraph_step": 7, "checkpoint_ns": "tools:ab12"},
+               "inputs": {"order_id": "ord_1"}, "kwargs": {"tool_call_id": "call_9", "color": "green"}}
+    result = {"output": {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "ToolMessage"],
+                         "kwargs": {"content": '{"status": "shipped"}', "tool_call_id": "call_9"}}}
+    facts = conventions.span_facts({"traceloop.span.kind": "tool", "gen_ai.tool.name": "get_order",
+                                    "gen_ai.tool.call.arguments": json.dumps(payload),
+                                    "gen_ai.tool.call.result": json.dumps(result)})
+    assert (facts.tool_args, facts.tool_call_id, facts.tool_result) == (
+        {"order_id": "ord_1"}, "call_9", '{"status": "shipped"}')
