@@ -28,8 +28,18 @@ from analysis.serializers import (
 TASK_FILTER_PARAMETERS = [
     OpenApiParameter(name, OpenApiTypes.STR, required=False)
     for name in ("project", "release", "name", "status", "environment", "session_id", "device",
-                 "finding", "q", "since", "until", "range", "cursor", "sort")
+                 "finding", "since", "until", "range", "cursor", "sort", "model", "tool")
 ] + [
+    OpenApiParameter("q", OpenApiTypes.STR, required=False,
+                     description="the task name contains it, the task id is it, or a step's tool arguments or "
+                                 "error hold its words (\"a phrase\", or, -word)"),
+    OpenApiParameter("attr", OpenApiTypes.STR, required=False,
+                     description="key:value — a step attribute, or a task (resource) attribute"),
+    OpenApiParameter("error", OpenApiTypes.STR, required=False, description="words of a step's error"),
+    OpenApiParameter("min_step_ms", OpenApiTypes.NUMBER, required=False,
+                     description="a step at least this long; model, tool, error and attr describe the same step"),
+    OpenApiParameter("running", OpenApiTypes.STR, required=False, enum=["1", "0"],
+                     description="1: only tasks whose steps are still arriving"),
     OpenApiParameter("min_duration_ms", OpenApiTypes.NUMBER, required=False),
     OpenApiParameter("max_duration_ms", OpenApiTypes.NUMBER, required=False),
     OpenApiParameter("limit", OpenApiTypes.INT, required=False),

@@ -23,7 +23,6 @@ from django.core.cache import cache
 from django.db import connection
 
 from analysis import diff
-from analysis.detectors.base import canonical_args
 from analysis.models import Finding
 from ingest.models import Project, Task
 
@@ -46,12 +45,12 @@ _STEP_SQL = (
     "SELECT s.task_id, s.step_id, s.parent_step_id, s.kind, s.name,"
     " (extract(epoch FROM s.started_at - t.started_at) * 1000)::float8,"
     " (extract(epoch FROM s.ended_at - t.started_at) * 1000)::float8,"
-    " s.status, s.model, s.device, s.ttft_ms, s.tool_name, {args}"
+    " s.status, s.model, s.device, s.ttft_ms, s.tool_name, ''"
     " FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id"
     " WHERE s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
 
 
-def _runs(tasks: list[Task], *, with_args: bool) -> dict[int, diff.Run]:
+def _runs(tasks: list[Task]) -> dict[int, diff.Run]:
     """The steps of these tasks (times since each task's start) as runs, in one query."""
     tasks = [t for t in tasks if t.started_at is not None]
     if not tasks:
@@ -59,12 +58,10 @@ def _runs(tasks: list[Task], *, with_args: bool) -> dict[int, diff.Run]:
     low = min(t.started_at for t in tasks) - STEP_SLACK
     high = max(t.ended_at or t.last_event_at or t.started_at for t in tasks) + STEP_SLACK
     steps: dict[int, list[diff.DStep]] = {t.pk: [] for t in tasks}
-    sql = _STEP_SQL.format(args="s.tool_args" if with_args else "NULL")
     with connection.cursor() as cur:
-        cur.execute(sql, [[t.pk for t in tasks], low, high])
+        cur.execute(_STEP_SQL, [[t.pk for t in tasks], low, high])
         for row in cur.fetchall():
-            args = row[12]
-            steps[row[0]].append(diff.DStep(*row[1:12], canonical_args(args) if args not in (None, {}, []) else ""))
+            steps[row[0]].append(diff.DStep._make(row[1:]))
     out = {}
     for t in tasks:
         rows = steps[t.pk]
@@ -75,23 +72,28 @@ def _runs(tasks: list[Task], *, with_args: bool) -> dict[int, diff.Run]:
 
 
 def task_run(*, task: Task) -> diff.Run:
-    return _runs([task], with_args=True)[task.pk]
+    return _runs([task])[task.pk]
 
 
-def step_verdicts(*, task: Task) -> dict[str, str]:
+def step_verdicts(*, task: Task) -> tuple[dict[str, str], set[str]]:
     """Per LLM step, why its finding says it was slow: the hardware verdict (`queueing`,
-    `throttling`, `prefill_bound`, `nominal`) or `context growth`."""
+    `throttling`, `prefill_bound`, `nominal`) or `context growth`; and the calls that repeat an
+    earlier one (the repeated_tool_call findings: every step of one but the first)."""
     out: dict[str, str] = {}
+    repeats: set[str] = set()
     order = {"hardware_queueing": 0, "hardware_throttling": 0, "slow_step": 1, "context_growth": 2}
     findings = sorted(Finding.objects.filter(task=task).only("kind", "step_ids", "evidence"),
                       key=lambda f: order.get(f.kind, 3))
     for f in findings:
+        if f.kind == "repeated_tool_call":
+            repeats.update(f.step_ids[1:])
+            continue
         verdict = "context growth" if f.kind == "context_growth" else (
             f.evidence.get("verdict") if isinstance(f.evidence, dict) else None)
         if isinstance(verdict, str) and verdict:
             for step_id in f.step_ids:
                 out.setdefault(step_id, verdict)
-    return out
+    return out, repeats
 
 
 def typical_runs(*, project: Project, name: str, release: str) -> tuple[list[Task], str]:
@@ -128,7 +130,7 @@ def typical_profile(*, project: Project, name: str, release: str) -> tuple[diff.
     key = f"agentops:typical:{project.pk}:{version}"
     found = cache.get(key)
     if found is None:
-        loaded = _runs(runs, with_args=False)
+        loaded = _runs(runs)
         found = diff.typical_profile([loaded[r.pk] for r in runs], name=name, release=release, scope=scope)
         cache.set(key, found, CACHE_SECONDS)
     return found, ""
@@ -141,13 +143,15 @@ def task_diff(*, project: Project, task: Task, against: str) -> diff.Explanation
         typical, reason = typical_profile(project=project, name=task.name, release=task.release)
         if typical is None:
             raise DiffError(reason)
-        return diff.explain(task_run(task=task), typical, verdicts=step_verdicts(task=task))
+        verdicts, repeats = step_verdicts(task=task)
+        return diff.explain(task_run(task=task), typical, verdicts=verdicts, repeats=repeats)
     other = Task.objects.filter(project=project, task_id=against).first()
     if other is None or other.started_at is None:
         raise LookupError(against)
-    runs = _runs([task, other], with_args=True)
+    runs = _runs([task, other])
     reference = diff.task_as_typical(runs[other.pk], name=other.name, release=other.release)
-    return diff.explain(runs[task.pk], reference, verdicts=step_verdicts(task=task))
+    verdicts, repeats = step_verdicts(task=task)
+    return diff.explain(runs[task.pk], reference, verdicts=verdicts, repeats=repeats)
 
 
 def diff_payload(*, project: Project, task: Task, against: str, rows: bool = True) -> dict:

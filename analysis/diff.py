@@ -42,6 +42,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from analysis.critical_path import critical_path
@@ -115,9 +116,12 @@ class Anatomy:
         return self.run.duration_ms
 
 
+_START_ORDER = attrgetter("start_ms", "end_ms", "step_id")
+
+
 def anatomy(run: Run) -> Anatomy:
     parents = {s.parent_step_id for s in run.steps if s.parent_step_id and s.parent_step_id != s.step_id}
-    leaves = sorted((s for s in run.steps if s.step_id not in parents), key=lambda s: (s.start_ms, s.end_ms, s.step_id))
+    leaves = sorted((s for s in run.steps if s.step_id not in parents), key=_START_ORDER)
     turns: list[Turn] = []
     for s in leaves:
         if not turns or s.kind == "llm":
@@ -287,8 +291,16 @@ def _banded_pairing(a: Sequence[tuple[str, ...]], b: Sequence[tuple[str, ...]], 
     if n == 0 or m == 0:
         return [(i, None) for i in range(n)] + [(None, j) for j in range(m)]
     low, high = min(0, m - n) - band, max(0, m - n) + band  # allowed j − i
-    counts_a = [Counter(x) for x in a]
-    counts_b = [Counter(y) for y in b]
+    counts: dict[tuple[str, ...], Counter] = {}
+    memo: dict[tuple, float] = {}  # runs of one agent repeat a few signatures: score each pair once
+
+    def similarity(x: tuple[str, ...], y: tuple[str, ...]) -> float:
+        found = memo.get((x, y))
+        if found is None:
+            cx = counts.get(x) or counts.setdefault(x, Counter(x))
+            cy = counts.get(y) or counts.setdefault(y, Counter(y))
+            found = memo[(x, y)] = _similarity_counts(cx, cy)
+        return found
     neg = float("-inf")
     score: list[dict[int, float]] = [{} for _ in range(n + 1)]
     move: list[dict[int, int]] = [{} for _ in range(n + 1)]  # 0 pair, 1 skip a, 2 skip b
@@ -301,7 +313,7 @@ def _banded_pairing(a: Sequence[tuple[str, ...]], b: Sequence[tuple[str, ...]], 
             best, how = neg, 0
             if i and j and (j - 1) in prev:
                 x, y = a[i - 1], b[j - 1]
-                sim = 1.0 if x == y else _similarity_counts(counts_a[i - 1], counts_b[j - 1])
+                sim = 1.0 if x == y else similarity(x, y)
                 best = prev[j - 1] + 0.01 + sim
             if i and j in prev and prev[j] > best:
                 best, how = prev[j], 1
@@ -356,8 +368,7 @@ def align_steps(a: Sequence[str], b: Sequence[str]) -> list[Pair]:
 # --- the typical run -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """One position of the typical run (or of the other task)."""
     label: str
     kind: str
@@ -559,13 +570,10 @@ class Row(NamedTuple):
         return (self.duration_ms or 0.0) - (self.other_duration_ms or 0.0)
 
     def as_dict(self) -> dict:
-        def r(x):
-            return None if x is None else round(x, 3)
-        return {"status": self.status, "label": self.label, "kind": self.kind, "turn": self.turn,
-                "other_turn": self.other_turn, "step_id": self.step_id, "other_step_id": self.other_step_id,
-                "start_ms": r(self.start_ms), "duration_ms": r(self.duration_ms),
-                "other_start_ms": r(self.other_start_ms), "other_duration_ms": r(self.other_duration_ms),
-                "delta_ms": r(self.delta_ms)}
+        out = self._asdict()
+        mine, other = self.duration_ms, self.other_duration_ms
+        out["delta_ms"] = None if mine is None and other is None else (mine or 0.0) - (other or 0.0)
+        return out
 
 
 @dataclass
@@ -636,23 +644,26 @@ class _Acc:
 
 
 def explain(task: Run, typical: Typical, *, verdicts: Mapping[str, str] | None = None,
-            small_ms: float | None = None) -> Explanation:
+            repeats: set[str] | None = None, small_ms: float | None = None) -> Explanation:
     """The task against the typical run (or another task as `task_as_typical`): items that add
-    up to the difference, largest first, and the aligned rows."""
+    up to the difference, largest first, and the aligned rows. `repeats`: the calls that repeat
+    an earlier one (the repeated_tool_call findings say which); without it, calls whose tool and
+    canonical arguments (`DStep.args`) an earlier call had."""
     verdicts = verdicts or {}
     an = anatomy(task)
     acc = _Acc()
     rows: list[Row] = []
     n_turns = len(an.turns)
-    seen_calls: set[tuple[str, str]] = set()
-    repeats: set[str] = set()
-    for t in an.turns:  # a call whose tool and canonical arguments an earlier call had
-        for s in t.steps:
-            if s.kind != "llm" and s.args:
-                key = (s.tool_name or s.name, s.args)
-                if key in seen_calls:
-                    repeats.add(s.step_id)
-                seen_calls.add(key)
+    if repeats is None:
+        repeats = set()
+        seen_calls: set[tuple[str, str]] = set()
+        for t in an.turns:
+            for s in t.steps:
+                if s.kind != "llm" and s.args:
+                    key = (s.tool_name or s.name, s.args)
+                    if key in seen_calls:
+                        repeats.add(s.step_id)
+                    seen_calls.add(key)
     path = an.path_ms
     difference = task.duration_ms - typical.duration_ms
     threshold = small_ms if small_ms is not None else max(10.0, 0.02 * abs(difference), 0.005 * task.duration_ms)

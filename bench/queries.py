@@ -83,6 +83,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     out.update(_dashboard_queries(project))
     out.update(_alert_queries(project))
     out.update(_pages(project))
+    out.update(_comparison_queries(project))
     return out
 
 
@@ -169,3 +170,144 @@ def _pages(project) -> dict[str, Callable[[], object]]:
             "page: devices charts JSON": page("/charts/devices.json"),
             "page: releases list": page("/releases"),
             "page: task detail waterfall JSON (50,000 steps)": page("/tasks/big-task/waterfall.json")}
+
+
+# --- why was this one slow, sessions, search (docs/scaling.md) ---------------------------------
+
+PAIR_TURNS, PAIR_PER_TURN = 1000, 10  # two tasks of 10,000 steps (+ root) in a project of their own
+
+
+def _pair(project_name: str = "bench-diff"):
+    """Two 10,000-step tasks in a project of their own (the query dataset's step count, which
+    decides whether it is reloaded, stays as it is): 1,000 turns of an LLM call and 9 tool calls;
+    pair-a has one extra call in turn 500 and a slower LLM call in turn 700. Made once."""
+    from django.db import connection
+
+    from ingest import partitions
+    from ingest.models import Project, Task
+
+    project, _ = Project.objects.get_or_create(name=project_name)
+    if Task.objects.filter(project=project, task_id__in=["pair-a", "pair-b"]).count() == 2:
+        return project
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime.now(tz=UTC).replace(microsecond=0) - timedelta(days=1)
+    partitions.ensure(table="ingest_step", times=[start, start + timedelta(hours=2)])
+    n = PAIR_TURNS * PAIR_PER_TURN
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ingest_task WHERE project_id = %s", [project.pk])
+        for task_id in ("pair-a", "pair-b"):
+            extra = task_id == "pair-a"
+            cur.execute("""
+                INSERT INTO ingest_task (project_id, task_id, name, release, environment, session_id, started_at,
+                    ended_at, duration_ms, status, attributes, reported, step_count, input_tokens, output_tokens,
+                    error_count, last_event_at, name_given)
+                VALUES (%s, %s, 'pair-agent', 'v1', 'production', '', %s, %s + interval '2 hours', 7200000, 'ok',
+                        '{}', true, %s, 0, 0, 0, now(), true) RETURNING id""",
+                        [project.pk, task_id, start, start, n + 1 + int(extra)])
+            pk = cur.fetchone()[0]
+            cur.execute("""
+                INSERT INTO ingest_step (project_id, task_id, step_id, parent_step_id, kind, name, started_at,
+                    ended_at, duration_ms, status, error, depends_on, attributes, events, model, provider, device,
+                    tool_name, tool_args, ttft_ms)
+                SELECT %(p)s, %(t)s, 's' || k || '.' || j, 'root', CASE WHEN j = 0 THEN 'llm' ELSE 'tool' END,
+                       CASE WHEN j = 0 THEN 'chat' ELSE 'call ' || j END,
+                       %(s)s + make_interval(secs => (k * %(per)s + j) * 0.5),
+                       %(s)s + make_interval(secs => (k * %(per)s + j) * 0.5 + d / 1000.0), d, 'ok', '', '{}', '{}',
+                       '[]', CASE WHEN j = 0 THEN 'm' ELSE '' END, '', CASE WHEN j = 0 THEN 'gpu-0' ELSE '' END,
+                       CASE WHEN j = 0 THEN '' ELSE 'call ' || j END,
+                       CASE WHEN j = 0 THEN NULL ELSE jsonb_build_object('k', k) END,
+                       CASE WHEN j = 0 THEN d / 3 END
+                FROM generate_series(0, %(turns)s - 1) k, generate_series(0, %(per)s - 1) j,
+                     LATERAL (SELECT CASE WHEN %(extra)s AND k = 700 AND j = 0 THEN 450.0 ELSE 200.0 END AS d) x""",
+                        {"p": project.pk, "t": pk, "s": start, "per": PAIR_PER_TURN, "turns": PAIR_TURNS, "extra": extra})
+            cur.execute("""
+                INSERT INTO ingest_step (project_id, task_id, step_id, parent_step_id, kind, name, started_at,
+                    ended_at, duration_ms, status, error, depends_on, attributes, events, model, provider, device,
+                    tool_name)
+                VALUES (%(p)s, %(t)s, 'root', '', 'agent', 'pair-agent', %(s)s, %(s)s + interval '2 hours', 7200000,
+                        'ok', '', '{}', '{}', '[]', '', '', '', '')""", {"p": project.pk, "t": pk, "s": start})
+            if extra:
+                cur.execute("""
+                    INSERT INTO ingest_step (project_id, task_id, step_id, parent_step_id, kind, name, started_at,
+                        ended_at, duration_ms, status, error, depends_on, attributes, events, model, provider,
+                        device, tool_name)
+                    VALUES (%(p)s, %(t)s, 'extra', 'root', 'tool', 'search', %(s)s + interval '2501 seconds',
+                            %(s)s + interval '2501.3 seconds', 300, 'ok', '', '{}', '{}', '[]', '', '', '', 'search')""",
+                            {"p": project.pk, "t": pk, "s": start})
+    return project
+
+
+def _search_rows(project) -> None:
+    """Text and attributes to search for in the query dataset (its loader writes no errors and
+    empty attributes): an error on one tool call in 1,000 tasks (a distinctive order id each) and
+    an attribute on the first LLM call of one task in 100. Updates only: the step count, which
+    decides whether the dataset is reloaded, stays as it is. Made once."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM ingest_step WHERE project_id = %s AND error LIKE 'HTTP 503%%' LIMIT 1",
+                    [project.pk])
+        if cur.fetchone():
+            return
+        cur.execute("""UPDATE ingest_step SET error = 'HTTP 503 from upstream: order ord_' || task_id || 'x'
+                       WHERE project_id = %s AND step_id = 's1' AND task_id %% 1000 = 0""", [project.pk])
+        cur.execute("""UPDATE ingest_step SET attributes = '{"gen_ai.system": "openai", "user_tier": "pro"}'
+                       WHERE project_id = %s AND step_id = 's0' AND task_id %% 100 = 0""", [project.pk])
+        cur.execute("ANALYZE ingest_step")
+
+
+def _comparison_queries(project) -> dict[str, Callable[[], object]]:
+    """Typical profile, a task against it, a 10,000-step pair, sessions and search, through the
+    product's selectors and API (whole requests where the API is named)."""
+    from django.core.cache import cache
+    from django.test import Client
+
+    from analysis import comparison, selectors, sessions
+    from analysis.filters import TaskFilters
+    from ingest.models import IngestKey, Task
+    from ingest.services import key_create
+
+    _search_rows(project)
+    pair = _pair()
+    keys = {p.pk: key_create(project=p, scopes=[IngestKey.SCOPE_READ])[1] for p in (project, pair)}
+
+    def api(p, path):
+        def get():
+            response = Client().get(path, HTTP_AUTHORIZATION=f"Bearer {keys[p.pk]}")
+            assert response.status_code == 200, (path, response.status_code, response.content[:200])
+            return response.content
+        return get
+
+    def cold_profile():
+        cache.clear()  # built from its runs every time, as on the first visit after new runs
+        typical, reason = comparison.typical_profile(project=project, name="checkout-agent", release="v2")
+        assert typical is not None, reason
+        return typical
+
+    slow = (Task.objects.filter(project=project, name="checkout-agent", release="v2")
+            .order_by("-started_at").values_list("task_id", flat=True).first())
+    some_session = Task.objects.filter(project=project).exclude(session_id="").values_list(
+        "session_id", flat=True).first()
+    f = TaskFilters()
+
+    def search(**kwargs):
+        return lambda: selectors.task_list(project=project, filters=TaskFilters(**kwargs), limit=50)
+
+    return {
+        "diff: typical profile build (200 runs, 4,000 steps; cache cleared)": cold_profile,
+        "diff: task vs typical (API, profile cached)": api(project, f"/api/v1/tasks/{slow}/diff?against=typical"),
+        "diff: 10,000-step pair (API, whole request)": api(pair, "/api/v1/tasks/pair-a/diff?against=pair-b"),
+        "session list: newest first": lambda: sessions.session_list(project=project, filters=f),
+        "session list: by turns": lambda: sessions.session_list(project=project, filters=f, sort="-turns"),
+        "session list: by total time": lambda: sessions.session_list(project=project, filters=f, sort="-total_ms"),
+        "session list: by slowest turn": lambda: sessions.session_list(project=project, filters=f, sort="-slowest_ms"),
+        "session list: API, release v2, by total time": api(project, "/api/v1/sessions?release=v2&sort=-total_ms"),
+        "session detail (API)": api(project, f"/api/v1/sessions/{some_session}"),
+        "search text: a rare id (q=ord_…, 1 task)": search(q="ord_2000x"),
+        "search text: error words (error=\"HTTP 503\", 500 tasks)": search(error='"HTTP 503"'),
+        "search text: a common word (q=id, every task)": search(q="id"),
+        "search: attribute (attr=gen_ai.system:openai, 5,000 tasks)": search(attr="gen_ai.system:openai"),
+        "search: a step over 2 s (min_step_ms=2000)": search(min_step_ms=2000.0),
+        "search: tool + step over 1 s": search(tool="search_inventory", min_step_ms=1000.0),
+    }
