@@ -32,26 +32,45 @@ from ingest.models import Project, Task
 
 LLM_KIND = "llm"
 
-# Each price with the instant the model's next price takes over (NULL: still in force).
-PRICES_SQL = ("SELECT model, input_per_million, output_per_million, effective_from,"
-              " lead(effective_from) OVER (PARTITION BY model ORDER BY effective_from) AS effective_until"
-              " FROM analysis_modelprice")
+# Which price a step pays: its model's effective_from instants in order; the step pays price
+# number width_bucket(started_at, those instants) (0: it started before the model's first price).
+PRICE_BOUNDS_SQL = ("SELECT model, array_agg(effective_from ORDER BY effective_from) AS froms"
+                    " FROM analysis_modelprice GROUP BY model")
+PRICE_PERIODS_SQL = ("SELECT model, input_per_million, output_per_million,"
+                     " row_number() OVER (PARTITION BY model ORDER BY effective_from) AS period"
+                     " FROM analysis_modelprice")
+
+
+def price_period_sql(step: str = "s", bounds: str = "pb") -> str:
+    """The number of the price a step pays among its model's prices (1 = the first), 0 for none:
+    how many of them took effect at or before the step started. Needs `price_bounds_join`."""
+    return f"coalesce(width_bucket({step}.started_at, {bounds}.froms), 0)"
+
+
+def price_bounds_join(step: str = "s", bounds: str = "pb") -> str:
+    return f" LEFT JOIN ({PRICE_BOUNDS_SQL}) {bounds} ON {bounds}.model = {step}.model"
 
 
 def price_join(step: str = "s", price: str = "p") -> str:
-    """A LEFT JOIN giving each step of alias `step` the price (alias `price`) of its model in
-    force when it started; the price columns are NULL when there is none."""
-    return (f" LEFT JOIN ({PRICES_SQL}) {price} ON {price}.model = {step}.model"
-            f" AND {step}.started_at >= {price}.effective_from"
-            f" AND ({price}.effective_until IS NULL OR {step}.started_at < {price}.effective_until)")
+    """LEFT JOINs giving each step of alias `step` the price (alias `price`) of its model in force
+    when it started; the price columns are NULL when there is none."""
+    bounds = f"{price}_bounds"
+    return (price_bounds_join(step, bounds) + f" LEFT JOIN ({PRICE_PERIODS_SQL}) {price}"
+            f" ON {price}.model = {step}.model AND {price}.period = {price_period_sql(step, bounds)}")
+
+
+def tokens_cost_sql(input_tokens: str, output_tokens: str, price: str = "p") -> str:
+    """THE cost, in US dollars: input and output tokens at a price (per million tokens);
+    NULL without a price. Per step, or per sum of steps that pay the same price."""
+    return (f"(({input_tokens})::numeric * {price}.input_per_million"
+            f" + ({output_tokens})::numeric * {price}.output_per_million) / 1000000")
 
 
 def step_cost_sql(step: str = "s", price: str = "p") -> str:
-    """The cost in US dollars (float8) of a step joined with `price_join`: NULL for a step that
-    is not an LLM step or whose model has no price."""
-    return (f"(CASE WHEN {step}.kind = '{LLM_KIND}' THEN (coalesce({step}.input_tokens, 0)::numeric"
-            f" * {price}.input_per_million + coalesce({step}.output_tokens, 0)::numeric"
-            f" * {price}.output_per_million) / 1000000 END)::float8")
+    """The cost (float8) of a step joined with `price_join`: NULL for a step that is not an LLM
+    step or whose model has no price; a missing token count counts as 0 tokens."""
+    cost = tokens_cost_sql(f"coalesce({step}.input_tokens, 0)", f"coalesce({step}.output_tokens, 0)", price)
+    return f"(CASE WHEN {step}.kind = '{LLM_KIND}' THEN {cost} END)::float8"
 
 
 def step_priced_sql(step: str = "s", price: str = "p") -> str:
@@ -59,10 +78,24 @@ def step_priced_sql(step: str = "s", price: str = "p") -> str:
     return f"(CASE WHEN {step}.kind = '{LLM_KIND}' THEN {price}.model IS NOT NULL END)"
 
 
-# The sums every reader shows, over LLM steps joined with price_join (aliases s and p).
-_SUMS_SQL = ("sum(" + step_cost_sql() + "), count(*),"
-             " count(*) FILTER (WHERE p.model IS NULL),"
-             " coalesce(array_agg(DISTINCT s.model ORDER BY s.model) FILTER (WHERE p.model IS NULL), '{}')")
+def grouped_costs_sql(*, tables: str, where: str, groups: Sequence[str]) -> str:
+    """Cost sums of LLM steps per group: `tables` is the FROM clause over steps aliased `s`,
+    `where` keeps LLM steps only, `groups` are the grouping expressions (e.g. "t.release"). Tokens are summed per
+    (group, model, price) first and priced once per sum, so millions of steps cost a scan and a
+    hash aggregate, not a price lookup each. Columns: the groups, then usd (float8, NULL when
+    nothing is priced), LLM steps, unpriced steps, unpriced models (text[])."""
+    named = [f"{g} AS g{i}" for i, g in enumerate(groups)]
+    keys = [f"g{i}" for i in range(len(groups))]
+    source = f"FROM {tables}{price_bounds_join()} WHERE {where}"
+    inner = (f"SELECT {', '.join([*named, 's.model AS step_model', price_period_sql() + ' AS period'])},"
+             f" sum(coalesce(s.input_tokens, 0)) AS inp, sum(coalesce(s.output_tokens, 0)) AS outp, count(*) AS n"
+             f" {source} GROUP BY {', '.join([*keys, 'step_model', 'period'])}")
+    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+    return (f"SELECT {''.join(k + ', ' for k in keys)}sum({tokens_cost_sql('c.inp', 'c.outp')})::float8,"
+            f" coalesce(sum(c.n), 0)::int8, coalesce(sum(c.n) FILTER (WHERE p.model IS NULL), 0)::int8,"
+            f" coalesce(array_agg(c.step_model ORDER BY c.step_model) FILTER (WHERE p.model IS NULL), '{{}}')"
+            f" FROM ({inner}) c LEFT JOIN ({PRICE_PERIODS_SQL}) p ON p.model = c.step_model AND p.period = c.period"
+            f"{group_by}")
 
 
 @dataclass(frozen=True)
@@ -148,8 +181,8 @@ def task_costs(*, tasks: Iterable[Task]) -> dict[int, Cost]:
     pks = [t.pk for t in tasks]
     if not pks:
         return {}
-    rows = _fetch(f"SELECT s.task_id, {_SUMS_SQL} FROM ingest_step s{price_join()}"
-                  f" WHERE s.task_id = ANY(%s) AND s.kind = '{LLM_KIND}' GROUP BY s.task_id", [pks])
+    rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.task_id = ANY(%s) AND s.kind = '{LLM_KIND}'",
+                                    groups=["s.task_id"]), [pks])
     found = {row[0]: _cost(row[1:]) for row in rows}
     return {pk: found.get(pk, Cost()) for pk in pks}
 
@@ -166,8 +199,8 @@ def _tasks_sql(tasks: QuerySet[Task]) -> tuple[str, tuple]:
 def tasks_cost(*, tasks: QuerySet[Task]) -> Cost:
     """The cost of every LLM step of the given tasks."""
     sql, params = _tasks_sql(tasks)
-    rows = _fetch(f"SELECT {_SUMS_SQL} FROM ingest_step s{price_join()}"
-                  f" WHERE s.task_id IN ({sql}) AND s.kind = '{LLM_KIND}'", params)
+    rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.task_id IN ({sql}) AND s.kind = '{LLM_KIND}'",
+                                    groups=[]), params)
     return _cost(rows[0])
 
 
@@ -196,9 +229,8 @@ def step_group_costs(*, tasks: QuerySet[Task]) -> dict[tuple[str, str], dict[str
     """Per (release, "llm:<step name>") of the given tasks: the LLM steps' cost and count (the
     release comparison's step rows use the same "kind:name" keys)."""
     sql, params = tasks.values("id", "release").query.sql_with_params()
-    rows = _fetch(f"SELECT t.release, s.name, {_SUMS_SQL} FROM ({sql}) t"
-                  f" JOIN ingest_step s ON s.task_id = t.id AND s.kind = '{LLM_KIND}'{price_join()}"
-                  f" GROUP BY t.release, s.name", params)
+    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id",
+                                    where=f"s.kind = '{LLM_KIND}'", groups=["t.release", "s.name"]), params)
     return {(release, f"{LLM_KIND}:{name or '(unnamed)'}"): {"cost": _cost(rest), "calls": rest[1]}
             for release, name, *rest in rows}
 
@@ -243,9 +275,8 @@ def release_costs(*, tasks: QuerySet[Task], a: str, b: str) -> dict:
 def _fetch_release_sums(tasks: QuerySet[Task]) -> dict[str, tuple[int, Cost]]:
     sql, params = tasks.values("id", "release").query.sql_with_params()
     counts = dict(_fetch(f"SELECT release, count(*) FROM ({sql}) t GROUP BY release", params))
-    rows = _fetch(f"SELECT t.release, {_SUMS_SQL} FROM ({sql}) t"
-                  f" JOIN ingest_step s ON s.task_id = t.id AND s.kind = '{LLM_KIND}'{price_join()}"
-                  f" GROUP BY t.release", params)
+    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id",
+                                    where=f"s.kind = '{LLM_KIND}'", groups=["t.release"]), params)
     found = {row[0]: _cost(row[1:]) for row in rows}
     return {release: (n, found.get(release, Cost())) for release, n in counts.items()}
 

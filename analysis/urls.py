@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),
+    path("charts/overview-cost.json", views.overview_cost, name="overview-cost"),
     path("tasks", views.task_list, name="tasks"),
     path("tasks.csv", views.tasks_csv, name="tasks-csv"),
     path("findings.csv", views.findings_csv, name="findings-csv"),

@@ -133,20 +133,35 @@ def _task_or_404(project, task_id: str):
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = cost = turn_time = None
-    cost_rows = []
+    totals = turn_time = None
     if project and filters:
         totals = dashboard.overview_totals(project=project, filters=filters)
         turn_time = sessions.turn_time(project=project, filters=filters)
-        cost_rows = sorted(costs.cost_by_release(project=project, filters=filters).items())
-        cost = costs.combined(row["cost"] for _, row in cost_rows)
-    return _page(request, "analysis/overview.html", project, error, totals=totals, cost=cost, turn_time=turn_time,
+    return _page(request, "analysis/overview.html", project, error, totals=totals, turn_time=turn_time,
                  sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
-                 cost_per_task=costs.format_usd(cost.per(totals["count"])) if cost and cost.usd is not None else "",
-                 cost_rows=cost_rows,
                  tasks_query=urlencode(keep(request.GET)),
                  config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
+                         "cost": reverse("overview-cost") + "?" + urlencode(keep(request.GET)),
                          "tasks": reverse("tasks"), "params": keep(request.GET)})
+
+
+@_json_view
+def overview_cost(request):
+    """Token cost of the filtered tasks, in total and per release, as display text. Fetched by the
+    page after it renders: it sums every LLM step in range (seconds at millions of steps)."""
+    project, filters = _json_scope(request)
+    rows = sorted(costs.cost_by_release(project=project, filters=filters).items())
+    total = costs.combined(row["cost"] for _, row in rows)
+    tasks = sum(row["tasks"] for _, row in rows)
+    return {
+        "total": total.text, "title": total.missing_text,
+        "per_task": costs.format_usd(total.per(tasks)) if total.usd is not None else "",
+        "releases": [{"release": release or "–", "tasks": row["tasks"], "cost": row["cost"].text,
+                      "title": row["cost"].missing_text,
+                      "per_task": costs.format_usd(row["per_task"]) if row["cost"].llm_steps else "–",
+                      "per_llm_step": costs.format_usd(row["per_llm_step"]) if row["cost"].llm_steps else "–"}
+                     for release, row in rows] if total.llm_steps else [],
+    }
 
 
 @_json_view

@@ -62,10 +62,19 @@ def test_the_task_list_has_a_cost_column(member, priced):
     assert "$0.00068" in html and "no price" in html
 
 
-def test_the_overview_shows_the_cost_and_per_release(member, priced):
+def test_the_overview_fetches_its_cost_apart(member, priced):
     html = member.get("/").content.decode()
-    assert 'id="kpi-cost"' in html and "$0.00382 + no price for 1 LLM step" in html
-    assert 'id="cost-by-release"' in html and "$0.00144" in html  # v1: 0.00068 + 0.00076
+    assert 'id="kpi-cost"' in html and "/charts/overview-cost.json" in html
+    body = member.get("/charts/overview-cost.json").json()
+    assert body["total"] == "$0.00382 + no price for 1 LLM step"
+    assert body["title"] == f"no price for {XSS}"  # JSON: the page sets it as text
+    assert body["per_task"] == "$0.000763"  # 0.003816 / 5 tasks
+    rows = {r["release"]: r for r in body["releases"]}
+    assert rows["v1"]["cost"] == "$0.00144" and rows["v1"]["tasks"] == 2  # 0.00068 + 0.00076
+    assert rows["v2"]["cost"].startswith("$0.00238 + no price")
+    only_v1 = member.get("/charts/overview-cost.json", {"release": "v1"}).json()
+    assert only_v1["total"] == "$0.00144" and [r["release"] for r in only_v1["releases"]] == ["v1"]
+    assert member.get("/charts/overview-cost.json", {"since": "nope"}).status_code == 400
 
 
 def test_release_comparison_shows_the_cost_delta_per_task_and_per_step(member, priced):

@@ -75,7 +75,13 @@ def test_a_price_entered_in_the_admin_gives_the_task_page_its_cost(live_server, 
     assert page.locator("#task-cost b").count() == 0
 
     page.goto(f"{live_server.url}/tasks")
-    rows = {row.locator("td").first.text_content(): row.locator("td.cost").text_content().strip()
-            for row in page.locator("#task-table tbody tr").all()}
-    assert any(v == "$0.000680" for v in rows.values()) and any(v == "no price" for v in rows.values())
+    cells = [c.strip() for c in page.locator("#task-table tbody td.cost").all_text_contents()]
+    assert sorted(cells) == ["$0.000680", "no price"], cells
+
+    page.goto(f"{live_server.url}/")
+    page.wait_for_function("document.querySelector('#kpi-cost b').textContent !== '…'", timeout=WAIT_MS)
+    assert page.text_content("#kpi-cost b") == "$0.000680 + no price for 1 LLM step"
+    assert "<b>secret-model</b>" in page.get_attribute("#kpi-cost", "title")
+    assert page.locator("#cost-by-release tbody tr").count() == 1  # release v1
+    screenshot(page, "overview-cost")
     assert page.errors == []
