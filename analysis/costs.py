@@ -239,7 +239,11 @@ def release_costs(*, tasks: QuerySet[Task], a: str, b: str) -> dict:
     """The cost side of a release comparison: per task and per LLM step for A and B with their
     difference, and per LLM step group (kind:name) the cost per task and per call. `tasks` are
     the compared tasks of both releases."""
-    releases = _fetch_release_sums(tasks)
+    groups = step_group_costs(tasks=tasks)  # one scan: release totals are the sums of their groups
+    sql, params = tasks.values("id", "release").query.sql_with_params()
+    counts = dict(_fetch(f"SELECT release, count(*) FROM ({sql}) t GROUP BY release", params))
+    releases = {name: (n, combined(v["cost"] for (r, _), v in groups.items() if r == name))
+                for name, n in counts.items()}
     out: dict = {}
     for side, name in (("a", a), ("b", b)):
         n_tasks, cost = releases.get(name, (0, Cost()))
@@ -251,7 +255,6 @@ def release_costs(*, tasks: QuerySet[Task], a: str, b: str) -> dict:
     out["per_llm_step_delta_usd"] = _delta(out["a"]["per_llm_step_usd"], out["b"]["per_llm_step_usd"])
     out["per_task_delta_pct"] = _pct(out["a"]["per_task_usd"], out["b"]["per_task_usd"])
     out["per_llm_step_delta_pct"] = _pct(out["a"]["per_llm_step_usd"], out["b"]["per_llm_step_usd"])
-    groups = step_group_costs(tasks=tasks)
     steps = []
     for key in sorted({k for (_, k) in groups}):
         row: dict = {"key": key}
