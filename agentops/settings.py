@@ -80,6 +80,12 @@ if EMBEDDED_BROKER:
 else:
     CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
 
+# Shared by every process (login lockouts, ingest rate limits, cached comparisons): see
+# agentops/cache.py. Redis (the broker's server, its own database) unless the broker is not Redis.
+from agentops.cache import caches_setting  # noqa: E402
+
+CACHES = caches_setting(CELERY_BROKER_URL)
+
 PRODUCTION = not EMBEDDED_DATABASE
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = env_str("SECRET_KEY")

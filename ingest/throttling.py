@@ -1,7 +1,7 @@
 """Per-key rate limits: backpressure answered 429 with Retry-After, so senders slow down
-instead of piling up requests. The window lives in each web process's memory (Django's
-local-memory cache), so the effective limit is the configured rate per process; that keeps the
-limiter free of any shared service that could itself fail under load."""
+instead of piling up requests. The window lives in Django's cache, shared by every web process
+(agentops/cache.py), so the limit holds in total; while that Redis is unreachable each process
+counts in its own memory instead of failing the request."""
 
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle

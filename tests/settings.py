@@ -10,3 +10,6 @@ from agentops.settings import *  # noqa: E402,F403
 CELERY_TASK_DEFAULT_QUEUE = f"agentops-test-{os.environ['AGENTOPS_TEST_RUN']}"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# The cache is the product's shared Redis: this run's keys get a prefix of their own, so
+# concurrent runs (and a running demo) never see each other's lockouts or rate windows.
+CACHES["default"]["KEY_PREFIX"] = f"test-{os.environ['AGENTOPS_TEST_RUN']}"  # noqa: F405
