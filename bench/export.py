@@ -42,7 +42,8 @@ def _worker_pid(master: int, timeout: float = 30) -> int:
     raise RuntimeError("gunicorn started no worker")
 
 
-def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_rows: int) -> dict:
+def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_rows: int,
+                filters: dict | None = None) -> dict:
     """One export from a fresh gunicorn (so the high-water mark is this export's alone)."""
     import requests
 
@@ -71,7 +72,7 @@ def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_
         started = time.perf_counter()
         first_byte = None
         with tempfile.NamedTemporaryFile(suffix=f".{fmt}", dir=os.environ.get("BENCH_EXPORT_DIR")) as out, \
-                requests.get(f"{url}/api/v1/export/{entity}", params={"format": fmt},
+                requests.get(f"{url}/api/v1/export/{entity}", params={"format": fmt, **(filters or {})},
                              headers={"Authorization": f"Bearer {key}"}, stream=True, timeout=120) as r:
             r.raise_for_status()
             last_sample = 0.0
@@ -96,7 +97,7 @@ def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_
                 rows, row_groups = meta.num_rows, meta.num_row_groups
             else:
                 rows, row_groups = newlines - 1, None  # the loader's text holds no newlines
-        return {"format": fmt, "entity": entity, "rows": rows, "expected_rows": expected_rows,
+        return {"format": fmt, "entity": entity, "filters": filters or {}, "rows": rows, "expected_rows": expected_rows,
                 "complete": rows == expected_rows, "bytes": size, "seconds": round(seconds, 1),
                 "first_byte_seconds": round(first_byte or 0, 2), "rows_per_s": round(rows / seconds),
                 "rss_before_mib": round(before["VmRSS"] / 2**20, 1),
@@ -107,7 +108,8 @@ def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_
         proc.wait(timeout=30)
 
 
-def run(*, database_url: str, project, formats=("parquet", "csv"), entity: str = "steps") -> dict:
+def run(*, database_url: str, project, formats=("parquet", "csv"), entity: str = "steps",
+        filters: dict | None = None) -> dict:
     from django.db import connection
 
     from ingest.models import IngestKey
@@ -116,13 +118,20 @@ def run(*, database_url: str, project, formats=("parquet", "csv"), entity: str =
     _, key = key_create(project=project, scopes=[IngestKey.SCOPE_READ], name="bench-export")
     table = {"steps": "ingest_step", "tasks": "ingest_task"}[entity]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {table} WHERE project_id = %s", [project.pk])
+        if filters and set(filters) == {"release"} and entity == "steps":
+            cursor.execute("SELECT count(*) FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id"
+                           " WHERE s.project_id = %s AND t.release = %s", [project.pk, filters["release"]])
+        elif filters:
+            raise ValueError("filters: only release= for steps")
+        else:
+            cursor.execute(f"SELECT count(*) FROM {table} WHERE project_id = %s", [project.pk])
         expected = cursor.fetchone()[0]
     connection.close()
     out = {}
     for n, fmt in enumerate(formats):
         harness.progress(f"export {entity}", n, len(formats))
-        out[fmt] = export_once(database_url=database_url, key=key, entity=entity, fmt=fmt, expected_rows=expected)
+        out[fmt] = export_once(database_url=database_url, key=key, entity=entity, fmt=fmt, expected_rows=expected,
+                               filters=filters)
         print(f"   {fmt}: {out[fmt]['rows']:,} rows in {out[fmt]['seconds']} s, "
               f"peak RSS {out[fmt]['peak_rss_mib']} MiB", file=sys.stderr, flush=True)
     harness.progress(f"export {entity}", len(formats), len(formats))

@@ -217,8 +217,12 @@ def child_export(p: dict) -> dict:
 
     project, tasks, steps, load_s = query_dataset(p)
     url = harness.bench_database_url(fresh=False)
-    return {"tasks": tasks + 1, "steps": steps, "load_seconds": load_s,
-            "steps_export": export.run(database_url=url, project=project)}
+    out = {"tasks": tasks + 1, "steps": steps, "load_seconds": load_s,
+           "steps_export": export.run(database_url=url, project=project)}
+    if p.get("export_subset"):  # a third of the rows: the peak RSS must not follow the size
+        out["steps_export_v1"] = export.run(database_url=url, project=project, formats=("parquet",),
+                                            filters={"release": "v1"})
+    return out
 
 
 def storage_bytes() -> dict:
@@ -365,6 +369,8 @@ def main() -> None:
     parser.add_argument("--queries", default="",
                         help="comma-separated parts of query names: time only those, without rebuilding the "
                              "rollups first (for queries that read none, e.g. 'diff,session,search')")
+    parser.add_argument("--export-subset", action="store_true",
+                        help="export: also export release v1 alone (a third of the steps) to compare peak RSS")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--params", help=argparse.SUPPRESS)
