@@ -32,6 +32,9 @@ MAX_RUN_STEPS = 2000
 MAX_PROFILE_STEPS = 40_000
 BASELINE_WINDOW = timedelta(days=7)
 CACHE_SECONDS = 600
+# Part of the cache key: bump it when the profile's method changes, so no process reads a
+# profile an older method built.
+PROFILE_VERSION = 2
 # Bounds on a step's start around its task's start and end, so the step reads skip the weekly
 # partitions no run touches (a step may start a little before its task's reported start).
 STEP_SLACK = timedelta(days=1)
@@ -127,7 +130,7 @@ def typical_profile(*, project: Project, name: str, release: str) -> tuple[diff.
     if len(runs) < MIN_RUNS:
         return None, f"only {len(runs)} finished runs of {name} to compare with (a typical run needs {MIN_RUNS})"
     version = hashlib.sha256("|".join(f"{r.pk}:{r.last_event_at.isoformat()}" for r in runs).encode()).hexdigest()
-    key = f"agentops:typical:{project.pk}:{version}"
+    key = f"agentops:typical:v{PROFILE_VERSION}:{project.pk}:{version}"
     found = cache.get(key)
     if found is None:
         loaded = _runs(runs)

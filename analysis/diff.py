@@ -415,6 +415,10 @@ class Typical:
     median_turns: float
     median_calls: float
     task_id: str = ""       # scope "task": the other task
+    # Per label, wherever it ran: median duration and TTFT. A step with no typical position (in an
+    # extra turn, or a call the typical run does not make there) is still "slower" against these.
+    labels: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    turn_idle_ms: float = 0.0  # the median idle of a typical turn (what an extra turn may idle)
 
     def summary(self) -> dict:
         return {"name": self.name, "release": self.release, "scope": self.scope, "runs": self.runs,
@@ -442,16 +446,18 @@ def _overlap(turn: Turn, path: Mapping[str, float]) -> float | None:
 
 
 def _medoid(anatomies: list[Anatomy]) -> Anatomy:
-    """The run the others are aligned to: of the most common shape (turn signatures), else of
-    the most common turn count and then step count; the one nearest the median duration."""
+    """The run the others are aligned to: one with the median number of turns (a shape common
+    among short runs would make every longer run look like extra turns), of the most common
+    shape (turn signatures) among those when one repeats, else of their most common step count;
+    of those, the one nearest the median duration."""
     median_ms = _median([a.duration_ms for a in anatomies])
-    shapes = Counter(tuple(t.signature for t in a.turns) for a in anatomies)
+    turns = int(statistics.median_low([len(a.turns) for a in anatomies]))
+    pool = [a for a in anatomies if len(a.turns) == turns]
+    shapes = Counter(tuple(t.signature for t in a.turns) for a in pool)
     shape, count = shapes.most_common(1)[0]
     if count >= 2:
-        pool = [a for a in anatomies if tuple(t.signature for t in a.turns) == shape]
+        pool = [a for a in pool if tuple(t.signature for t in a.turns) == shape]
     else:
-        turns = Counter(len(a.turns) for a in anatomies).most_common(1)[0][0]
-        pool = [a for a in anatomies if len(a.turns) == turns]
         steps = Counter(sum(len(t.steps) for t in a.turns) for a in pool).most_common(1)[0][0]
         pool = [a for a in pool if sum(len(t.steps) for t in a.turns) == steps]
     return min(pool, key=lambda a: (abs(a.duration_ms - median_ms), a.run.task_id))
@@ -512,7 +518,21 @@ def typical_profile(runs: Sequence[Run], *, name: str, release: str, scope: str)
     return Typical(name=name, release=release, scope=scope, runs=total,
                    duration_ms=_median([a.duration_ms for a in anatomies]), turns=tuple(turns),
                    median_turns=_median([len(a.turns) for a in anatomies]),
-                   median_calls=_median([sum(len(_calls(t)) for t in a.turns) for a in anatomies]))
+                   median_calls=_median([sum(len(_calls(t)) for t in a.turns) for a in anatomies]),
+                   labels=_label_medians(s for a in anatomies for t in a.turns for s in t.steps),
+                   turn_idle_ms=_median([t.idle_ms for t in turns]))
+
+
+def _label_medians(steps) -> dict[str, tuple[float, float | None]]:
+    durations: dict[str, list[float]] = defaultdict(list)
+    ttfts: dict[str, list[float]] = defaultdict(list)
+    for s in steps:
+        label = f"{s.kind}:{s.name}"
+        durations[label].append(s.duration_ms)
+        if s.ttft_ms is not None:
+            ttfts[label].append(s.ttft_ms)
+    return {label: (_median(values), _median(ttfts[label]) if ttfts.get(label) else None)
+            for label, values in durations.items()}
 
 
 def task_as_typical(run: Run, *, name: str, release: str) -> Typical:
@@ -528,7 +548,9 @@ def task_as_typical(run: Run, *, name: str, release: str) -> Typical:
             overlap=1.0 if overlap is None else overlap, start_ms=t.start_ms))
     return Typical(name=name, release=release, scope="task", runs=1, duration_ms=run.duration_ms,
                    turns=tuple(turns), median_turns=len(an.turns),
-                   median_calls=sum(len(_calls(t)) for t in an.turns), task_id=run.task_id)
+                   median_calls=sum(len(_calls(t)) for t in an.turns), task_id=run.task_id,
+                   labels=_label_medians(s for t in an.turns for s in t.steps),
+                   turn_idle_ms=_median([t.idle_ms for t in an.turns]))
 
 
 # --- the explanation -----------------------------------------------------------------------
@@ -671,7 +693,15 @@ def explain(task: Run, typical: Typical, *, verdicts: Mapping[str, str] | None =
         turn = an.turns[i] if i is not None else None
         tt = typical.turns[j] if j is not None else None
         if tt is None:
-            ms = sum(path.get(s.step_id, 0.0) for s in turn.steps) + turn.idle_ms
+            # The turn's own slow steps and idle beyond a typical turn's are named as such.
+            slow = sum(_slower_than_usual(acc, s, path, typical, i, verdicts, threshold) for s in turn.steps)
+            idle = turn.idle_ms - typical.turn_idle_ms
+            if idle >= threshold:
+                acc.add(("idle", i), idle, [s.step_id for s in turn.steps[:1]], turn=i,
+                        before=turn.idle_before_ms >= turn.idle_ms / 2)
+            else:
+                idle = 0.0
+            ms = sum(path.get(s.step_id, 0.0) for s in turn.steps) + turn.idle_ms - slow - idle
             acc.add(("extra_turn",), ms, [s.step_id for s in turn.steps], turn=i)
             rows += [Row("extra", s.label, i + 1, None, s.step_id, "", s.start_ms, s.duration_ms, kind=s.kind)
                      for s in turn.steps]
@@ -681,7 +711,7 @@ def explain(task: Run, typical: Typical, *, verdicts: Mapping[str, str] | None =
             rows += [Row("missing", s.label, None, j + 1, "", s.step_id, None, None, s.start_ms, s.median_ms,
                          kind=s.kind) for s in tt.slots]
             continue
-        _explain_turn(acc, rows, turn, tt, i, j, n_turns, path, verdicts, repeats, threshold)
+        _explain_turn(acc, rows, turn, tt, i, j, n_turns, path, verdicts, repeats, threshold, typical)
     items = _items(acc, n_turns, typical)
     if acc.small_n:
         items.append(Item("smaller", acc.small_ms, "smaller", tuple(acc.small_steps), (), str(acc.small_n)))
@@ -703,8 +733,55 @@ def explain(task: Run, typical: Typical, *, verdicts: Mapping[str, str] | None =
                        _headline(task.duration_ms, typical, kept))
 
 
+# A step with no typical position is "slower than usual" when it took this many times its
+# label's median (and at least `small` ms more): tool latencies are right-skewed, p99 is about
+# 2–2.5× the median (docs/simulator.md), so 3× is beyond ordinary variation of a call that is
+# simply not usually made there. A step a finding already calls slow (it has a verdict) needs
+# only 1.2×: two independent pieces of evidence.
+SLOWER_THAN_USUAL = 3.0
+SLOWER_WITH_FINDING = 1.2
+
+
+def _speed_item(acc: _Acc, step: DStep, own: float, other_id: str, median_ms: float, median_ttft: float | None,
+                i: int, verdicts: Mapping[str, str], small: float) -> None:
+    """The change of a step's duration on the path, as a slower/faster item (LLM steps grouped
+    by device and verdict, with TTFT named when it is most of the change)."""
+    direction = "slower" if own >= 0 else "faster"
+    if abs(own) < small:  # most steps of a long task: one bucket, not one item each
+        acc.small_ms += own
+        acc.small_n += 1
+        if len(acc.small_steps) < 50:
+            acc.small_steps.append(step.step_id)
+    elif step.kind == "llm":
+        ttft_part = (step.ttft_ms is not None and median_ttft is not None and own != 0
+                     and (step.ttft_ms - median_ttft) / own >= 0.5)
+        verdict = verdicts.get(step.step_id, "") if direction == "slower" else ""
+        # One item per turn, unless a finding's verdict explains several turns together.
+        acc.add((direction, "llm", step.name, step.device, verdict, ttft_part, i if not verdict else -1), own,
+                [step.step_id], [other_id], turn=i, name=step.name, device=step.device, verdict=verdict,
+                ttft=ttft_part)
+    else:
+        acc.add((direction, "call", step.step_id), own, [step.step_id], [other_id], turn=i,
+                name=step.tool_name or step.name, ratio=step.duration_ms / median_ms if median_ms else 0.0)
+
+
+def _slower_than_usual(acc: _Acc, step: DStep, path: Mapping[str, float], typical: Typical, i: int,
+                       verdicts: Mapping[str, str], small: float) -> float:
+    """For a step at no typical position: its path time above its label's usual duration, as a
+    "slower" item, when it is clearly slower than usual; returns those ms (0 otherwise)."""
+    usual = typical.labels.get(step.label)
+    p, d = path.get(step.step_id, 0.0), step.duration_ms
+    factor = SLOWER_WITH_FINDING if verdicts.get(step.step_id) else SLOWER_THAN_USUAL
+    if usual is None or p <= 0 or d <= 0 or d < factor * usual[0] or d - usual[0] < small:
+        return 0.0
+    own = p * (d - usual[0]) / d
+    _speed_item(acc, step, own, "", usual[0], usual[1], i, verdicts, small)
+    return own
+
+
 def _explain_turn(acc: _Acc, rows: list[Row], turn: Turn, tt: TypicalTurn, i: int, j: int, n_turns: int,
-                  path: Mapping[str, float], verdicts: Mapping[str, str], repeats: set[str], small: float) -> None:
+                  path: Mapping[str, float], verdicts: Mapping[str, str], repeats: set[str], small: float,
+                  typical: Typical) -> None:
     """One pair of turns. A step at a typical position contributes the change of its duration on
     the path ((path / duration) × (duration − median)); a call at no position its path time
     (against what typical runs spend on such calls there); a missing position minus its median
@@ -738,41 +815,31 @@ def _explain_turn(acc: _Acc, rows: list[Row], turn: Turn, tt: TypicalTurn, i: in
             "slower" if d > slot.median_ms else "faster")
         rows.append(Row(status, step.label, i + 1, j + 1, step.step_id, slot.step_id, step.start_ms, d,
                         slot.start_ms, slot.median_ms, kind=step.kind))
-        direction = "slower" if own >= 0 else "faster"
-        if abs(own) < small:  # most steps of a long task: one bucket, not one item each
-            acc.small_ms += own
-            acc.small_n += 1
-            if len(acc.small_steps) < 50:
-                acc.small_steps.append(step.step_id)
-        elif step.kind == "llm":
-            ttft_part = (step.ttft_ms is not None and slot.median_ttft_ms is not None and own != 0
-                         and (step.ttft_ms - slot.median_ttft_ms) / own >= 0.5)
-            verdict = verdicts.get(step.step_id, "") if direction == "slower" else ""
-            # One item per turn, unless a finding's verdict explains several turns together.
-            acc.add((direction, "llm", step.name, step.device, verdict, ttft_part, i if not verdict else -1), own,
-                    [step.step_id], [slot.step_id], turn=i, name=step.name, device=step.device, verdict=verdict,
-                    ttft=ttft_part)
-        else:
-            acc.add((direction, "call", step.step_id), own, [step.step_id], [slot.step_id], turn=i,
-                    name=step.tool_name or step.name, ratio=d / slot.median_ms if slot.median_ms else 0.0)
+        _speed_item(acc, step, own, slot.step_id, slot.median_ms, slot.median_ttft_ms, i, verdicts, small)
     repeated = [s for s in other_steps if s.step_id in repeats]
     rest = [s for s in other_steps if s.step_id not in repeats]
-    displaced = any(path.get(s.step_id, 0.0) > 0 for s in other_steps)
-    if serial and calls:
-        acc.add(("serialised", i), overlap, [s.step_id for s in calls if path.get(s.step_id, 0.0) > 0],
-                [s.step_id for s in tt.slots if s.kind != "llm"], turn=i, n_calls=len(calls))
-        overlap = 0.0
-    elif overlap and not displaced:
+    if not serial and overlap and not any(path.get(s.step_id, 0.0) > 0 for s in other_steps):
         acc.add(("overlap", i), overlap, [s.step_id for s in calls], [s.step_id for s in tt.slots if s.kind != "llm"],
                 turn=i)
         overlap = 0.0
     if repeated:
         ms = sum(path.get(s.step_id, 0.0) for s in repeated)
-        if not rest:
+        if not rest and not serial:
             ms, overlap = ms + overlap, 0.0
         acc.add(("repeated_calls", _labels_text(repeated)), ms, [s.step_id for s in repeated], turn=i, calls=repeated)
-    if rest or tt.other_path_ms or overlap:
-        ms = sum(path.get(s.step_id, 0.0) for s in rest) - tt.other_path_ms + overlap
+    # What is left of the turn's calls: the paired calls' overlap and the calls at no position.
+    slow = sum(_slower_than_usual(acc, s, path, typical, i, verdicts, small) for s in rest)
+    pool = overlap + sum(path.get(s.step_id, 0.0) for s in rest) - slow
+    if serial:
+        # Run one after another where typical runs overlap them: the path time above what the
+        # typical overlap ratio would give these calls (at least the longest of them).
+        longest = max(s.duration_ms for s in calls)
+        ms = min(max(0.0, on_path - max(longest, tt.overlap * busy)), max(pool, 0.0))
+        acc.add(("serialised", i), ms, [s.step_id for s in calls if path.get(s.step_id, 0.0) > 0],
+                [s.step_id for s in tt.slots if s.kind != "llm"], turn=i, n_calls=len(calls))
+        pool -= ms
+    if rest or tt.other_path_ms or pool:
+        ms = pool - tt.other_path_ms
         extra = len(rest) - round(tt.other_calls)
         if extra > 0 and ms > 0:
             names = {s.tool_name or s.name for s in rest}

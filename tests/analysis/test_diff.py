@@ -90,15 +90,33 @@ def test_the_typical_run_has_the_usual_positions_turns_and_calls(typical):
 
 
 def test_an_extra_call(typical):
-    calls = [("pay", 500), ("search_inventory", 2000)]
+    calls = [("pay", 500), ("search_inventory", 400), ("search_inventory", 410), ("search_inventory", 390)]
     e = explain(build("t", [USUAL[0], (600, 250, calls, True), USUAL[2]]), typical)
     assert_adds_up(e)
     assert top(e).kind == "extra_calls"
-    assert top(e).text == "1 extra search_inventory call (turn 2)"
-    assert top(e).step_ids == ("search_inventory1.1",)
-    assert top(e).ms == pytest.approx(2000, rel=0.05)
-    assert "+2.0 s from 1 extra search_inventory call" in e.headline
-    assert e.headline.startswith("5.2 s vs typical 3.2 s for checkout-agent (v3, 60 runs): +2.0 s from")
+    assert top(e).text == "3 extra search_inventory calls (turn 2)"
+    assert set(top(e).step_ids) == {"search_inventory1.1", "search_inventory1.2", "search_inventory1.3"}
+    assert top(e).ms == pytest.approx(1200, rel=0.05)
+    assert e.headline.startswith("4.4 s vs typical 3.2 s for checkout-agent (v3, 60 runs): "
+                                 "+1.2 s from 3 extra search_inventory calls (turn 2)")
+
+
+def test_a_slow_call_the_typical_run_does_not_make_is_named_slower(typical):
+    e = explain(build("t", [USUAL[0], (600, 250, [("pay", 500), ("search_inventory", 4000)], True), USUAL[2]]),
+                typical)
+    assert_adds_up(e)
+    assert top(e).kind == "slower" and top(e).text.startswith("slower search_inventory")
+    assert top(e).ms == pytest.approx(3600, rel=0.05)  # above its usual 400 ms
+    extra = next(i for i in e.items if i.kind == "extra_calls")
+    assert extra.ms == pytest.approx(400, rel=0.05) and extra.step_ids == ("search_inventory1.1",)
+
+
+def test_a_slow_step_inside_an_extra_turn_is_named(typical):
+    extra = (700, 250, [("pay", 6000)], False)
+    e = explain(build("t", [USUAL[0], extra, USUAL[1], USUAL[2]]), typical)
+    assert_adds_up(e)
+    assert top(e).kind == "slower" and top(e).step_ids == ("pay1.0",)
+    assert [i.kind for i in e.items][:2] == ["slower", "extra_turn"]
 
 
 def test_a_repeated_call_is_named_as_such(typical):
