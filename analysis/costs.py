@@ -275,6 +275,30 @@ def release_costs(*, tasks: QuerySet[Task], a: str, b: str) -> dict:
     return out
 
 
+CACHE_SECONDS = 24 * 3600
+
+
+def release_costs_cached(*, project: Project, tasks: QuerySet[Task], a: str, b: str, key: object = ()) -> dict:
+    """`release_costs`, kept in the cache under the version of what it read: the compared tasks
+    (count, newest event) and the whole price table. At millions of steps the sums take seconds
+    (docs/scaling.md); asking again while neither changed costs two small queries."""
+    import hashlib
+
+    from django.core.cache import cache
+
+    sql, params = tasks.values("id", "last_event_at").query.sql_with_params()
+    (count, newest), = _fetch(f"SELECT count(*), max(last_event_at) FROM ({sql}) t", params)
+    (prices,), = _fetch("SELECT md5(coalesce(string_agg(concat_ws('|', model, input_per_million, output_per_million,"
+                        " effective_from), ',' ORDER BY id), '')) FROM analysis_modelprice", [])
+    version = repr((project.pk, a, b, key, count, newest, prices))
+    cache_key = "release-costs:" + hashlib.sha256(version.encode()).hexdigest()
+    found = cache.get(cache_key)
+    if found is None:
+        found = release_costs(tasks=tasks, a=a, b=b)
+        cache.set(cache_key, found, CACHE_SECONDS)
+    return found
+
+
 def _fetch_release_sums(tasks: QuerySet[Task]) -> dict[str, tuple[int, Cost]]:
     sql, params = tasks.values("id", "release").query.sql_with_params()
     counts = dict(_fetch(f"SELECT release, count(*) FROM ({sql}) t GROUP BY release", params))

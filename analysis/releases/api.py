@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analysis.access import request_project
-from analysis.costs import release_costs
+from analysis.costs import release_costs_cached
 from analysis.filters import FilterError
 from analysis.releases.compare import (
     UnknownRelease,
@@ -69,8 +69,9 @@ class ReleaseCompareView(APIView):
                                          filters=filters, threshold_pct=threshold_pct, alpha=alpha)
         except (FilterError, UnknownRelease) as exc:
             raise _bad_request(str(exc)) from None
-        cost = release_costs(tasks=compared_tasks(project=project, releases=[params["a"].strip(), params["b"].strip()],
-                                                  filters=filters), a=params["a"].strip(), b=params["b"].strip())
+        a, b = params["a"].strip(), params["b"].strip()
+        cost = release_costs_cached(project=project, tasks=compared_tasks(project=project, releases=[a, b],
+                                                                          filters=filters), a=a, b=b, key=filters)
         return Response(ReleaseComparisonSerializer({**comparison.report, "cost": cost}).data)
 
 

@@ -140,8 +140,9 @@ def release_compare_page(request):
         else:
             report = comparison.report
             _present(report)
-            cost = costs.release_costs(tasks=compared_tasks(project=project, releases=[a, b], filters=filters),
-                                       a=a, b=b)
+            cost = costs.release_costs_cached(
+                project=project, tasks=compared_tasks(project=project, releases=[a, b], filters=filters),
+                a=a, b=b, key=filters)
             latency = {r["key"]: r["contribution_ms"] for r in report["attribution"]["steps"]}
             for row in cost["steps"]:
                 row["latency_delta_ms"] = latency.get(row["key"])

@@ -211,3 +211,17 @@ def test_prices_are_edited_in_the_admin(admin_client):
         "model": "x", "input_per_million": "-1", "output_per_million": "1",
         "effective_from_0": "2026-01-01", "effective_from_1": "00:00:00"})
     assert refused.status_code == 200 and ModelPrice.objects.count() == 1
+
+
+def test_cached_release_costs_follow_a_price_edit_and_new_tasks(project, prices, django_assert_max_num_queries):
+    for i, release in enumerate(["v1", "v2"]):
+        llm(make_task(project, f"t{i}", release=release, start=T0 + timedelta(minutes=i)), "plan", inp=1_000_000, out=0)
+    tasks = Task.objects.filter(project=project)
+    first = costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2")
+    assert first["b"]["per_task_usd"] == pytest.approx(1.0)
+    with django_assert_max_num_queries(2):  # the version only: tasks and prices
+        assert costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2") == first
+    ModelPrice.objects.filter(model="llama-70b", input_per_million=Decimal("1")).update(input_per_million=Decimal("3"))
+    assert costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2")["b"]["per_task_usd"] == pytest.approx(3.0)
+    llm(make_task(project, "t9", release="v2", start=T0 + timedelta(minutes=9)), "plan", inp=0, out=0)
+    assert costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2")["b"]["per_task_usd"] == pytest.approx(1.5)
