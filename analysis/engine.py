@@ -67,42 +67,81 @@ def load_steps(task: Task) -> list[StepData]:
 
 
 def load_context(task: Task, steps: list[StepData]) -> TaskContext:
-    start = _ms(task.started_at) if task.started_at else min((s.start_ms for s in steps), default=0.0)
-    end = _ms(task.ended_at) if task.ended_at else max((s.end_ms for s in steps), default=start)
-    keys = {(s.kind, s.key) for s in steps if s.kind != "agent"}
-    devices = {s.device for s in steps if s.device}
-    ctx = TaskContext(task_id=task.task_id, start_ms=start, end_ms=max(end, start), steps=steps)
+    keys, devices = baseline_keys(steps)
     rows = _baselines(task.project_id, keys, devices)
     found = {(b.kind, b.key) for b in rows}
     if any(k not in found for k in keys) or any((DEVICE, d) not in found for d in devices):
         baselines_ensure(project=task.project, keys=keys, devices=devices)
         rows = _baselines(task.project_id, keys, devices)
+    normals, stats = {}, {}
     for b in rows:
+        entry = baseline_entry(b.kind, b.key, b.device, b.count, b.median_ms, b.mad_ms, b.p90_ms, b.p99_ms, b.stats)
+        if entry is None:
+            continue
         if b.kind == DEVICE:
-            metrics = {m: MetricNormal(v["median"], v["mad"] or 0.0)
-                       for m, v in (b.stats.get("metrics") or {}).items() if v.get("median") is not None}
-            ctx.device_normals[b.key] = DeviceNormal(metrics, b.stats.get("interval_ms") or 1000.0, b.count)
-        elif (b.kind, b.key) in keys and b.median_ms is not None:
-            st = b.stats or {}
-            ctx.baselines[(b.kind, b.key, b.device)] = BaselineStats(
-                count=b.count, median_ms=b.median_ms, mad_ms=b.mad_ms or 0.0, p90_ms=b.p90_ms, p99_ms=b.p99_ms,
-                ttft_median=st.get("ttft_median"), ttft_mad=st.get("ttft_mad"), tpot_median=st.get("tpot_median"),
-                tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
-                log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
-                input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
-                line_log_mad=st.get("line_log_mad"))
-    if devices and steps:
-        first = min(s.start_ms for s in steps if s.device)
-        last = max(s.end_ms for s in steps if s.device)
-        lo = datetime.fromtimestamp(first / 1000, tz=UTC) - SAMPLE_MARGIN
-        hi = datetime.fromtimestamp(last / 1000, tz=UTC) + SAMPLE_MARGIN
+            normals[b.key] = entry
+        elif (b.kind, b.key) in keys:
+            stats[(b.kind, b.key, b.device)] = entry
+    samples = {}
+    window = sample_window(steps)
+    if window is not None:
+        lo, hi = window
         per_device = defaultdict(list)
         for row in (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices, ts__gte=lo, ts__lte=hi)
                     .order_by("ts").values_list("device", "ts", *_SAMPLE_METRICS)):
-            metrics = {m: v for m, v in zip(_SAMPLE_METRICS, row[2:], strict=True) if v is not None}
-            per_device[row[0]].append(Sample(_ms(row[1]), metrics))
-        ctx.samples = dict(per_device)
-    return ctx
+            per_device[row[0]].append(sample_of(_ms(row[1]), row[2:]))
+        samples = dict(per_device)
+    return context_build(task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=steps,
+                         baselines=stats, device_normals=normals, samples=samples)
+
+
+def baseline_keys(steps: list[StepData]) -> tuple[set[tuple[str, str]], set[str]]:
+    """The (kind, key) baselines and the devices whose normals a task's analysis needs."""
+    return {(s.kind, s.key) for s in steps if s.kind != "agent"}, {s.device for s in steps if s.device}
+
+
+def sample_window(steps: list[StepData]) -> tuple[datetime, datetime] | None:
+    """The telemetry read around a task: its device steps' span plus SAMPLE_MARGIN each side."""
+    device_steps = [s for s in steps if s.device]
+    if not device_steps:
+        return None
+    first = min(s.start_ms for s in device_steps)
+    last = max(s.end_ms for s in device_steps)
+    return (datetime.fromtimestamp(first / 1000, tz=UTC) - SAMPLE_MARGIN,
+            datetime.fromtimestamp(last / 1000, tz=UTC) + SAMPLE_MARGIN)
+
+
+def sample_of(ts_ms: float, values) -> Sample:
+    """A Sample from the _SAMPLE_METRICS values of one row (None: not reported)."""
+    return Sample(ts_ms, {m: v for m, v in zip(_SAMPLE_METRICS, values, strict=True) if v is not None})
+
+
+def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats):
+    """A Baseline row as the detectors see it: a DeviceNormal for kind "device", BaselineStats
+    for a step key with a median, else None (a placeholder with no usable history)."""
+    if kind == DEVICE:
+        metrics = {m: MetricNormal(v["median"], v["mad"] or 0.0)
+                   for m, v in ((stats or {}).get("metrics") or {}).items() if v.get("median") is not None}
+        return DeviceNormal(metrics, (stats or {}).get("interval_ms") or 1000.0, count)
+    if median_ms is None:
+        return None
+    st = stats or {}
+    return BaselineStats(
+        count=count, median_ms=median_ms, mad_ms=mad_ms or 0.0, p90_ms=p90_ms, p99_ms=p99_ms,
+        ttft_median=st.get("ttft_median"), ttft_mad=st.get("ttft_mad"), tpot_median=st.get("tpot_median"),
+        tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
+        log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
+        input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
+        line_log_mad=st.get("line_log_mad"))
+
+
+def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
+                  device_normals: dict, samples: dict) -> TaskContext:
+    """The TaskContext the detectors read (the same for one task and for a batch)."""
+    start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
+    end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
+    return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
+                       device_normals=device_normals, samples=samples)
 
 
 def _baselines(project_id: int, keys: set[tuple[str, str]], devices: set[str]) -> list[Baseline]:

@@ -102,17 +102,19 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _window(samples, start: float, end: float):
-    times = [s.ts_ms for s in samples]
+def _window(samples, start: float, end: float, times: list[float] | None = None):
+    if times is None:
+        times = [s.ts_ms for s in samples]
     return samples[bisect_left(times, start): bisect_right(times, end)]
 
 
-def device_signals(ctx: TaskContext, step: StepData) -> dict:
-    """Peak robust z of each metric over the step's interval against the device's normal."""
+def device_signals(ctx: TaskContext, step: StepData, *, times: list[float] | None = None) -> dict:
+    """Peak robust z of each metric over the step's interval against the device's normal.
+    `times`: the samples' ts_ms of the step's device, when the caller has them already."""
     normal = ctx.device_normals.get(step.device)
     samples = ctx.samples.get(step.device, [])
     pad = (normal.interval_ms if normal else 1000.0) / 2
-    window = _window(samples, step.start_ms - pad, step.end_ms + pad)
+    window = _window(samples, step.start_ms - pad, step.end_ms + pad, times)
     if not window:
         return {"samples": 0}
     signals: dict = {"samples": len(window)}
@@ -189,10 +191,13 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
 def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
     """step_id → verdict for every slow LLM step of the task."""
     verdicts = {}
+    times: dict[str, list[float]] = {}  # per device: its samples' times, listed once per task
     for step in ctx.steps:
         if step.kind != "llm" or step.status != "ok":
             continue
-        signals = device_signals(ctx, step) if step.device else {"samples": 0}
+        if step.device and step.device not in times:
+            times[step.device] = [s.ts_ms for s in ctx.samples.get(step.device, [])]
+        signals = device_signals(ctx, step, times=times[step.device]) if step.device else {"samples": 0}
         corroborated = any(device_anomaly(signals)) or _hot(signals)
         stats = ctx.baseline(step)
         slowness = llm_slowness(step, stats, z_cut=Z_CORROBORATED if corroborated else Z_SLOW)

@@ -8,7 +8,7 @@ import logging
 
 from celery import shared_task
 
-from analysis import baselines, pipeline
+from analysis import baselines, batch, pipeline
 
 log = logging.getLogger("agentops.analysis")
 
@@ -26,17 +26,10 @@ def analyse_task(task_pk: int) -> str:
 
 @shared_task(name="analysis.analyse_tasks")
 def analyse_tasks(task_pks: list[int]) -> dict[str, int]:
-    """Analyse several tasks; one that fails is logged and left to the sweep, never stops the
-    rest of the chunk."""
-    outcomes: dict[str, int] = {}
-    for pk in task_pks:
-        try:
-            outcome = pipeline.run(pk)
-        except Exception:
-            log.exception("analysis.task_failed task=%s", pk)
-            outcome = "failed"
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    return outcomes
+    """The batch path (analysis/batch.py): claim these tasks if due, fill the batch up with other
+    due tasks and keep going while tasks are due (bounded in time). A task whose analysis fails
+    is logged and left to the sweep; it never stops the rest of the batch."""
+    return batch.run_ids(list(task_pks))
 
 
 def enqueue(task_pks: list[int], *, countdown: float = 0) -> None:

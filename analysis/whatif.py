@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from functools import lru_cache
 
 from analysis.critical_path import Segment
 from analysis.detectors.base import Finding, TaskContext, union_length
@@ -29,9 +30,16 @@ _FIX_KINDS = {"parallel": ("parallelizable_calls",), "cached": ("repeated_tool_c
               "parallel_cached": ("parallelizable_calls", "repeated_tool_call")}
 
 
+@lru_cache(maxsize=4096)
 def model_params_b(model: str, default: float = 70.0) -> float:
     match = _PARAMS.search(model.replace("-", " ").replace("_", " ") if model else "")
     return float(match.group(1)) if match else default
+
+
+@lru_cache(maxsize=65536)
+def _step_ms(family: str, input_tokens: int, output_tokens: int, params_b: float) -> float:
+    """PROFILES[family].step_ms, remembered: a batch asks the same few shapes again and again."""
+    return PROFILES[family].step_ms(input_tokens, output_tokens, model_params_b=params_b)
 
 
 def _removed_on_path(segments: list[Segment], findings: list[Finding], kinds: tuple[str, ...]) -> float:
@@ -61,15 +69,15 @@ def project(ctx: TaskContext, segments: list[Segment], findings: list[Finding]) 
     llm_ms = sum(seg.length for seg, _ in llm_path)
     result["llm_path_ms"] = round(llm_ms, 1)
     hardware = {}
-    for family, model in PROFILES.items():
+    for family in PROFILES:
         projected = 0.0
         for seg, step in llm_path:
             if step.input_tokens is None or step.output_tokens is None or step.duration_ms <= 0:
                 projected += seg.length
                 continue
             share = seg.length / step.duration_ms
-            projected += share * model.step_ms(step.input_tokens, step.output_tokens,
-                                               model_params_b=model_params_b(step.model))
+            projected += share * _step_ms(family, step.input_tokens, step.output_tokens,
+                                          model_params_b(step.model))
         ms = actual - llm_ms + projected
         hardware[family] = {"ms": round(ms, 1), "llm_ms": round(projected, 1),
                             "with_fixes_ms": round(max(ms - fixes_saved, 0.0), 1)}

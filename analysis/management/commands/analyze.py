@@ -7,7 +7,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analysis import baselines, pipeline
+from analysis import baselines, batch
 from ingest.models import Project, Task
 
 
@@ -35,24 +35,48 @@ class Command(BaseCommand):
             tasks = tasks.filter(task_id=opts["task"])
             if not tasks.exists():
                 raise CommandError(f"no task {opts['task']!r}")
-        pks = list(tasks.order_by("started_at", "pk").values_list("pk", flat=True))
+        rows = list(tasks.order_by("started_at", "pk").values_list("pk", "step_count"))
+        pks = [pk for pk, _ in rows]
         if not opts["task"]:  # one task computes what it lacks on demand
             for project in projects.filter(pk__in=tasks.values("project_id")):
                 baselines.baselines_refresh(project=project, full=True)
         started = time.monotonic()
         counts: dict[str, int] = {}
         steps = 0
-        for i, pk in enumerate(pks, 1):
-            outcome = pipeline.run(pk, force=not opts["due"])
-            counts[outcome] = counts.get(outcome, 0) + 1
-            if i % 100 == 0 or i == len(pks):
-                elapsed = time.monotonic() - started
-                self.stderr.write(f"\ranalysed {i}/{len(pks)} tasks ({i / elapsed:.0f}/s)", ending="")
-                self.stderr.flush()
+        done = 0
+        for chunk in _chunks(rows):
+            # The batch path the workers run (analysis/batch.py): one claim, a few set-based
+            # loads and one write per chunk.
+            token, claimed = batch.claim_ids(chunk, force=not opts["due"])
+            outcome = batch.analyse_claimed(claimed, token=token)
+            skipped = len(chunk) - len(claimed)
+            for key, value in (("analysed", outcome["analysed"]), ("claim_lost", outcome["claim_lost"]),
+                               ("failed", outcome["failed"]),
+                               ("not_due" if opts["due"] else "claimed_elsewhere", skipped)):
+                if value:
+                    counts[key] = counts.get(key, 0) + value
+            done += len(chunk)
+            elapsed = time.monotonic() - started
+            self.stderr.write(f"\ranalysed {done}/{len(pks)} tasks ({done / elapsed:.0f}/s)", ending="")
+            self.stderr.flush()
         if pks:
             self.stderr.write("")
-            steps = sum(Task.objects.filter(pk__in=pks).values_list("step_count", flat=True))
+            steps = sum(count for _, count in rows)
         elapsed = time.monotonic() - started
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing to do"
         self.stdout.write(f"{len(pks)} tasks, {steps} steps in {elapsed:.1f}s "
                           f"({steps / elapsed if elapsed else 0:.0f} steps/s): {summary}")
+
+
+def _chunks(rows: list[tuple[int, int]]):
+    """Task ids in batches of at most BATCH_TASKS tasks and BATCH_STEPS steps (at least one)."""
+    chunk: list[int] = []
+    steps = 0
+    for pk, count in rows:
+        if chunk and (len(chunk) >= batch.BATCH_TASKS or steps + count > batch.BATCH_STEPS):
+            yield chunk
+            chunk, steps = [], 0
+        chunk.append(pk)
+        steps += count
+    if chunk:
+        yield chunk
