@@ -1,0 +1,155 @@
+"""Batch analysis: many tasks claimed in one statement, loaded in a few queries and stored by
+COPY, with the same results as the one-task path and the same claim guarantees."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from scipy.stats import kendalltau
+
+from analysis import batch, pipeline
+from analysis.baselines import baselines_refresh
+from analysis.detectors.context_growth import kendall_tau
+from analysis.engine import analyse_task
+from analysis.models import Finding, TaskAnalysis
+from analysis.tasks import analyse_tasks
+from ingest.models import Task
+from ingest.records import Batch, StepRecord
+from ingest.services import batch_store
+
+from .workload import at, history, problem_task, store
+
+
+@pytest.fixture
+def quiet(settings):
+    settings.ANALYSIS_QUIET_SECONDS = 0
+    settings.ANALYSIS_ABANDON_SECONDS = 3600
+    return settings
+
+
+def results(project) -> tuple[list, list]:
+    findings = sorted(
+        (f.task.task_id, f.kind, tuple(f.step_ids), f.wasted_ms, f.severity, f.summary, repr(f.evidence),
+         f.confidence, f.confidence_reason, f.release, f.task_started_at)
+        for f in Finding.objects.filter(project=project).select_related("task"))
+    analyses = sorted(
+        (a.task.task_id, tuple(a.critical_path), repr(a.budget), repr(a.whatif), a.wasted_ms, a.top_finding,
+         tuple(a.finding_kinds), a.analyzed_through == a.task.last_event_at, a.claim_token, a.claimed_until)
+        for a in TaskAnalysis.objects.filter(project=project).select_related("task"))
+    return findings, analyses
+
+
+def test_a_batch_gives_every_task_the_results_of_the_one_task_path(project):
+    call_command("simulate", project=project.name, tasks=150, seed=11, since="1d", stdout=StringIO(),
+                 stderr=StringIO())
+    baselines_refresh(project=project, full=True)
+    pks = list(Task.objects.filter(project=project).order_by("pk").values_list("pk", flat=True))
+    for pk in pks:
+        analyse_task(pk)
+    one_by_one = results(project)
+    assert len(one_by_one[0]) > 20  # the simulator injected problems: there is something to compare
+    Finding.objects.filter(project=project).delete()
+    TaskAnalysis.objects.filter(project=project).delete()
+    token, claimed = batch.claim_ids(pks, force=True)
+    assert sorted(claimed) == pks
+    outcome = batch.analyse_claimed(claimed, token=token)
+    assert outcome["analysed"] == len(pks) and outcome["claim_lost"] == outcome["failed"] == 0
+    assert results(project) == one_by_one
+
+
+def test_analysing_a_batch_twice_replaces_its_findings(project, quiet):
+    history(project, tasks=25)
+    for i in range(3):
+        store(project, *problem_task(f"p{i}", 400 + 20 * i))
+    pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
+    for _ in range(2):
+        token, claimed = batch.claim_ids(pks, force=True)
+        batch.analyse_claimed(claimed, token=token)
+    first = results(project)
+    token, claimed = batch.claim_ids(pks, force=True)
+    batch.analyse_claimed(claimed, token=token)
+    assert results(project) == first
+    assert Finding.objects.filter(task__task_id="p0", kind="repeated_tool_call").count() == 1
+
+
+def test_a_batch_claim_leaves_out_tasks_another_worker_holds(project, quiet):
+    history(project, tasks=5)
+    held = Task.objects.get(project=project, task_id="n0")
+    assert pipeline.claim(held.pk)
+    pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
+    token, claimed = batch.claim_ids(pks)
+    assert held.pk not in claimed and len(claimed) == len(pks) - 1
+    # A second batch claim gets nothing: every task is held now.
+    assert batch.claim_ids(pks)[1] == []
+    assert batch.claim_due()[1] == []
+    batch.analyse_claimed(claimed, token=token)
+    assert not Finding.objects.filter(task=held).exists()
+    assert TaskAnalysis.objects.get(task=held).analyzed_at is None
+
+
+def test_two_due_claims_never_share_a_task(project, quiet):
+    history(project, tasks=30)
+    first = batch.claim_due(limit=20)[1]
+    second = batch.claim_due(limit=20)[1]
+    assert len(first) == 20 and len(second) == 10
+    assert not set(first) & set(second)
+
+
+def test_a_batch_whose_claim_on_one_task_expired_stores_only_the_rest(project, quiet):
+    history(project, tasks=4)
+    for i in range(2):
+        store(project, *problem_task(f"p{i}", 400 + 20 * i))
+    pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
+    token, claimed = batch.claim_ids(pks)
+    stolen = Task.objects.get(project=project, task_id="p0")
+    TaskAnalysis.objects.filter(task=stolen).update(claimed_until=timezone.now() - timedelta(seconds=1))
+    assert pipeline.claim(stolen.pk)  # the new owner
+    outcome = batch.analyse_claimed(claimed, token=token)
+    assert outcome["claim_lost"] == 1 and outcome["analysed"] == len(pks) - 1
+    assert not Finding.objects.filter(task=stolen).exists()
+    assert Finding.objects.filter(task__task_id="p1").exists()
+
+
+def test_late_data_makes_a_batch_analysed_task_due_again(project, quiet):
+    store(project, *problem_task("p1", 0))
+    task = Task.objects.get(project=project, task_id="p1")
+    assert batch.run_due()["analysed"] == 1
+    assert batch.claim_due()[1] == []
+    batch_store(project=project, batch=Batch(steps=[StepRecord("late", "p1", at(2.6), at(4.4), kind="tool",
+                                                               name="notify")]))
+    assert batch.run_due()["analysed"] == 1
+    assert "late" in TaskAnalysis.objects.get(task=task).critical_path
+
+
+def test_a_batch_is_bounded_by_its_steps(project, quiet, monkeypatch):
+    history(project, tasks=10)  # 3 steps each
+    monkeypatch.setattr(batch, "BATCH_STEPS", 7)
+    assert len(batch.claim_due()[1]) == 2
+    monkeypatch.setattr(batch, "BATCH_STEPS", 1)
+    assert len(batch.claim_due()[1]) == 1  # a task bigger than the bound still goes, alone
+
+
+def test_an_ingest_message_tops_its_batch_up_with_other_due_tasks(project, quiet):
+    history(project, tasks=12)
+    one = Task.objects.get(project=project, task_id="n3")
+    outcome = analyse_tasks([one.pk])
+    assert outcome["analysed"] == 12
+    assert TaskAnalysis.objects.filter(project=project, analyzed_at__isnull=False).count() == 12
+    # A message whose tasks were analysed already does nothing.
+    assert analyse_tasks([one.pk]).get("analysed", 0) == 0
+
+
+def test_kendall_tau_is_scipys_bit_for_bit():
+    rng = random.Random(17)
+    for _ in range(3000):
+        n = rng.randint(2, 40)
+        pool = [float(rng.randint(0, 5)) for _ in range(3)]
+        values = [rng.choice(pool) if rng.random() < 0.4 else rng.uniform(0, 5000) for _ in range(n)]
+        if len(set(values)) < 2:
+            continue
+        assert kendall_tau(values) == float(kendalltau(range(n), values).statistic)
