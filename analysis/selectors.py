@@ -63,7 +63,7 @@ def _step_search(f: TaskFilters) -> Q | None:
     if f.tool:
         q &= Q(tool_name=f.tool)
     if f.min_step_ms is not None:
-        q &= Q(duration_ms__gte=f.min_step_ms)
+        q &= Q(duration_ms__gte=f.min_step_ms)  # the (project, duration) index finds rare long steps
     if f.error:
         q &= Q(step_text_match(f.error)) & Q(RawSQL(
             "to_tsvector('simple', translate(error, '<>', '  ')) @@ websearch_to_tsquery('simple', %s)",
@@ -79,8 +79,10 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         if value:
             qs = qs.filter(**{field: value})
     if f.q:
-        text_steps = Step.objects.filter(Q(project=project) & Q(step_text_match(f.q))).values("task_id")
-        qs = qs.filter(Q(name__icontains=f.q) | Q(task_id=f.q) | Q(pk__in=text_steps))
+        # EXISTS (not IN): Postgres then picks per query between probing each task's steps (a
+        # common word: the first page fills at once) and one scan of the text index (a rare one).
+        in_steps = Exists(Step.objects.filter(Q(task=OuterRef("pk")) & Q(step_text_match(f.q))))
+        qs = qs.filter(Q(name__icontains=f.q) | Q(task_id=f.q) | in_steps)
     if f.min_duration_ms is not None:
         qs = qs.filter(duration_ms__gte=f.min_duration_ms)
     if f.max_duration_ms is not None:
@@ -104,11 +106,11 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         for v in _attr_values(value):
             step_attr |= Q(attributes__contains={key: v})
             task_attr |= Q(attributes__contains={key: v})
-        on_step = Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
+        on_step = Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
         on_task = task_attr & (Q(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q))) if step_q else Q())
         qs = qs.filter(on_step | on_task)
     elif step_q:
-        qs = qs.filter(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q)))
+        qs = qs.filter(Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_q)))
     return qs
 
 

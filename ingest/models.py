@@ -8,9 +8,10 @@ Only ingest writes these tables. Indexes follow the queries the product runs:
   percentiles; BRIN on started_at keeps time-range scans cheap for tens of millions of rows
   at a fraction of a B-tree's size.
 - samples by (project, device, ts) for the device lane and hardware correlation.
-- search (migration 0007, raw SQL: an expression index on a partitioned table): a GIN index on
-  STEP_SEARCH_TSVECTOR (words of a step's error and of its tool arguments' keys and values) and
-  a GIN jsonb_path_ops index on step attributes (`attr=key:value`); tasks by (project, session).
+- search (migrations 0007-0008, raw SQL on the partitioned steps): a GIN index on
+  STEP_SEARCH_TSVECTOR (words of a step's error and of its tool arguments' keys and values), a
+  GIN jsonb_path_ops index on step attributes (`attr=key:value`) and a B-tree on (project,
+  duration) for "a step over N ms"; tasks by (project, session).
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ class Task(models.Model):
             # The task list sorted by duration ("slowest first"), keyset-paginated like by time.
             models.Index(fields=["project", "-duration_ms", "-id"], name="task_project_duration"),
             models.Index(fields=["last_event_at"], name="task_last_event"),
-            # Sessions: the tasks of one session, and the session list's grouping.
-            models.Index(fields=["project", "session_id", "started_at"], name="task_project_session",
-                         condition=~models.Q(session_id="")),
+            # Sessions: the tasks of one session, and the session list's grouping (an index-only
+            # scan: the list aggregates duration and status without reading the table).
+            models.Index(fields=["project", "session_id", "started_at"], name="task_session_covering",
+                         include=["duration_ms", "status"], condition=~models.Q(session_id="")),
         ]
 
     def __str__(self) -> str:

@@ -139,8 +139,9 @@ def test_parse_rejects_an_attribute_without_a_key():
         parse_task_filters({"attr": ":value"})
 
 
-def test_the_text_search_can_use_its_index(project, tasks):
-    """The index must be on exactly the expression the query uses (else: a scan of every step)."""
+def test_the_search_indexes_can_be_used(project, tasks):
+    """The text index must be on exactly the expression the query uses (else: a scan of every
+    step); attributes and step durations have theirs."""
     with connection.cursor() as cur:
         cur.execute("SET LOCAL enable_seqscan = off")
         cur.execute(f"EXPLAIN SELECT task_id FROM ingest_step WHERE ({STEP_SEARCH_TSVECTOR})"
@@ -149,8 +150,12 @@ def test_the_text_search_can_use_its_index(project, tasks):
         cur.execute("EXPLAIN SELECT task_id FROM ingest_step WHERE attributes @> %s::jsonb",
                     ['{"gen_ai.system": "openai"}'])
         attr_plan = "\n".join(row[0] for row in cur.fetchall())
+        cur.execute("EXPLAIN SELECT task_id FROM ingest_step WHERE project_id = %s AND duration_ms >= 2000",
+                    [project.pk])
+        duration_plan = "\n".join(row[0] for row in cur.fetchall())
     assert "Bitmap Index Scan" in plan and "to_tsvector" in plan.split("Bitmap Index Scan")[1], plan
     assert "attributes" in attr_plan and "Bitmap Index Scan" in attr_plan, attr_plan
+    assert "Index Cond" in duration_plan and "duration_ms >=" in duration_plan.split("Index Cond")[1], duration_plan
 
 
 def test_a_running_task_is_listed_as_running(project):
