@@ -13,7 +13,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analysis import exports, selectors
+from analysis import exports, selectors, status
 from analysis.access import request_project
 from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
@@ -21,6 +21,7 @@ from analysis.models import Finding
 from analysis.serializers import (
     FindingPageSerializer,
     LatencyPageSerializer,
+    StatusSerializer,
     TaskDetailSerializer,
     TaskPageSerializer,
 )
@@ -165,6 +166,16 @@ class LatencyView(APIView):
         filters = filters_or_400(request.query_params)
         rows = selectors.latency_percentiles(project=project, filters=filters, group_by=group_by)
         return Response(LatencyPageSerializer({"group_by": group_by, "results": rows}).data)
+
+
+class StatusView(APIView):
+    """Pipeline health of the caller's project: analysis lag and backlog, rollup lag, queue depth."""
+
+    @extend_schema(operation_id="status",
+                   parameters=[OpenApiParameter("project", OpenApiTypes.STR, required=False)],
+                   responses=StatusSerializer)
+    def get(self, request):
+        return Response(StatusSerializer(status.pipeline_status(project=request_project(request))).data)
 
 
 class _IgnoreFormatParameter(DefaultContentNegotiation):

@@ -90,3 +90,24 @@ class LatencyRowSerializer(serializers.Serializer):
 class LatencyPageSerializer(serializers.Serializer):
     group_by = serializers.CharField()
     results = LatencyRowSerializer(many=True)
+
+
+class AnalysisLagSerializer(serializers.Serializer):
+    lag_seconds = serializers.FloatField(help_text="age of the oldest due task not analysed yet, since it became due")
+    pending_tasks = serializers.IntegerField(help_text="due tasks waiting for analysis (counted up to 100,000)")
+    oldest_due_at = serializers.CharField(allow_null=True)
+
+
+class RollupLagSerializer(serializers.Serializer):
+    watermark = serializers.CharField(allow_null=True, help_text="the last completed rollup refresh")
+    lag_seconds = serializers.FloatField(allow_null=True)
+    hours_behind = serializers.IntegerField(allow_null=True, help_text="complete hours not rolled up yet")
+
+
+class StatusSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    now = serializers.CharField()
+    analysis = AnalysisLagSerializer()
+    rollups = RollupLagSerializer()
+    queue_depth = serializers.IntegerField(allow_null=True, help_text="analysis messages waiting in the broker")
+    behind = serializers.CharField(help_text='"findings are N minutes behind", or "" when they are current')

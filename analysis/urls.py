@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/v1/sessions/<path:session_id>", compare_api.SessionDetailView.as_view(), name="api-session-detail"),
     path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),
     path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
+    path("api/v1/status", api.StatusView.as_view(), name="api-status"),
     path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),

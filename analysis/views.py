@@ -19,7 +19,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.gzip import gzip_page
 
-from analysis import charts, comparison, costs, dashboard, selectors, sessions
+from analysis import charts, comparison, costs, dashboard, selectors, sessions, status
 from analysis.access import project_for_user
 from analysis.exports import CSV_DANGEROUS
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters
@@ -83,6 +83,11 @@ def _page(request, template: str, project, error: str = "", **context):
     return render(request, template, context, status=400 if error else 200)
 
 
+def _behind(project) -> str:
+    """"findings are N minutes behind" when analysis lags ingest (analysis/status.py), else ""."""
+    return status.behind_text(status.analysis_lag(project=project)["lag_seconds"]) if project else ""
+
+
 def _json_scope(request):
     project = _project(request)
     if project is None:
@@ -138,6 +143,7 @@ def overview(request):
         totals = dashboard.overview_totals(project=project, filters=filters)
         turn_time = sessions.turn_time(project=project, filters=filters)
     return _page(request, "analysis/overview.html", project, error, totals=totals, turn_time=turn_time,
+                 behind=_behind(project),
                  sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
                  tasks_query=urlencode(keep(request.GET)),
                  config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
@@ -223,7 +229,7 @@ def task_detail(request, task_id: str):
     running = selectors.task_is_running(task)
     typical = None if running else comparison.diff_payload(project=project, task=task, against="typical", rows=False)
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
-                 running=running, typical=typical,
+                 running=running, typical=typical, behind=_behind(project),
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=findings, possible_findings=any(not f.is_counted for f in findings),
                  whatif=dashboard.whatif_rows(analysis.whatif if analysis else {}),
