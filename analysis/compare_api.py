@@ -45,21 +45,6 @@ class DiffItemSerializer(serializers.Serializer):
     verdict = serializers.CharField()
 
 
-class DiffRowSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["same", "slower", "faster", "extra", "missing"])
-    label = serializers.CharField()
-    kind = serializers.CharField()
-    turn = serializers.IntegerField(allow_null=True)
-    other_turn = serializers.IntegerField(allow_null=True)
-    step_id = serializers.CharField()
-    other_step_id = serializers.CharField()
-    start_ms = serializers.FloatField(allow_null=True)
-    duration_ms = serializers.FloatField(allow_null=True)
-    other_start_ms = serializers.FloatField(allow_null=True)
-    other_duration_ms = serializers.FloatField(allow_null=True)
-    delta_ms = serializers.FloatField(allow_null=True)
-
-
 class DiffSerializer(serializers.Serializer):
     available = serializers.BooleanField(help_text="false when there is nothing to compare with (see reason)")
     reason = serializers.CharField(required=False)
@@ -72,7 +57,13 @@ class DiffSerializer(serializers.Serializer):
     headline = serializers.CharField(required=False)
     items = DiffItemSerializer(many=True, required=False, help_text="largest first; they sum to difference_ms")
     typical = serializers.JSONField(required=False)
-    rows = DiffRowSerializer(many=True, required=False)
+    row_fields = serializers.ListField(child=serializers.CharField(), required=False,
+                                       help_text="the names of each row's values, in order")
+    rows = serializers.ListField(child=serializers.ListField(child=serializers.JSONField(allow_null=True)),
+                                 required=False, help_text="the aligned steps, one list of values per row "
+                                 "(status same|slower|faster|extra|missing, label, turn, other_turn, step_id, "
+                                 "other_step_id, start_ms, duration_ms, other_start_ms, other_duration_ms, kind, "
+                                 "delta_ms)")
 
 
 class TaskDiffView(APIView):

@@ -38,9 +38,9 @@ class SessionRow:
     turns: int
     total_ms: float
     slowest_ms: float
-    first_started: datetime
     last_started: datetime
-    errors: int
+    first_started: datetime | None = None
+    errors: int = 0
     names: tuple[str, ...] = ()
     wasted_ms: float = 0.0
     findings: int = 0
@@ -53,10 +53,12 @@ class SessionRow:
 def _grouped(*, project: Project, filters: TaskFilters):
     return (selectors.task_queryset(project=project, filters=filters).exclude(session_id="")
             .values("session_id")
-            .annotate(turns=Count("pk"), total_ms=Coalesce(Sum("duration_ms"), 0.0, output_field=FloatField()),
+            # Only the sort keys, from columns of the covering session index (not the primary
+            # key): an index-only scan; the page's sessions get the rest in _page_extras.
+            .annotate(turns=Count("session_id"),
+                      total_ms=Coalesce(Sum("duration_ms"), 0.0, output_field=FloatField()),
                       slowest_ms=Coalesce(Max("duration_ms"), 0.0, output_field=FloatField()),
-                      first_started=Min("started_at"), last_started=Max("started_at"),
-                      errors=Count("pk", filter=Q(status__in=FAILED))))
+                      last_started=Max("started_at")))
 
 
 def encode_cursor(value, session_id: str) -> str:
@@ -85,6 +87,10 @@ def session_list(*, project: Project, filters: TaskFilters, sort: str = "-last_s
     field = SORTS[sort]
     descending = sort.startswith("-")
     qs = _grouped(project=project, filters=filters)
+    if sort == "-last_started":  # the default: the newest tasks name the page's sessions
+        ids = _newest_sessions(project=project, filters=filters, limit=limit + 1,
+                               cursor=_decode_cursor(cursor, field=field) if cursor else None)
+        qs = qs.filter(session_id__in=ids)
     if cursor:
         value, after = _decode_cursor(cursor, field=field)
         op = "lt" if descending else "gt"
@@ -99,11 +105,51 @@ def session_list(*, project: Project, filters: TaskFilters, sort: str = "-last_s
     return [SessionRow(**r, **extra.get(r["session_id"], {})) for r in rows], next_cursor
 
 
+def _newest_sessions(*, project: Project, filters: TaskFilters, limit: int, cursor) -> list[str]:
+    """The `limit` sessions whose last turn is newest (after the cursor's), without grouping every
+    task: walking tasks newest first, a session is met first at its last turn, so the first
+    `limit` sessions met are the page's. A session met again below the cursor, whose last turn is
+    above it, was on an earlier page: skipped."""
+    tasks = selectors.task_queryset(project=project, filters=filters).exclude(session_id="")
+    if cursor:
+        value, after = cursor
+        tasks = tasks.filter(Q(started_at__lt=value) | Q(started_at=value, session_id__lt=after))
+    found: list[str] = []
+    seen: set[str] = set()
+    batch: list[str] = []
+
+    def keep(batch: list[str]) -> None:
+        if cursor and batch:  # drop those an earlier page showed (a newer turn above the cursor)
+            value, after = cursor
+            shown = set(selectors.task_queryset(project=project, filters=filters).filter(session_id__in=batch)
+                        .filter(Q(started_at__gt=value) | Q(started_at=value, session_id__gte=after))
+                        .values_list("session_id", flat=True))
+            batch = [s for s in batch if s not in shown]
+        found.extend(batch)
+
+    for session_id in tasks.order_by("-started_at", "-session_id").values_list("session_id", flat=True).iterator(
+            chunk_size=1000):
+        if session_id in seen:
+            continue
+        seen.add(session_id)
+        batch.append(session_id)
+        if len(batch) >= limit:
+            keep(batch)
+            batch = []
+            if len(found) >= limit:
+                break
+    keep(batch)
+    return found[:limit]
+
+
 def _page_extras(*, project: Project, filters: TaskFilters, session_ids: list[str]) -> dict[str, dict]:
     if not session_ids:
         return {}
     tasks = selectors.task_queryset(project=project, filters=filters).filter(session_id__in=session_ids)
     out: dict[str, dict] = {s: {"names": set(), "wasted_ms": 0.0, "findings": 0} for s in session_ids}
+    for row in tasks.values("session_id").annotate(first_started=Min("started_at"),
+                                                   errors=Count("pk", filter=Q(status__in=FAILED))):
+        out[row["session_id"]].update(first_started=row["first_started"], errors=row["errors"])
     for session_id, name in tasks.values_list("session_id", "name").distinct():
         out[session_id]["names"].add(name)
     for session_id, wasted in (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))

@@ -319,6 +319,10 @@ def api(read_key):
     return lambda path, **params: client.get(path, params, HTTP_AUTHORIZATION=f"Bearer {read_key}")
 
 
+def rows_of(body) -> list[dict]:
+    return [dict(zip(body["row_fields"], row, strict=True)) for row in body["rows"]]
+
+
 def test_api_typical_names_the_queueing_llm_call(stored, api):
     body = api("/api/v1/tasks/slow/diff", against="typical").json()
     assert body["available"] is True
@@ -328,7 +332,9 @@ def test_api_typical_names_the_queueing_llm_call(stored, api):
     assert sum(i["ms"] for i in body["items"]) == pytest.approx(body["difference_ms"], abs=0.01)
     assert body["headline"] == ("5.4 s vs typical 3.2 s for checkout-agent (v3, 26 runs):"
                                 " +2.2 s from slower chat TTFT on gpu-h100-02 (queueing)")
-    assert {r["status"] for r in body["rows"]} <= {"same", "slower", "faster", "extra", "missing"}
+    assert {r["status"] for r in rows_of(body)} <= {"same", "slower", "faster", "extra", "missing"}
+    llm1 = next(r for r in rows_of(body) if r["step_id"] == "llm1")
+    assert llm1["status"] == "slower" and llm1["delta_ms"] == pytest.approx(2200, rel=0.05)
 
 
 def test_api_against_another_task(stored, api):
@@ -376,9 +382,10 @@ def test_a_10000_step_pair_through_the_api(db, project, api):
     started = time.perf_counter()
     body = api("/api/v1/tasks/big-a/diff", against="big-b").json()
     elapsed = time.perf_counter() - started
-    assert len(body["rows"]) == 10_000 + 1  # 10,000 aligned + the extra "call 3b" vs the missing "call 3"
-    assert [r["step_id"] for r in body["rows"] if r["status"] == "extra"] == ["s5.3"]
-    assert [r["other_step_id"] for r in body["rows"] if r["status"] == "missing"] == ["s5.3"]
+    rows = rows_of(body)
+    assert len(rows) == 10_000 + 1  # 10,000 aligned + the extra "call 3b" vs the missing "call 3"
+    assert [r["step_id"] for r in rows if r["status"] == "extra"] == ["s5.3"]
+    assert [r["other_step_id"] for r in rows if r["status"] == "missing"] == ["s5.3"]
     assert elapsed < 10.0, elapsed
 
 

@@ -100,6 +100,22 @@ def test_keyset_pages(project, sessions_data):
     assert second == ["s-c"] and cursor is None
 
 
+def test_newest_first_pages_never_repeat_or_skip_a_session(project):
+    # Sessions interleaved in time: each session's turns straddle the page boundaries.
+    for i in range(30):
+        make_task(project, f"x{i}", session_id=f"s{i % 7}", start=T0 + timedelta(minutes=i))
+    seen, cursor = [], ""
+    while True:
+        page, cursor = listed(project, limit=3, cursor=cursor)
+        seen += page
+        if not cursor:
+            break
+    assert seen == ["s1", "s0", "s6", "s5", "s4", "s3", "s2"]  # by last turn, newest first
+    rows, _ = sessions.session_list(project=project, filters=TaskFilters(), limit=2)
+    assert [(r.session_id, r.turns, r.first_started) for r in rows] == [
+        ("s1", 5, T0 + timedelta(minutes=1)), ("s0", 5, T0)]
+
+
 def test_filters_as_elsewhere_and_no_other_project(project, sessions_data):
     assert listed(project, filters=TaskFilters(release="v2"))[0] == ["s-c"]
     # a time range keeps the turns inside it
