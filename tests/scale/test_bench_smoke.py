@@ -59,3 +59,8 @@ def test_make_bench_runs_every_section_and_reports_every_figure(bench_env, tmp_p
     failed = {name: q for name, q in queries["queries"].items() if "error" in q}
     assert not failed
     assert all(q["median_ms"] > 0 for q in queries["queries"].values())
+    exported = results["export"]["steps_export"]  # the queries' dataset, every step, over HTTP
+    for fmt in ("parquet", "csv"):
+        assert exported[fmt]["complete"] and exported[fmt]["rows"] == 70_000, exported[fmt]
+        assert exported[fmt]["rows_per_s"] > 0 and exported[fmt]["peak_rss_mib"] >= exported[fmt]["rss_before_mib"]
+    assert "export of 70,000 steps as parquet" in table
