@@ -225,3 +225,16 @@ def test_cached_release_costs_follow_a_price_edit_and_new_tasks(project, prices,
     assert costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2")["b"]["per_task_usd"] == pytest.approx(3.0)
     llm(make_task(project, "t9", release="v2", start=T0 + timedelta(minutes=9)), "plan", inp=0, out=0)
     assert costs.release_costs_cached(project=project, tasks=tasks, a="v1", b="v2")["b"]["per_task_usd"] == pytest.approx(1.5)
+
+
+def test_the_demo_user_may_enter_prices_in_the_admin(db, settings, tmp_path):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    settings.DATA_DIR = tmp_path
+    (tmp_path / "demo-seeded").write_text("ok\n")  # no simulated traffic: only the user and project
+    call_command("demo_setup", stdout=open(tmp_path / "out.txt", "w"))
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="demo"))
+    assert client.get("/admin/analysis/modelprice/add/").status_code == 200
+    assert client.get("/admin/analysis/finding/").status_code == 403  # nothing more than prices

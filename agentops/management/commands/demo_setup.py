@@ -3,6 +3,7 @@
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
@@ -21,6 +22,9 @@ class Command(BaseCommand):
             user.save()
         project, _ = Project.objects.get_or_create(name="demo")
         project.members.add(user)
+        # The demo user enters model prices in the admin (token cost; none is built in).
+        user.user_permissions.add(*Permission.objects.filter(content_type__app_label="analysis",
+                                                             content_type__model="modelprice"))
         key_file = settings.DATA_DIR / "demo-ingest-key"
         if not key_file.exists() or not IngestKey.objects.filter(project=project, revoked_at=None).exists():
             _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST, IngestKey.SCOPE_READ],
