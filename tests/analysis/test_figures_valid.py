@@ -5,14 +5,16 @@ that Plotly.js would silently not draw fails here instead)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from analysis import charts
+from analysis import charts, compare_charts
 from analysis.alerts import charts as alert_charts
 from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
+from analysis.diff import Row
 from analysis.releases import charts as release_charts
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
@@ -62,6 +64,32 @@ def _ecdf(labels=("tasks",)):
     return [(label, fractions, sorted(RNG.lognormal(7, 0.5, 101).tolist())) for label in labels]
 
 
+def _compare_rows(n: int) -> list[Row]:
+    statuses = ("same", "slower", "faster", "extra", "missing")
+    rows = []
+    for i in range(n):
+        status = statuses[i % 5]
+        mine = status != "missing"
+        other = status != "extra"
+        rows.append(Row(status, f"llm:chat <{i}>", 1 + i // 10 if mine else None, 1 + i // 10 if other else None,
+                        f"s{i}" if mine else "", f"o{i}" if other else "", 100.0 * i if mine else None,
+                        80.0 + i if mine else None, 90.0 * i if other else None, 60.0 + i if other else None,
+                        "llm" if i % 2 else "tool"))
+    return rows
+
+
+def _turns():
+    finding = SimpleNamespace(is_counted=True, kind="serial_gap", summary="idle <1.2 s>")
+    out = []
+    for i in range(12):
+        start = T0 + timedelta(minutes=3 * i)
+        task = SimpleNamespace(task_id=f"t{i}", name="<b>support</b>", status="error" if i == 4 else "ok",
+                               started_at=start, ended_at=start + timedelta(seconds=5 + i))
+        out.append(SimpleNamespace(task=task, number=i + 1, waited_ms=5000.0 + 1000 * i, running=i == 11,
+                                   findings=[finding] if i % 3 == 0 else []))
+    return out
+
+
 def _attribution_rows():
     return [{"key": f"tool:search_{i}", "contribution_ms": (-1) ** i * 40.0 * i} for i in range(12)]
 
@@ -94,6 +122,9 @@ BUILDERS = {
     "release_histogram": lambda: release_charts.histogram_figure(
         [("a", "v1", RNG.lognormal(7, 0.4, 500)), ("b", "v2", RNG.lognormal(7.1, 0.4, 500))]),
     "release_contribution": lambda: release_charts.contribution_figure(_attribution_rows()),
+    "compare": lambda: compare_charts.compare_figure(_compare_rows(40), other_name="typical <run>"),
+    "compare_webgl": lambda: compare_charts.compare_figure(_compare_rows(2000)),
+    "session": lambda: compare_charts.session_figure(_turns()),
     "alert_metric": lambda: alert_charts.metric_figure(
         times=[T0 + timedelta(minutes=m) for m in range(30)], values=[4000.0 + 10 * m for m in range(30)],
         threshold=4200.0, title="checkout p95", unit="ms",
@@ -123,12 +154,13 @@ def test_the_list_names_every_builder():
     """A new chart builder gets a row above: every public *_figure function is listed."""
     import inspect
 
-    built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts)
+    built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts, compare_charts)
              for n, f in inspect.getmembers(m, inspect.isfunction) if n.endswith("_figure") and f.__module__ == m.__name__}
     covered = {"analysis.charts.empty_figure", "analysis.charts.volume_figure", "analysis.charts.error_rate_figure",
                "analysis.charts.percentile_figure", "analysis.charts.top_findings_figure",
                "analysis.charts.budget_figure", "analysis.charts.histogram_figure", "analysis.charts.ecdf_figure",
                "analysis.charts.device_timeseries_figure", "analysis.charts.waterfall_figure",
                "analysis.releases.charts.ecdf_figure", "analysis.releases.charts.histogram_figure",
-               "analysis.releases.charts.contribution_figure", "analysis.alerts.charts.metric_figure"}
+               "analysis.releases.charts.contribution_figure", "analysis.alerts.charts.metric_figure",
+               "analysis.compare_charts.compare_figure", "analysis.compare_charts.session_figure"}
     assert built == covered, built ^ covered
