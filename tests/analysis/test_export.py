@@ -325,3 +325,15 @@ def test_exported_times_are_utc_instants(data, read_key):
     df = frame(read_key, "tasks")
     first = df.set_index("task_id").loc["t0", "started_at"]
     assert first.tzinfo is not None and first.to_pydatetime() == datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+
+
+def test_a_database_that_is_down_answers_503_before_anything_is_sent(data, read_key, monkeypatch):
+    from django.db import OperationalError
+
+    def down(export, **kwargs):
+        raise OperationalError("connection refused")
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(exports, "batches", down)
+    status, body, response = export(read_key, "steps")
+    assert status == 503 and response["Retry-After"] and "retry later" in json.loads(body)["error"]
