@@ -79,7 +79,8 @@ class DStep(NamedTuple):
 
     @property
     def duration_ms(self) -> float:
-        return max(0.0, self.end_ms - self.start_ms)
+        d = self.end_ms - self.start_ms
+        return d if d > 0.0 else 0.0
 
     @property
     def label(self) -> str:
@@ -423,12 +424,14 @@ class Typical:
     turn_idle_ms: float = 0.0  # the median idle of a typical turn (what an extra turn may idle)
 
     def summary(self) -> dict:
-        return {"name": self.name, "release": self.release, "scope": self.scope, "runs": self.runs,
-                "duration_ms": round(self.duration_ms, 3), "turns": self.median_turns, "calls": self.median_calls,
-                "task_id": self.task_id,
-                "positions": [{"turn": t + 1, "label": s.label, "share": round(s.share, 3),
-                               "median_ms": round(s.median_ms, 3), "median_path_ms": round(s.median_path_ms, 3)}
-                              for t, turn in enumerate(self.turns) for s in turn.slots]}
+        out = {"name": self.name, "release": self.release, "scope": self.scope, "runs": self.runs,
+               "duration_ms": round(self.duration_ms, 3), "turns": self.median_turns, "calls": self.median_calls,
+               "task_id": self.task_id}
+        if self.scope != "task":  # another task's positions are its steps: the rows have them
+            out["positions"] = [{"turn": t + 1, "label": s.label, "share": round(s.share, 3),
+                                 "median_ms": round(s.median_ms, 3), "median_path_ms": round(s.median_path_ms, 3)}
+                                for t, turn in enumerate(self.turns) for s in turn.slots]
+        return out
 
 
 def _median(values: Sequence[float], default: float = 0.0) -> float:
@@ -540,12 +543,14 @@ def _label_medians(steps) -> dict[str, tuple[float, float | None]]:
 def task_as_typical(run: Run, *, name: str, release: str) -> Typical:
     """Another task in the role of the typical run: every position once, as it ran."""
     an = anatomy(run)
+    path = an.path_ms
     turns = []
     for t in an.turns:
-        overlap = _overlap(t, an.path_ms)
+        overlap = _overlap(t, path)
         turns.append(TypicalTurn(
-            share=1.0, slots=tuple(Slot(s.label, s.kind, s.name, 1.0, s.duration_ms, an.path_ms.get(s.step_id, 0.0),
-                                        s.ttft_ms, s.start_ms, s.step_id) for s in t.steps),
+            share=1.0, slots=tuple(Slot(label, s.kind, s.name, 1.0, s.end_ms - s.start_ms, path.get(s.step_id, 0.0),
+                                        s.ttft_ms, s.start_ms, s.step_id) for label, s in zip(t.labels, t.steps,
+                                                                                                strict=True)),
             idle_ms=t.idle_ms, other_path_ms=0.0, other_calls=0.0,
             overlap=1.0 if overlap is None else overlap, start_ms=t.start_ms))
     return Typical(name=name, release=release, scope="task", runs=1, duration_ms=run.duration_ms,
@@ -655,6 +660,14 @@ class _Acc:
         self.small_n = 0
         self.small_steps: list[str] = []
 
+    def small_add(self, ms: float, step_id: str) -> None:
+        """A difference under the threshold: counted in "smaller differences", not an item."""
+        if ms:
+            self.small_ms += ms
+            self.small_n += 1
+            if step_id and len(self.small_steps) < 50:
+                self.small_steps.append(step_id)
+
     def add(self, key: tuple, ms: float, steps: Sequence[str] = (), others: Sequence[str] = (), **info):
         g = self.groups.setdefault(key, {"ms": 0.0, "steps": [], "others": [], "n": 0, "turns": [], "calls_seen": [],
                                          **{k: v for k, v in info.items() if k != "calls"}})
@@ -751,10 +764,7 @@ def _speed_item(acc: _Acc, step: DStep, own: float, other_id: str, median_ms: fl
     by device and verdict, with TTFT named when it is most of the change)."""
     direction = "slower" if own >= 0 else "faster"
     if abs(own) < small:  # most steps of a long task: one bucket, not one item each
-        acc.small_ms += own
-        acc.small_n += 1
-        if len(acc.small_steps) < 50:
-            acc.small_steps.append(step.step_id)
+        acc.small_add(own, step.step_id)
     elif step.kind == "llm":
         ttft_part = (step.ttft_ms is not None and median_ttft is not None and own != 0
                      and (step.ttft_ms - median_ttft) / own >= 0.5)
@@ -819,10 +829,7 @@ def _explain_turn(acc: _Acc, rows: list[Row], turn: Turn, tt: TypicalTurn, i: in
         rows.append(Row(status, step.label, i + 1, j + 1, step.step_id, slot.step_id, step.start_ms, d,
                         slot.start_ms, slot.median_ms, kind=step.kind))
         if -small < own < small:  # most steps of a long task: one bucket, not one item each
-            acc.small_ms += own
-            acc.small_n += 1
-            if len(acc.small_steps) < 50:
-                acc.small_steps.append(step.step_id)
+            acc.small_add(own, step.step_id)
         else:
             _speed_item(acc, step, own, slot.step_id, slot.median_ms, slot.median_ttft_ms, i, verdicts, small)
     repeated = [s for s in other_steps if s.step_id in repeats]
@@ -847,7 +854,9 @@ def _explain_turn(acc: _Acc, rows: list[Row], turn: Turn, tt: TypicalTurn, i: in
         acc.add(("serialised", i), ms, [s.step_id for s in calls if path.get(s.step_id, 0.0) > 0],
                 [s.step_id for s in tt.slots if s.kind != "llm"], turn=i, n_calls=len(calls))
         pool -= ms
-    if rest or tt.other_path_ms or pool:
+    if not rest and -small < pool - tt.other_path_ms < small:
+        acc.small_add(pool - tt.other_path_ms, "")
+    elif rest or tt.other_path_ms or pool:
         ms = pool - tt.other_path_ms
         extra = len(rest) - round(tt.other_calls)
         if extra > 0 and ms > 0:
@@ -857,7 +866,9 @@ def _explain_turn(acc: _Acc, rows: list[Row], turn: Turn, tt: TypicalTurn, i: in
         else:
             acc.add(("other_calls", i), ms, [s.step_id for s in rest], turn=i, calls=rest, typical=tt.other_calls)
     idle = turn.idle_ms - tt.idle_ms
-    if idle:
+    if -small < idle < small:
+        acc.small_add(idle, turn.steps[0].step_id if turn.steps else "")
+    else:
         acc.add(("idle", i), idle, [s.step_id for s in turn.steps[:1]], turn=i,
                 before=turn.idle_before_ms >= turn.idle_ms / 2)
 

@@ -111,9 +111,8 @@ def _newest_sessions(*, project: Project, filters: TaskFilters, limit: int, curs
     `limit` sessions met are the page's. A session met again below the cursor, whose last turn is
     above it, was on an earlier page: skipped."""
     tasks = selectors.task_queryset(project=project, filters=filters).exclude(session_id="")
-    if cursor:
-        value, after = cursor
-        tasks = tasks.filter(Q(started_at__lt=value) | Q(started_at=value, session_id__lt=after))
+    if cursor:  # at or below the cursor's last turn; those shown on the page before are dropped below
+        tasks = tasks.filter(started_at__lte=cursor[0])
     found: list[str] = []
     seen: set[str] = set()
     batch: list[str] = []
@@ -127,7 +126,7 @@ def _newest_sessions(*, project: Project, filters: TaskFilters, limit: int, curs
             batch = [s for s in batch if s not in shown]
         found.extend(batch)
 
-    for session_id in tasks.order_by("-started_at", "-session_id").values_list("session_id", flat=True).iterator(
+    for session_id in tasks.order_by("-started_at", "-pk").values_list("session_id", flat=True).iterator(
             chunk_size=1000):
         if session_id in seen:
             continue
