@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8000
 
-.PHONY: install demo test test-fast faults browsers bench lint clean fixtures
+.PHONY: install demo test test-fast faults browsers bench soak lint clean fixtures
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ test-fast: $(STAMP)
 # --analysis-steps 1000000 --peer-spans 100000" (see docs/scaling.md).
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The whole stack (web, analysis worker, periodic worker, beat) under sustained OTLP load:
+# 3,000 spans/s for 10 minutes, a burst, a search for the highest sustained rate (~25 minutes);
+# SOAK_ARGS="--short" for a 3-minute smoke test (bench/soak.py, docs/scaling.md).
+soak: $(STAMP)
+	$(BIN)/python bench/run.py --only soak --soak-args "$(SOAK_ARGS)" --out bench/results/soak-run.json
 
 # Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood): ~2 minutes.
 faults: $(STAMP)

@@ -71,10 +71,15 @@ def queue_depth() -> int | None:
     """Messages waiting on the analysis queue (not yet taken by a worker)."""
     from agentops.celery import app
 
+    name = app.conf.task_default_queue
     try:
         with app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=1)
-            return conn.default_channel.queue_declare(app.conf.task_default_queue, passive=True).message_count
+            channel = conn.default_channel
+            client = getattr(channel, "client", None)
+            if client is not None:  # Redis: the queue is a list, absent when empty
+                return int(client.llen(name))
+            return channel.queue_declare(name, passive=True).message_count
     except Exception as exc:  # broker down or the queue never declared: unknown, not an error page
         log.info("analysis.queue_depth_unknown error=%s", exc)
         return None

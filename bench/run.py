@@ -46,6 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 SECTIONS = ("ingest", "analysis", "queries", "storage", "export")
+# Run only when named (`--only soak`, `make soak`): the whole stack for ~25 minutes (bench/soak.py).
+ON_REQUEST = ("soak",)
 
 FULL_TASKS = 500_000  # --scale 1: 500k tasks of 20 steps = 10M steps
 STEPS_PER_TASK = 20
@@ -371,6 +373,7 @@ def main() -> None:
                              "rollups first (for queries that read none, e.g. 'diff,session,search')")
     parser.add_argument("--export-subset", action="store_true",
                         help="export: also export release v1 alone (a third of the steps) to compare peak RSS")
+    parser.add_argument("--soak-args", default="", help="arguments for bench/soak.py (--only soak), e.g. '--short'")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--params", help=argparse.SUPPRESS)
@@ -382,9 +385,10 @@ def main() -> None:
         return
 
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    unknown = only - set(SECTIONS)
+    unknown = only - set(SECTIONS) - set(ON_REQUEST)
     if unknown:
-        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
+        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; choose from "
+                     f"{', '.join(SECTIONS + ON_REQUEST)}")
     params = {k: v for k, v in vars(args).items() if k not in {"child", "params", "only", "out"}}
     results: dict = {"started_at": datetime.now(tz=UTC).isoformat(timespec="seconds"),
                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -412,6 +416,12 @@ def main() -> None:
         results["queries"] = run_child("queries", params)
     if "export" in only:
         results["export"] = run_child("export", params)
+    if "soak" in only:  # its own stack, database and queue; prints its own table (bench/soak.py)
+        print(f"== soak {'=' * 52}", file=sys.stderr, flush=True)
+        soak_out = Path(args.out).with_name("soak.json")
+        code = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), *args.soak_args.split(),
+                               "--out", str(soak_out)], cwd=ROOT).returncode
+        results["soak"] = {"exit": code, "results": str(soak_out), "chart": str(soak_out.with_suffix(".html"))}
     run_child("purge", params)
     results["seconds"] = round(time.perf_counter() - started)
     results["machine"]["load_average_end"] = os.getloadavg()
