@@ -13,7 +13,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analysis import exports, selectors, status
+from analysis import costs, exports, selectors, status
 from analysis.access import request_project
 from analysis.detectors.base import all_detectors
 from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
@@ -70,6 +70,9 @@ class TaskListView(APIView):
                 cursor=request.query_params.get("cursor", ""), sort=sort)
         except FilterError as exc:
             raise ValidationError({"error": str(exc)}) from None
+        found = costs.task_costs(tasks=tasks)  # one query for the page
+        for task in tasks:
+            task.cost = found[task.pk]
         return Response(TaskPageSerializer({"results": tasks, "next_cursor": next_cursor}).data)
 
 

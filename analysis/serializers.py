@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from analysis import costs
 from analysis.models import Finding
 from ingest.models import Step, Task
 
@@ -9,12 +10,34 @@ from ingest.models import Step, Task
 class TaskSerializer(serializers.ModelSerializer):
     wasted_ms = serializers.SerializerMethodField()
     top_finding = serializers.SerializerMethodField()
+    cost_usd = serializers.SerializerMethodField(
+        help_text="token cost of the task's priced LLM steps, US dollars (analysis/costs.py); null when "
+                  "none could be priced: a model without a price is never counted as 0")
+    llm_steps = serializers.SerializerMethodField()
+    unpriced_llm_steps = serializers.SerializerMethodField(help_text="LLM steps of models with no price")
 
     class Meta:
         model = Task
         fields = ["task_id", "name", "release", "environment", "session_id", "started_at",
                   "ended_at", "duration_ms", "status", "step_count", "input_tokens",
-                  "output_tokens", "error_count", "wasted_ms", "top_finding"]
+                  "output_tokens", "error_count", "wasted_ms", "top_finding", "cost_usd", "llm_steps",
+                  "unpriced_llm_steps"]
+
+    def _cost(self, task) -> costs.Cost:
+        """The view sets `cost` on a page of tasks at once (costs.task_costs); else one query."""
+        cost = getattr(task, "cost", None)
+        if cost is None:
+            cost = task.cost = costs.task_cost(task=task)
+        return cost
+
+    def get_cost_usd(self, task) -> float | None:
+        return self._cost(task).usd
+
+    def get_llm_steps(self, task) -> int:
+        return self._cost(task).llm_steps
+
+    def get_unpriced_llm_steps(self, task) -> int:
+        return self._cost(task).unpriced
 
     def _analysis(self, task):
         return getattr(task, "analysis", None) if hasattr(task, "analysis") else None

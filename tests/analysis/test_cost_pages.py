@@ -109,3 +109,13 @@ def test_chart_json_answers_a_read_key_of_its_own_project_only(priced, read_key,
                       HTTP_AUTHORIZATION=f"Bearer {other_keys['read']}").status_code == 404
     assert client.get("/tasks/t0/waterfall.json", HTTP_AUTHORIZATION=f"Bearer {other_keys['read']}").status_code == 404
     assert client.get("/charts/latency.json").status_code == 302  # no key, no login: to the login page
+
+
+def test_the_task_api_carries_the_cost(priced, read_key):
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {read_key}")
+    page = {t["task_id"]: t for t in client.get("/api/v1/tasks").json()["results"]}
+    assert page["t0"]["cost_usd"] == pytest.approx(0.00068) and page["t0"]["llm_steps"] == 1
+    assert page["unpriced"]["cost_usd"] is None and page["unpriced"]["unpriced_llm_steps"] == 1
+    detail = client.get("/api/v1/tasks/t2").json()
+    assert detail["cost_usd"] == pytest.approx(0.00084 + 0.000308) and detail["unpriced_llm_steps"] == 0
+    assert len(detail["steps"]) == 3  # the spliced steps are still there
