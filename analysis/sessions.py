@@ -126,17 +126,24 @@ def _newest_sessions(*, project: Project, filters: TaskFilters, limit: int, curs
             batch = [s for s in batch if s not in shown]
         found.extend(batch)
 
-    for session_id in tasks.order_by("-started_at", "-pk").values_list("session_id", flat=True).iterator(
-            chunk_size=1000):
-        if session_id in seen:
-            continue
-        seen.add(session_id)
-        batch.append(session_id)
-        if len(batch) >= limit:
-            keep(batch)
-            batch = []
-            if len(found) >= limit:
-                break
+    ordered = tasks.order_by("-started_at", "-pk").values_list("session_id", "started_at", "pk")
+    chunk, last = max(4 * limit, 200), None
+    while len(found) < limit:  # keyset chunks (LIMIT queries: the time index, newest first)
+        rows = list((ordered.filter(Q(started_at__lt=last[0]) | Q(started_at=last[0], pk__lt=last[1]))
+                     if last else ordered)[:chunk])
+        for session_id, _, _ in rows:
+            if session_id in seen:
+                continue
+            seen.add(session_id)
+            batch.append(session_id)
+            if len(batch) >= limit:
+                keep(batch)
+                batch = []
+                if len(found) >= limit:
+                    break
+        if len(rows) < chunk:
+            break
+        last = rows[-1][1:]
     keep(batch)
     return found[:limit]
 

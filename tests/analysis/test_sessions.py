@@ -116,6 +116,20 @@ def test_newest_first_pages_never_repeat_or_skip_a_session(project):
         ("s1", 5, T0 + timedelta(minutes=1)), ("s0", 5, T0)]
 
 
+def test_the_newest_first_walk_reads_on_past_a_long_session(project):
+    from ingest.models import Task
+
+    for i in range(5):
+        make_task(project, f"old{i}", session_id="old", start=T0 + timedelta(seconds=i))
+    Task.objects.bulk_create([  # one session of 230 turns, all newer: more than one chunk of the walk
+        Task(project=project, task_id=f"big{i}", name="chat", session_id="big", started_at=T0 + timedelta(minutes=1, seconds=i),
+             ended_at=T0 + timedelta(minutes=1, seconds=i + 1), duration_ms=1000.0, status="ok", reported=True,
+             last_event_at=T0) for i in range(230)])
+    first, cursor = listed(project, limit=1)
+    second, cursor = listed(project, limit=1, cursor=cursor)
+    assert (first, second, cursor) == (["big"], ["old"], None)
+
+
 def test_filters_as_elsewhere_and_no_other_project(project, sessions_data):
     assert listed(project, filters=TaskFilters(release="v2"))[0] == ["s-c"]
     # a time range keeps the turns inside it
