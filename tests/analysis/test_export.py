@@ -228,6 +228,8 @@ FILTER_CASES = [
     ({"since": (T0 + timedelta(minutes=2)).isoformat(), "until": (T0 + timedelta(minutes=4)).isoformat()},
      {"tasks": 2, "steps": 6, "findings": 1}),
     ({"status": "ok", "min_duration_ms": "1300"}, {"tasks": 3, "steps": 9, "findings": 1}),
+    # the task list's step search: a search_orders call of 304 ms or more (t4, t5)
+    ({"tool": "search_orders", "min_step_ms": "304"}, {"tasks": 2, "steps": 6, "findings": 1}),
 ]
 
 
