@@ -14,6 +14,7 @@ definition), plus `kind` and `model` of a step; cost columns come from analysis.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -37,7 +38,7 @@ ENTITIES = ("tasks", "steps", "findings", "samples")
 FORMATS = {"parquet": ("application/vnd.apache.parquet", "parquet"),
            "csv": ("text/csv; charset=utf-8", "csv"),
            "jsonl": ("application/x-ndjson", "jsonl")}
-FETCH_ROWS = 20_000  # one Parquet row group; ~20-40 MB of Python rows for steps at most
+FETCH_ROWS = 20_000  # one block = one Parquet row group: ~8 MB of steps as text, then as Arrow
 # The task list's filters, whatever they are: every field of TaskFilters is a parameter of the
 # same name (parse_task_filters), plus the `range` preset.
 TASK_PARAMS = tuple(f.name for f in fields(TaskFilters)) + ("range",)
@@ -144,7 +145,9 @@ class Export:
 
     @property
     def filename(self) -> str:
-        return f"{self.project.name}-{self.entity}.{FORMATS[self.format][1]}"
+        """A file name safe in a Content-Disposition header, whatever the project is called."""
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", self.project.name).strip("._") or "project"
+        return f"{name}-{self.entity}.{FORMATS[self.format][1]}"
 
 
 def parse_export(*, project: Project, entity: str, params: Mapping[str, str], default_format: str = "parquet") -> Export:

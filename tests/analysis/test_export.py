@@ -339,3 +339,11 @@ def test_a_database_that_is_down_answers_503_before_anything_is_sent(data, read_
     monkeypatch.setattr(exports, "batches", down)
     status, body, response = export(read_key, "steps")
     assert status == 503 and response["Retry-After"] and "retry later" in json.loads(body)["error"]
+
+
+def test_the_file_name_is_safe_whatever_the_project_is_called(db, make_key):
+    from ingest.models import IngestKey, Project
+
+    odd = Project.objects.create(name='we"ird\\ná/..')
+    status, _, response = export(make_key(odd, IngestKey.SCOPE_READ), "tasks", format="csv")
+    assert status == 200 and response["Content-Disposition"] == 'attachment; filename="we_ird_n-tasks.csv"'
