@@ -35,6 +35,8 @@ STEP_MATCHES = 500
 @login_required
 def compare_pick(request):
     """The task list's "Compare the two ticked tasks": /compare?task=A&task=B."""
+    if _project(request) is None:  # a project the user may not see: 404 before anything else
+        raise Http404("no project")
     picked = [t for t in request.GET.getlist("task") if t][:3]
     if len(picked) != 2:
         return HttpResponseBadRequest("task: tick exactly two tasks to compare", content_type="text/plain")

@@ -28,11 +28,13 @@ pytestmark = pytest.mark.django_db
 SECRET = "GLOBEX-SECRET"
 SHARED_ID = "run-1"          # the same task id in both projects: A must get its own
 B_ONLY_ID = "globex-only"
+B_SESSION = "globex-session"  # B's tasks' session: A must find no such session
 # What each path parameter names, as a function of B's objects.
 PATH_VALUES = {
     "task_id": lambda b: B_ONLY_ID,
     "step_id": lambda b: "s1",
     "rule_id": lambda b: str(b["rule"].pk),
+    "session_id": lambda b: B_SESSION,
 }
 # Path parameters that name a kind of data, not an object of B: only the no-leak check applies.
 PATH_KINDS = {
@@ -82,7 +84,7 @@ def world(project, other_project):
     a_task = make_task(project, SHARED_ID, name="acme-checkout")
     make_step(a_task, "s1", name="acme-step")
     for task_id in (SHARED_ID, B_ONLY_ID):
-        b_task = make_task(other_project, task_id, name=SECRET, release=SECRET)
+        b_task = make_task(other_project, task_id, name=SECRET, release=SECRET, session_id=B_SESSION)
         make_step(b_task, "s1", name=SECRET, tool_args={"q": SECRET})
         make_finding(b_task, "repeated_tool_call", wasted_ms=10.0, step_ids=["s1"], summary=SECRET)
     rule = AlertRule.objects.create(project=other_project, name=SECRET, metric="task_duration_p95",
