@@ -5,6 +5,7 @@ content stays text throughout. Screenshots land in test-artifacts/."""
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 
 from ingest.models import Step, Task
 from tests.analysis.factories import T0, make_finding, make_step, make_task
-from tests.browser.conftest import screenshot, skip_without_chromium
+from tests.browser.conftest import ARTIFACTS, screenshot, skip_without_chromium
 from tests.browser.test_dashboard import assert_nothing_ran, log_in
 
 skip_without_chromium()
@@ -192,4 +193,25 @@ def test_a_running_task_shows_new_steps_without_a_reload(live_server, browser_pa
     page.goto(f"{live_server.url}/tasks?running=1")
     assert page.locator("#task-table tbody tr").count() == 1
     assert page.text_content("#task-table tbody tr .status-running") == "running"
+    assert_nothing_ran(page)
+
+
+def test_two_10000_step_tasks_compare_in_the_browser(live_server, browser_page, member, project):
+    from tests.analysis.factories import insert_big_task
+
+    insert_big_task(project, "big-a", turns=1000, per_turn=10)
+    insert_big_task(project, "big-b", turns=1000, per_turn=10)
+    Step.objects.filter(task__task_id="big-a", step_id="s500.3").update(name="call 3b")
+    page = browser_page
+    log_in(page, live_server, "/tasks/big-a/compare?against=big-b")
+    started = page.evaluate("performance.now()")
+    page.wait_for_selector("body[data-compare-ready='1']", timeout=120_000)
+    took_ms = page.evaluate("performance.now()") - started
+    status = page.text_content("#compare-status")
+    assert status.startswith("10001 aligned steps (WebGL)"), status
+    # both sides drawn: every aligned row of this task and of the other (minus one only-there step each)
+    counts = dict(page.evaluate("""() => document.getElementById('chart-compare').data.map(t => [t.name, t.x.length])"""))
+    assert counts == {"this task": 10_000, "big-b": 10_000}
+    timing = page.evaluate("window.agentopsTiming")
+    (ARTIFACTS / "compare-10k-timing.json").write_text(json.dumps({**timing, "wait_ms": took_ms}))
     assert_nothing_ran(page)
