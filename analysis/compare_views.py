@@ -14,11 +14,13 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from analysis import compare_charts, comparison, selectors, sessions
+from analysis.charts import fmt_ms
 from analysis.filters import FilterError, parse_task_filters
 from analysis.views import (
     GLOBAL_PARAMS,
     TASK_PARAMS,
     _BadRequest,
+    _json_scope,
     _json_view,
     _page,
     _project,
@@ -124,6 +126,18 @@ def task_step_search(request, task_id: str):
 
 def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@_json_view
+def turn_time_json(request):
+    """The overview's time per user turn, fetched after the page renders (a scan of the range's
+    turns). Numbers formatted here; the page sets them as text."""
+    project, filters = _json_scope(request)
+    found = sessions.turn_time(project=project, filters=filters)
+    return {"sessions": found["sessions"], "turns": found["turns"],
+            "text": {"sessions": str(found["sessions"]),
+                     "turns_per_session": "–" if found["turns_per_session"] is None else f"{found['turns_per_session']:g}",
+                     **{k: fmt_ms(found[k]) for k in ("p50", "p95", "p99")}}}
 
 
 @login_required

@@ -26,6 +26,7 @@ urlpatterns = [
     path("tasks/<str:task_id>/live.json", compare_views.task_live, name="task-live"),
     path("tasks/<str:task_id>/search.json", compare_views.task_step_search, name="task-step-search"),
     path("compare", compare_views.compare_pick, name="compare"),
+    path("charts/turn-time.json", compare_views.turn_time_json, name="turn-time"),
     path("sessions", compare_views.session_list, name="sessions"),
     path("sessions/<path:session_id>", compare_views.session_detail, name="session-detail"),
     path("latency", views.latency, name="latency"),

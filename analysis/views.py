@@ -138,16 +138,16 @@ def _task_or_404(project, task_id: str):
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = turn_time = None
+    totals = None
     if project and filters:
         totals = dashboard.overview_totals(project=project, filters=filters)
-        turn_time = sessions.turn_time(project=project, filters=filters)
-    return _page(request, "analysis/overview.html", project, error, totals=totals, turn_time=turn_time,
+    return _page(request, "analysis/overview.html", project, error, totals=totals,
                  behind=_behind(project),
                  sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
                  tasks_query=urlencode(keep(request.GET)),
                  config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
                          "cost": reverse("overview-cost") + "?" + urlencode(keep(request.GET)),
+                         "turn_time": reverse("turn-time") + "?" + urlencode(keep(request.GET)),
                          "tasks": reverse("tasks"), "params": keep(request.GET)})
 
 

@@ -199,3 +199,7 @@ def test_latency_and_overview_group_by_session(project, sessions_data, browser_c
     charts = browser_client.get("/charts/latency.json", {"group_by": "session"}).json()
     assert charts["group_histogram"]["data"] and charts["group_ecdf"]["data"]
     assert "time per user turn" in browser_client.get("/").content.decode()
+    found = browser_client.get("/charts/turn-time.json").json()
+    assert found["sessions"] == 3 and found["text"] == {"sessions": "3", "turns_per_session": "2",
+                                                        "p50": "1.00 s", "p95": "7.00 s", "p99": "7.80 s"}
+    assert browser_client.get("/charts/turn-time.json", {"since": "yesterday"}).status_code == 400

@@ -154,6 +154,10 @@ def test_sessions_list_and_a_sessions_turns(live_server, browser_page, member, w
     bars = page.evaluate("() => document.getElementById('chart-session').data[0].x.length")
     assert bars == 4
     screenshot(page, "session")
+    # the overview's time per user turn, fetched after it renders
+    page.goto(f"{live_server.url}/")
+    page.wait_for_selector("#turn-time:not([hidden])", timeout=WAIT_MS)
+    assert page.text_content("#turn-time [data-field=sessions]") == "7"
     page.goto(f"{live_server.url}/sessions")
     page.click("#session-table tbody tr:first-child a")
     page.wait_for_selector("body[data-session-ready='1']", timeout=WAIT_MS)
