@@ -276,6 +276,19 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
     pair = _pair()
     keys = {p.pk: key_create(project=p, scopes=[IngestKey.SCOPE_READ])[1] for p in (project, pair)}
 
+    from django.contrib.auth import get_user_model
+
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_superuser": True})
+    browser = Client()
+    browser.force_login(user)
+
+    def page(p, path):
+        def get():
+            response = browser.get(path + ("&" if "?" in path else "?") + f"project={p.name}")
+            assert response.status_code == 200, (path, response.status_code)
+            return response.content
+        return get
+
     def api(p, path):
         def get():
             response = Client().get(path, HTTP_AUTHORIZATION=f"Bearer {keys[p.pk]}")
@@ -308,6 +321,9 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
         "session list: by slowest turn": lambda: sessions.session_list(project=project, filters=f, sort="-slowest_ms"),
         "session list: API, release v2, by total time": api(project, "/api/v1/sessions?release=v2&sort=-total_ms"),
         "session detail (API)": api(project, f"/api/v1/sessions/{some_session}"),
+        "session: time per user turn (overview JSON)": page(project, "/charts/turn-time.json"),
+        "session: latency page grouped by session": page(project, "/latency?group_by=session"),
+        "session: latency charts JSON grouped by session": page(project, "/charts/latency.json?group_by=session"),
         "search text: a rare id (q=ord_…, 1 task)": search(q="ord_2000x"),
         "search text: error words (error=\"HTTP 503\", 500 tasks)": search(error='"HTTP 503"'),
         "search text: a common word (q=id, every task)": search(q="id"),
