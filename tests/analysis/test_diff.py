@@ -4,7 +4,6 @@ difference — on hand-built runs (pure), then through the API on stored tasks."
 from __future__ import annotations
 
 import random
-import time
 from datetime import timedelta
 
 import pytest
@@ -257,7 +256,7 @@ def test_a_turn_with_an_extra_call_pairs_in_place_and_an_inserted_turn_is_left_o
     assert [j for i, j in align_turns(a, b) if i is None] == [6]
 
 
-def test_a_10000_step_pair_is_aligned_in_well_under_a_second():
+def test_a_10000_step_pair_is_aligned_step_for_step():
     def big(task_id, insert=(), delete=()):
         steps, t = [], 0.0
         for k in range(1000):
@@ -274,14 +273,11 @@ def test_a_10000_step_pair_is_aligned_in_well_under_a_second():
 
     a = big("a", insert={(5, 3), (500, 2)})
     b = big("b", delete={(700, 4)})
-    started = time.perf_counter()
     e = explain(a, task_as_typical(b, name="x", release="v"))
-    elapsed = time.perf_counter() - started
     assert_adds_up(e)
     assert {r.step_id for r in e.rows if r.status == "extra"} == {"ax5", "ax500", "a700.4"}
     assert [r.other_step_id for r in e.rows if r.status == "missing"] == []
     assert sum(1 for r in e.rows if r.step_id and r.other_step_id) == 9999
-    assert elapsed < 3.0, elapsed  # ~0.3 s alone; a shared 2-core machine may be slower
 
 
 # --- through the API, on stored tasks ----------------------------------------------------------
@@ -379,14 +375,11 @@ def test_a_10000_step_pair_through_the_api(db, project, api):
     from ingest.models import Step
 
     Step.objects.filter(task=a, step_id="s5.3").update(name="call 3b")  # one step that differs
-    started = time.perf_counter()
     body = api("/api/v1/tasks/big-a/diff", against="big-b").json()
-    elapsed = time.perf_counter() - started
     rows = rows_of(body)
     assert len(rows) == 10_000 + 1  # 10,000 aligned + the extra "call 3b" vs the missing "call 3"
     assert [r["step_id"] for r in rows if r["status"] == "extra"] == ["s5.3"]
     assert [r["other_step_id"] for r in rows if r["status"] == "missing"] == ["s5.3"]
-    assert elapsed < 10.0, elapsed
 
 
 def test_explain_is_pure():
