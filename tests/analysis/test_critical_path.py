@@ -1,4 +1,3 @@
-import time
 
 import pytest
 
@@ -49,21 +48,14 @@ def _deep_chain(n: int) -> list:
             for i in range(n)]
 
 
-def test_fifty_thousand_steps_with_a_deep_chain_cost_linear_time():
-    # Linear, not quadratic: ten times the steps costs about ten times the CPU (a quadratic walk
-    # would cost a hundred). A ratio of two runs in one process, so a busy machine does not count.
-    def cpu(n: int) -> float:
-        steps = _deep_chain(n)
-        started = time.process_time()
-        segments = critical_path(steps, T0, T0 + n * 100)
-        budget = latency_budget(segments)
-        assert abs(sum(budget.values()) - n * 100) < 1
-        return time.process_time() - started
-
-    cpu(5_000)  # warm up
-    small = min(cpu(5_000) for _ in range(3))
-    large = min(cpu(50_000) for _ in range(2))
-    assert large < 30 * max(small, 1e-3), (small, large)
+def test_fifty_thousand_steps_with_a_deep_chain_tile_the_task():
+    # A 25,000-deep parent chain: no recursion, and the path's segments tile the task exactly.
+    # (Its speed is the benchmark's: the 50,000-step task detail in docs/scaling.md.)
+    n = 50_000
+    segments = critical_path(_deep_chain(n), T0, T0 + n * 100)
+    assert segments[0].start_ms == T0 and segments[-1].end_ms == T0 + n * 100
+    assert all(a.end_ms == b.start_ms for a, b in zip(segments, segments[1:], strict=False))
+    assert abs(sum(latency_budget(segments).values()) - n * 100) < 1
 
 
 def test_a_wrapper_leaf_beside_the_model_call_does_not_hide_it():
