@@ -25,6 +25,7 @@ import secrets
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -332,25 +333,20 @@ def _store(tasks: dict[int, _Task], results: dict[int, dict], *, token: str) -> 
 # --- a batch -------------------------------------------------------------------------------------
 
 
-def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
-    """Analyse tasks this worker claimed with `token` and store their results. Returns counts
-    of outcomes: analysed, claim_lost, failed (a task whose analysis raised keeps its claim until
-    it expires, then the sweep hands it out again: no retry loop within a drain), plus `steps`."""
-    outcome = {"analysed": 0, "claim_lost": 0, "failed": 0, "steps": 0}
-    if not task_pks:
-        return outcome
-    started = time.monotonic()
+def _load(task_pks: list[int], token: str) -> tuple[dict[int, _Task], dict[int, object]]:
     try:
         with connection.cursor() as cursor:
             cursor.execute(_TASK_SQL, [list(task_pks)])
             tasks = {row[0]: _Task(row) for row in cursor.fetchall()}
             if tasks:
                 _steps_load(cursor, tasks)
-            contexts = _contexts(cursor, tasks)
+            return tasks, _contexts(cursor, tasks)
     except Exception:
         release(task_pks, token)
         raise
-    loaded = time.monotonic()
+
+
+def _analyse(contexts: dict[int, object]) -> tuple[dict[int, dict], list[int]]:
     results, failed = {}, []
     for pk, ctx in contexts.items():
         try:
@@ -358,7 +354,13 @@ def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
         except Exception:
             log.exception("analysis.task_failed task=%s", pk)
             failed.append(pk)
-    analysed = time.monotonic()
+    return results, failed
+
+
+def _finish(task_pks: list[int], token: str, tasks: dict, results: dict, failed: list[int],
+            timings: tuple[float, float]) -> dict[str, int]:
+    """Store a batch's results; the outcome counts."""
+    started = time.monotonic()
     try:
         mine = _store(tasks, results, token=token)
     except Exception:
@@ -367,12 +369,92 @@ def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
     lost = set(results) - set(mine)
     for pk in sorted(lost):
         log.warning("analysis.claim_lost task=%s", pk)
-    outcome.update(analysed=len(mine), claim_lost=len(lost), failed=len(failed),
-                   steps=sum(len(tasks[pk].steps) for pk in mine))
+    outcome = {"analysed": len(mine), "claim_lost": len(lost), "failed": len(failed),
+               "steps": sum(len(tasks[pk].steps) for pk in mine)}
     log.info("analysis.batch_done tasks=%d steps=%d lost=%d failed=%d load_s=%.3f analyse_s=%.3f store_s=%.3f",
-             len(mine), outcome["steps"], len(lost), len(failed), loaded - started, analysed - loaded,
-             time.monotonic() - analysed)
+             len(mine), outcome["steps"], len(lost), len(failed), *timings, time.monotonic() - started)
     return outcome
+
+
+def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
+    """Analyse tasks this worker claimed with `token` and store their results. Returns counts
+    of outcomes: analysed, claim_lost, failed (a task whose analysis raised keeps its claim until
+    it expires, then the sweep hands it out again: no retry loop within a drain), plus `steps`."""
+    if not task_pks:
+        return {"analysed": 0, "claim_lost": 0, "failed": 0, "steps": 0}
+    started = time.monotonic()
+    tasks, contexts = _load(task_pks, token)
+    loaded = time.monotonic()
+    results, failed = _analyse(contexts)
+    return _finish(task_pks, token, tasks, results, failed, (loaded - started, time.monotonic() - loaded))
+
+
+def analyse_pipelined(claims: Iterator[tuple[str, list[int]]]) -> dict[str, int]:
+    """analyse_claimed over a stream of claims, with the database work of the batches before and
+    after overlapping the analysis of the current one: one thread claims and loads the next batch,
+    another stores the previous one (each on its own connection), while this thread runs the
+    detectors. The database waits (about a third of a batch) hide behind the pure analysis; the
+    guarantees are analyse_claimed's, batch by batch. `claims` is consumed in the loader thread."""
+    import queue
+    import threading
+
+    if connection.in_atomic_block:  # other connections would not see this transaction's rows
+        total: dict[str, int] = {}
+        for token, pks in claims:
+            _add(total, analyse_claimed(pks, token=token))
+        return total
+    loaded: queue.Queue = queue.Queue(maxsize=1)
+    stored: queue.Queue = queue.Queue(maxsize=1)
+    total: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def loader() -> None:
+        try:
+            for token, pks in claims:
+                if errors:
+                    break
+                if pks:
+                    started = time.monotonic()
+                    loaded.put((token, pks, *_load(pks, token), time.monotonic() - started))
+        except BaseException as exc:  # handed to the caller's thread
+            errors.append(exc)
+        finally:
+            loaded.put(None)
+            connection.close()
+
+    def storer() -> None:
+        try:
+            while (item := stored.get()) is not None:
+                if not errors:
+                    _add(total, _finish(*item))
+                else:
+                    release(item[0], item[1])
+        except BaseException as exc:
+            errors.append(exc)
+            while stored.get() is not None:  # let the producer finish
+                pass
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=loader, daemon=True), threading.Thread(target=storer, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        while (item := loaded.get()) is not None:
+            token, pks, tasks, contexts, load_s = item
+            if errors:
+                release(pks, token)
+                continue
+            started = time.monotonic()
+            results, failed = _analyse(contexts)
+            stored.put((pks, token, tasks, results, failed, (load_s, time.monotonic() - started)))
+    finally:
+        stored.put(None)
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return total
 
 
 def _add(total: dict[str, int], part: dict[str, int]) -> None:
@@ -385,17 +467,24 @@ def run_ids(task_pks: list[int], *, force: bool = False, top_up: bool = True,
     """The batch path behind the ingest trigger, the sweep and `analyze`: claim these tasks
     (the due ones unless `force`); when any was claimed and `top_up`, fill the batch up with
     other due tasks and keep claiming full batches of due tasks for up to `drain_seconds`."""
-    outcome: dict[str, int] = {}
     deadline = time.monotonic() + drain_seconds
-    token, claimed = claim_ids(task_pks, force=force)
-    outcome["claimed_elsewhere_or_not_due"] = len(set(task_pks)) - len(claimed)
-    if claimed and top_up and len(claimed) < BATCH_TASKS:
-        claimed += _claim_more(token=token, limit=BATCH_TASKS - len(claimed))
-    _add(outcome, analyse_claimed(claimed, token=token))
-    while top_up and claimed and time.monotonic() < deadline:
-        token, claimed = secrets.token_hex(8), []
-        claimed = _claim_more(token=token, limit=BATCH_TASKS)
-        _add(outcome, analyse_claimed(claimed, token=token))
+    wanted = len(set(task_pks))
+
+    def claims():
+        token, claimed = claim_ids(task_pks, force=force)
+        wanted_claimed = len(claimed)
+        if claimed and top_up and len(claimed) < BATCH_TASKS:
+            claimed += _claim_more(token=token, limit=BATCH_TASKS - len(claimed))
+        skipped["n"] = wanted - wanted_claimed
+        yield token, claimed
+        while top_up and claimed and time.monotonic() < deadline:
+            token = secrets.token_hex(8)
+            claimed = _claim_more(token=token, limit=BATCH_TASKS)
+            yield token, claimed
+
+    skipped = {"n": 0}
+    outcome = analyse_pipelined(claims())
+    outcome["claimed_elsewhere_or_not_due"] = skipped["n"]
     return outcome
 
 

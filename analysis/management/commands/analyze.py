@@ -43,22 +43,27 @@ class Command(BaseCommand):
         started = time.monotonic()
         counts: dict[str, int] = {}
         steps = 0
-        done = 0
-        for chunk in _chunks(rows):
+        skipped = {"n": 0}
+
+        def claims():
             # The batch path the workers run (analysis/batch.py): one claim, a few set-based
-            # loads and one write per chunk.
-            token, claimed = batch.claim_ids(chunk, force=not opts["due"])
-            outcome = batch.analyse_claimed(claimed, token=token)
-            skipped = len(chunk) - len(claimed)
-            for key, value in (("analysed", outcome["analysed"]), ("claim_lost", outcome["claim_lost"]),
-                               ("failed", outcome["failed"]),
-                               ("not_due" if opts["due"] else "claimed_elsewhere", skipped)):
-                if value:
-                    counts[key] = counts.get(key, 0) + value
-            done += len(chunk)
-            elapsed = time.monotonic() - started
-            self.stderr.write(f"\ranalysed {done}/{len(pks)} tasks ({done / elapsed:.0f}/s)", ending="")
-            self.stderr.flush()
+            # loads and one write per chunk, the next chunk loaded while this one is analysed.
+            done = 0
+            for chunk in _chunks(rows):
+                token, claimed = batch.claim_ids(chunk, force=not opts["due"])
+                skipped["n"] += len(chunk) - len(claimed)
+                yield token, claimed
+                done += len(chunk)
+                elapsed = time.monotonic() - started
+                self.stderr.write(f"\ranalysed {done}/{len(pks)} tasks ({done / elapsed:.0f}/s)", ending="")
+                self.stderr.flush()
+
+        outcome = batch.analyse_pipelined(claims())
+        for key, value in (("analysed", outcome.get("analysed", 0)), ("claim_lost", outcome.get("claim_lost", 0)),
+                           ("failed", outcome.get("failed", 0)),
+                           ("not_due" if opts["due"] else "claimed_elsewhere", skipped["n"])):
+            if value:
+                counts[key] = counts.get(key, 0) + value
         if pks:
             self.stderr.write("")
             steps = sum(count for _, count in rows)
