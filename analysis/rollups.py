@@ -510,20 +510,14 @@ _GROUP_DAYS_SQL = _days_sql("analysis_group_rollup", GROUP_DIMENSIONS, GROUP_SUM
 
 def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime, groups: Iterable[tuple] | None = None,
                     tables: Sequence[str] = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup"),
-                    dimensions: Sequence[str] | None = None, day_groups: Iterable[tuple] | None = None) -> None:
+                    dimensions: Sequence[str] | None = None) -> None:
     """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows: all of them, or
-    those of the (release, environment) `groups` or (day, release, environment) `day_groups` (and,
-    of the group rollup, of `dimensions`)."""
+    those of the (release, environment) `groups` (and, of the group rollup, of `dimensions`)."""
     first, last = _day_floor(lo), _day_floor(hi - timedelta(microseconds=1)) + DAY
     sqls = {"analysis_task_rollup": _TASK_DAYS_SQL, "analysis_step_rollup": _STEP_DAYS_SQL,
             "analysis_group_rollup": _GROUP_DAYS_SQL}
     for table in tables:
         clause, extra = _group_clause(groups)
-        if day_groups is not None:
-            ordered = sorted(set(day_groups))
-            clause += (f" AND (date_bin(INTERVAL '1 day', hour, {ORIGIN}), release, environment) IN"
-                       " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))")
-            extra += [[g[i] for g in ordered] for i in range(3)]
         if dimensions is not None and table == "analysis_group_rollup":
             clause += " AND dimension = ANY(%s)"
             extra.append(list(dimensions))
@@ -559,33 +553,6 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime,
                    raw_params)
     if days:
         _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, groups=groups)
-
-
-def _groups_recompute(cursor, *, project_id: int, triples: set[tuple[datetime, str, str]]) -> int:
-    """Recompute every row of these (hour, release, environment) groups, all in one set of
-    statements (late data scattered over many hours costs one pass, not one per hour), then the
-    daily rows of their (day, release, environment). Returns the number of groups."""
-    if not triples:
-        return 0
-    ordered = sorted(triples)
-    arrays = [[t[i] for t in ordered] for i in range(3)]
-    lo, hi = ordered[0][0], max(t[0] for t in ordered) + HOUR
-    rows_in = " AND (hour, release, environment) IN (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))"
-    for table in HOURLY_TABLES:
-        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s {rows_in}",
-                       [project_id, lo, hi, *arrays])
-    where = (f"t.project_id = %s AND t.started_at >= %s AND t.started_at < %s AND"
-             f" (date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}), t.release, t.environment) IN"
-             " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))")
-    params = [project_id, lo, hi, *arrays]
-    cursor.execute(_task_rollup_sql(where), params)
-    cursor.execute(_step_rollup_sql(where), params)
-    cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), params)
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
-                   params)
-    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi,
-                    day_groups={(_day_floor(t[0]), t[1], t[2]) for t in ordered})
-    return len(ordered)
 
 
 # The rows an analysis changes (findings, budget, what-if, analysed tasks): per (hour, release,
@@ -625,8 +592,10 @@ def _analysis_recompute(cursor, *, project_id: int, slices: set[tuple[datetime, 
                          GROUP BY 1, 2, 3, 4) n USING (hour, release, environment, task_name)) n
         WHERE r.project_id = %s AND r.dimension = 'task' AND r.hour = n.hour AND r.release = n.release
           AND r.environment = n.environment AND r.task_name = n.task_name""", [*arrays, *params, project_id])
-    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, day_groups={(_day_floor(x[0]), x[1], x[2]) for x in ordered},
-                    tables=("analysis_task_rollup", "analysis_group_rollup"), dimensions=ANALYSIS_DIMENSIONS)
+    groups = {(s[1], s[2]) for s in ordered}
+    for day in sorted({_day_floor(s[0]) for s in ordered}):
+        _days_recompute(cursor, project_id=project_id, lo=day, hi=day + DAY, groups=groups,
+                        tables=("analysis_task_rollup", "analysis_group_rollup"), dimensions=ANALYSIS_DIMENSIONS)
     cursor.execute(f"SELECT count(*) FROM ingest_task t WHERE {task_where}", params)
     return cursor.fetchone()[0]
 
@@ -857,8 +826,10 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in whole.items() if h)
         partial = 0
         for project_id, by_hour in groups.items():
-            triples = {(at, *g) for at, group in by_hour.items() if at not in whole[project_id] for g in group}
-            partial += _groups_recompute(cursor, project_id=project_id, triples=triples)
+            for at, group in sorted(by_hour.items()):
+                if at not in whole[project_id]:
+                    _range_recompute(cursor, project_id=project_id, lo=at, hi=at + HOUR, groups=group)
+                    partial += len(group)
         analysed = sum(_analysis_recompute(cursor, project_id=p, slices=x) for p, x in slices.items())
         retained = _retention_delete(cursor, now=started)
         for project_id, releases in touched.items():
