@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -224,9 +223,7 @@ STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": TPOT_SQL}
 
 def _step_rollup_sql(where: str) -> str:
     """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
-    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart). The steps are fetched task
-    by task through the (task, step_id) index: a join would hash every step of every week (the
-    step partitions are by the step's own time, which the task's hour does not bound)."""
+    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart)."""
     # Byte order for every text key (as in group_rows_sql): these sorts compare millions of keys,
     # and the database's collation (even C.UTF-8) costs several times memcmp and loses the
     # abbreviated keys. Equality, hence every group, is the same.
@@ -250,9 +247,7 @@ def _step_rollup_sql(where: str) -> str:
                            s.status {_FAILED_SQL} AS failed,
                            s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
                            {bin_sql(f"({TPOT_SQL})")} AS pb
-                    FROM ingest_task t CROSS JOIN LATERAL (
-                        SELECT kind, name, tool_name, model, device, status, duration_ms, ttft_ms, output_tokens
-                        FROM ingest_step x WHERE x.task_id = t.id OFFSET 0) s
+                    FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
                     WHERE {where}) x
               GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
         GROUP BY {keys}"""
@@ -483,15 +478,8 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
                    FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
                          FROM h, unnest(h.{h}bins, h.{h}counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
                    GROUP BY {keys}) hh{i} USING (day, {d})""" for i, h in enumerate(histograms))
-    # h: the hourly rows of the range, narrowed to what the merge reads, the day computed once and
-    # the text keys in byte order (the merge sorts hundreds of thousands of (key, bucket) rows).
-    narrow = ", ".join([f'{x} COLLATE "C" AS {x}' for x in dims] + list(sums) + ["max_ms"]
-                       + (["first_at", "last_at", "analysed", "budget_ms"] if task else [])
-                       + [f"{h}bins, {h}counts" for h in histograms])
     return f"""
-        WITH h AS MATERIALIZED (
-            SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS hour, {narrow}
-            FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s /*filter*/)
+        WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s /*filter*/)
         INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, {hist_cols})
         SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
                {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""}, {hist_sel}
@@ -549,7 +537,7 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime,
     cursor.execute(_task_rollup_sql(where), raw_params)
     cursor.execute(_step_rollup_sql(where), raw_params)
     cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where)}",
                    raw_params)
     if days:
         _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, groups=groups)
@@ -678,81 +666,10 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         return cursor.fetchone()[0]
 
 
-def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], None] | None, until: datetime | None,
-                              workers: int) -> int:
-    """project_rebuild on `workers` connections at once, a day per transaction: each day's rows
-    are replaced atomically (readers see a day's old figures or its new ones), rows beyond the
-    project's data are deleted at the end, then the release totals. The caller holds _LOCK."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s", [project.pk])
-        first, last = cursor.fetchone()
-    days: list[datetime] = []
-    if first is not None:
-        day = _day_floor(first)
-        while day <= last:
-            days.append(day)
-            day += DAY
-
-    def one_day(lo: datetime) -> datetime:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL work_mem = '64MB'")
-                _range_recompute(cursor, project_id=project.pk, lo=lo, hi=lo + DAY)
-            return lo
-        finally:
-            connection.close()  # this thread's own connection
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in as_completed([pool.submit(one_day, day) for day in days]):
-            day = done.result()
-            if progress:
-                progress(f"{project.name}: {day:%Y-%m-%d}")
-    with transaction.atomic(), connection.cursor() as cursor:
-        for table in TABLES:
-            if table == RELEASE_TABLE:
-                continue
-            if days:
-                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND (hour < %s OR hour >= %s)",
-                               [project.pk, days[0], days[-1] + DAY])
-            else:
-                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
-        cursor.execute(f"DELETE FROM {RELEASE_TABLE} WHERE project_id = %s", [project.pk])
-        until = until or watermark()
-        if until is not None and days:
-            release_totals_recompute(cursor, project_id=project.pk, hi=_hour_floor(until))
-        cursor.execute("SELECT count(DISTINCT hour) FROM analysis_task_rollup WHERE project_id = %s", [project.pk])
-        return cursor.fetchone()[0]
-
-
-# Connections a rebuild outside a transaction uses at once (one per core, at most 4): a day each.
-REBUILD_WORKERS = max(1, min(4, os.cpu_count() or 1))
-
-
-def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None,
-                    workers: int | None = None) -> dict[str, int]:
+def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None) -> dict[str, int]:
     """Recompute the rollups of one project, or of all projects and then set the watermark to
     the start of the rebuild (so the next refresh only looks at what arrived since). `now`: the
-    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset.
-    Outside a transaction the days are recomputed on `workers` connections in parallel
-    (REBUILD_WORKERS; 1: one transaction per project, as inside a transaction)."""
-    workers = REBUILD_WORKERS if workers is None else workers
-    if workers > 1 and not connection.in_atomic_block:
-        started = now or _now()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [_LOCK])  # for the whole rebuild: no refresh meanwhile
-        try:
-            projects = [project] if project is not None else list(Project.objects.order_by("pk"))
-            out = {p.name: _project_rebuild_parallel(project=p, progress=progress, workers=workers,
-                                                     until=None if project is not None else started)
-                   for p in projects}
-            if project is None:
-                _watermark_set(started)
-            return out
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
+    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset."""
     if project is not None:
         return {project.name: project_rebuild(project=project, progress=progress)}
     started = now or _now()

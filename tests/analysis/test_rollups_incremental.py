@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from django.db import connection
 
 from analysis import rollups
@@ -99,20 +98,3 @@ def test_a_completed_hour_is_rolled_up_whole_once(project):
     out = rollups.rollups_refresh(now=BASE + timedelta(hours=2, minutes=5))
     assert out["hours"] == 2
     assert rollups.rollups_refresh(now=BASE + timedelta(hours=2, minutes=6))["hours"] == 0
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_parallel_rebuild_writes_the_rows_of_a_serial_one(project):
-    tasks = fill(project, n=400, hours=50, steps_every=1)
-    analyse(tasks[:150], at=NOW - timedelta(hours=1))
-    with connection.cursor() as cur:  # a stale row beyond the data, from an old rebuild
-        old = BASE - timedelta(days=40)
-        cur.execute("INSERT INTO analysis_task_rollup (project_id, hour, release, environment, name, tasks, errors,"
-                    " sum_ms, max_ms, first_at, last_at, bins, counts, analysed, budget_ms) VALUES"
-                    " (%s, %s, 'old', '', '', 1, 0, 1, 1, %s, %s, '{}', '{}', 0, '{}')", [project.pk, old, old, old])
-    assert not connection.in_atomic_block
-    rollups.rollups_rebuild(workers=2)
-    parallel = every_row()
-    rollups.rollups_rebuild(workers=1)
-    assert parallel == every_row()
-    assert not any(r[2] == "old" for r in parallel[0][2])
