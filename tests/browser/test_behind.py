@@ -3,6 +3,7 @@ how far behind findings are; once the backlog is analysed the notice goes away."
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -37,10 +38,10 @@ def test_the_overview_and_the_task_page_say_how_far_findings_are_behind(live_ser
     log_in(page, live_server)
     page.goto(f"{live_server.url}/")
     notice = page.locator("#analysis-behind")
-    assert "findings are 11 minutes behind" in notice.inner_text()
+    assert re.search(r"findings are 1[12] minutes behind", notice.inner_text())  # the minute may turn
     screenshot(page, "overview-behind")
     page.goto(f"{live_server.url}/tasks/waiting-0")
-    assert "findings are 11 minutes behind" in page.locator("#analysis-behind").inner_text()
+    assert re.search(r"findings are 1[123] minutes behind", page.locator("#analysis-behind").inner_text())
     while batch.run_due()["analysed"]:
         pass
     page.goto(f"{live_server.url}/")
