@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -224,13 +223,8 @@ STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": TPOT_SQL}
 
 def _step_rollup_sql(where: str) -> str:
     """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
-    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart). The steps are fetched task
-    by task through the (task, step_id) index: a join would hash every step of every week (the
-    step partitions are by the step's own time, which the task's hour does not bound)."""
-    # Byte order for every text key (as in group_rows_sql): these sorts compare millions of keys,
-    # and the database's collation (even C.UTF-8) costs several times memcmp and loses the
-    # abbreviated keys. Equality, hence every group, is the same.
-    dims = ", ".join(f's.{d} COLLATE "C" AS {d}' for d in STEP_DIMENSIONS[2:])
+    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart)."""
+    dims = ", ".join(f"s.{d}" for d in STEP_DIMENSIONS[2:])
     keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
 
     def histogram(column: str, g: int) -> str:
@@ -246,13 +240,10 @@ def _step_rollup_sql(where: str) -> str:
         FROM (SELECT {keys}, b, tb, pb, GROUPING(b, tb, pb) AS g, count(*) AS n,
                      count(*) FILTER (WHERE failed) AS e, sum(d) AS s, max(d) AS mx
               FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
-                           t.release COLLATE "C" AS release, t.environment COLLATE "C" AS environment, {dims},
-                           s.status {_FAILED_SQL} AS failed,
+                           t.release, t.environment, {dims}, s.status {_FAILED_SQL} AS failed,
                            s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
                            {bin_sql(f"({TPOT_SQL})")} AS pb
-                    FROM ingest_task t CROSS JOIN LATERAL (
-                        SELECT kind, name, tool_name, model, device, status, duration_ms, ttft_ms, output_tokens
-                        FROM ingest_step x WHERE x.task_id = t.id OFFSET 0) s
+                    FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
                     WHERE {where}) x
               GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
         GROUP BY {keys}"""
@@ -404,44 +395,22 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
                 LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
         GROUP BY 1, 2, 3, 4, 5
         UNION ALL
-{_analysis_selects()}"""
-
-
-def _analysis_selects() -> str:
-    """The group rollup rows an analysis makes (finding, budget and what-if rows, by task name):
-    SELECTs over the CTEs `tk` (the tasks) and `whatif` (their what-if scenarios)."""
-    head = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
-    zero = "0::float8"
-    C = 'COLLATE "C"'
-    return f"""        SELECT {head}, 'finding', '', f.kind {C}, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
-               {zero}, 0, 0, {zero}, 0, NULL::float8, '{{}}'::smallint[], '{{}}'::integer[]
+        SELECT {head}, 'finding', '', f.kind {C}, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
+               {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
         FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum((e.value)::text::float8), {zero}, {zero},
-               0, 0, {zero}, 0, NULL::float8, '{{}}'::smallint[], '{{}}'::integer[]
+               0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
         FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
              jsonb_each(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
         WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {head}, 'whatif', '', w.scenario {C}, count(*), 0, {zero}, sum(w.projected), {zero}, {zero}, 0, 0,
                sum(CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'
-                   THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END - w.projected), 0, NULL::float8,
-               '{{}}'::smallint[], '{{}}'::integer[]
+                   THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END - w.projected), 0, NULL,
+               '{{}}', '{{}}'
         FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
         GROUP BY 1, 2, 3, 4, 5, 8"""
-
-
-def _analysis_rows_sql(where: str) -> str:
-    """SELECT of the analysis-derived group rollup rows (finding, budget, what-if) of the tasks
-    matching `where` (alias t): the part of group_rows_sql that reads no step."""
-    C = 'COLLATE "C"'
-    return f"""
-        WITH tk AS MATERIALIZED (
-            SELECT t.id, t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
-                   t.release {C} AS release, t.environment {C} AS environment, t.name {C} AS task_name, t.duration_ms
-            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
-        ), whatif AS ({_WHATIF_SCENARIOS})
-{_analysis_selects()}"""
 
 
 def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> int:
@@ -483,15 +452,8 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
                    FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
                          FROM h, unnest(h.{h}bins, h.{h}counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
                    GROUP BY {keys}) hh{i} USING (day, {d})""" for i, h in enumerate(histograms))
-    # h: the hourly rows of the range, narrowed to what the merge reads, the day computed once and
-    # the text keys in byte order (the merge sorts hundreds of thousands of (key, bucket) rows).
-    narrow = ", ".join([f'{x} COLLATE "C" AS {x}' for x in dims] + list(sums) + ["max_ms"]
-                       + (["first_at", "last_at", "analysed", "budget_ms"] if task else [])
-                       + [f"{h}bins, {h}counts" for h in histograms])
     return f"""
-        WITH h AS MATERIALIZED (
-            SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS hour, {narrow}
-            FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s /*filter*/)
+        WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s)
         INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, {hist_cols})
         SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
                {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""}, {hist_sel}
@@ -508,127 +470,29 @@ _STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "e
 _GROUP_DAYS_SQL = _days_sql("analysis_group_rollup", GROUP_DIMENSIONS, GROUP_SUMS, task=False)
 
 
-def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime, groups: Iterable[tuple] | None = None,
-                    tables: Sequence[str] = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup"),
-                    dimensions: Sequence[str] | None = None, day_groups: Iterable[tuple] | None = None) -> None:
-    """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows: all of them, or
-    those of the (release, environment) `groups` or (day, release, environment) `day_groups` (and,
-    of the group rollup, of `dimensions`)."""
+def _days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
+    """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows."""
     first, last = _day_floor(lo), _day_floor(hi - timedelta(microseconds=1)) + DAY
-    sqls = {"analysis_task_rollup": _TASK_DAYS_SQL, "analysis_step_rollup": _STEP_DAYS_SQL,
-            "analysis_group_rollup": _GROUP_DAYS_SQL}
-    for table in tables:
-        clause, extra = _group_clause(groups)
-        if day_groups is not None:
-            ordered = sorted(set(day_groups))
-            clause += (f" AND (date_bin(INTERVAL '1 day', hour, {ORIGIN}), release, environment) IN"
-                       " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))")
-            extra += [[g[i] for g in ordered] for i in range(3)]
-        if dimensions is not None and table == "analysis_group_rollup":
-            clause += " AND dimension = ANY(%s)"
-            extra.append(list(dimensions))
-        cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s {clause}",
-                       [project_id, first, last, *extra])
-        cursor.execute(sqls[table].replace("/*filter*/", clause), [project_id, first, last, *extra, project_id])
+    for table, sql in (("analysis_task_rollup", _TASK_DAYS_SQL), ("analysis_step_rollup", _STEP_DAYS_SQL),
+                       ("analysis_group_rollup", _GROUP_DAYS_SQL)):
+        cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s",
+                       [project_id, first, last])
+        cursor.execute(sql, [project_id, first, last, project_id])
 
 
-def _group_clause(groups: Iterable[tuple] | None, alias: str = "") -> tuple[str, list]:
-    """` AND (release, environment) IN …` for rollup rows (or tasks, with alias "t."), or ''."""
-    if groups is None:
-        return "", []
-    groups = sorted(set(groups))
-    return (f" AND ({alias}release, {alias}environment) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
-            [[g[0] for g in groups], [g[1] for g in groups]])
-
-
-def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime,
-                     groups: Iterable[tuple[str, str]] | None = None, days: bool = True) -> None:
-    """Recompute the whole hours [lo, hi) of a project — or only the rows of its tasks of these
-    (release, environment) `groups` — then the days they touch."""
-    clause, extra = _group_clause(groups)
+def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
+    """Recompute the whole hours [lo, hi) of a project, then the days they touch."""
     for table in HOURLY_TABLES:
-        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s {clause}",
-                       [project_id, lo, hi, *extra])
-    task_clause, _ = _group_clause(groups, alias="t.")
-    where = "t.project_id = %s AND t.started_at >= %s AND t.started_at < %s" + task_clause
-    raw_params = [project_id, lo, hi, *extra]
+        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s",
+                       [project_id, lo, hi])
+    where = "t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
+    raw_params = [project_id, lo, hi]
     cursor.execute(_task_rollup_sql(where), raw_params)
     cursor.execute(_step_rollup_sql(where), raw_params)
     cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where)}",
                    raw_params)
-    if days:
-        _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, groups=groups)
-
-
-def _groups_recompute(cursor, *, project_id: int, triples: set[tuple[datetime, str, str]]) -> int:
-    """Recompute every row of these (hour, release, environment) groups, all in one set of
-    statements (late data scattered over many hours costs one pass, not one per hour), then the
-    daily rows of their (day, release, environment). Returns the number of groups."""
-    if not triples:
-        return 0
-    ordered = sorted(triples)
-    arrays = [[t[i] for t in ordered] for i in range(3)]
-    lo, hi = ordered[0][0], max(t[0] for t in ordered) + HOUR
-    rows_in = " AND (hour, release, environment) IN (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))"
-    for table in HOURLY_TABLES:
-        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s {rows_in}",
-                       [project_id, lo, hi, *arrays])
-    where = (f"t.project_id = %s AND t.started_at >= %s AND t.started_at < %s AND"
-             f" (date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}), t.release, t.environment) IN"
-             " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))")
-    params = [project_id, lo, hi, *arrays]
-    cursor.execute(_task_rollup_sql(where), params)
-    cursor.execute(_step_rollup_sql(where), params)
-    cursor.execute(_budget_rollup_sql(where).replace("t_project", str(int(project_id))), params)
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
-                   params)
-    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi,
-                    day_groups={(_day_floor(t[0]), t[1], t[2]) for t in ordered})
-    return len(ordered)
-
-
-# The rows an analysis changes (findings, budget, what-if, analysed tasks): per (hour, release,
-# environment, task name) slice, recomputed from the slice's tasks and their analyses alone.
-ANALYSIS_DIMENSIONS = ("task", "finding", "budget", "whatif")
-
-
-def _analysis_recompute(cursor, *, project_id: int, slices: set[tuple[datetime, str, str, str]]) -> int:
-    """Recompute the analysis-derived figures of these (hour, release, environment, task name)
-    slices: cost in proportion to their tasks, no step is read. Returns the slices' tasks."""
-    if not slices:
-        return 0
-    ordered = sorted(slices)
-    arrays = [[s[i] for s in ordered] for i in range(4)]
-    in_slices = ("(hour, release, environment, {name}) IN"
-                 " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]))")
-    lo, hi = ordered[0][0], max(s[0] for s in ordered) + HOUR
-    task_where = (f"t.project_id = %s AND t.started_at >= %s AND t.started_at < %s AND"
-                  f" (date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}), t.release, t.environment, t.name) IN"
-                  " (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]))")
-    params = [project_id, lo, hi, *arrays]
-    cursor.execute(f"UPDATE analysis_task_rollup SET analysed = 0, budget_ms = '{{}}'::jsonb WHERE project_id = %s"
-                   f" AND {in_slices.format(name='name')}", [project_id, *arrays])
-    cursor.execute(_budget_rollup_sql(task_where).replace("t_project", str(int(project_id))), params)
-    cursor.execute(f"DELETE FROM analysis_group_rollup WHERE project_id = %s AND dimension IN ('finding', 'budget', 'whatif')"
-                   f" AND {in_slices.format(name='task_name')}", [project_id, *arrays])
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {_analysis_rows_sql(task_where)}",
-                   params)
-    cursor.execute(f"""
-        UPDATE analysis_group_rollup r SET analysed = coalesce(n.analysed, 0)
-        FROM (SELECT h.hour, h.release, h.environment, h.task_name, n.analysed
-              FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]) h(hour, release, environment, task_name)
-              LEFT JOIN (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release, t.environment,
-                                t.name AS task_name, count(*) AS analysed
-                         FROM ingest_task t JOIN analysis_taskanalysis ta ON ta.task_id = t.id
-                         WHERE {task_where} AND ta.analyzed_at IS NOT NULL AND t.duration_ms IS NOT NULL
-                         GROUP BY 1, 2, 3, 4) n USING (hour, release, environment, task_name)) n
-        WHERE r.project_id = %s AND r.dimension = 'task' AND r.hour = n.hour AND r.release = n.release
-          AND r.environment = n.environment AND r.task_name = n.task_name""", [*arrays, *params, project_id])
-    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, day_groups={(_day_floor(x[0]), x[1], x[2]) for x in ordered},
-                    tables=("analysis_task_rollup", "analysis_group_rollup"), dimensions=ANALYSIS_DIMENSIONS)
-    cursor.execute(f"SELECT count(*) FROM ingest_task t WHERE {task_where}", params)
-    return cursor.fetchone()[0]
+    _days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
 
 
 _SUMMED = ", ".join(f"sum({c}) AS {c}" for c in GROUP_SUMS)
@@ -709,81 +573,10 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         return cursor.fetchone()[0]
 
 
-def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], None] | None, until: datetime | None,
-                              workers: int) -> int:
-    """project_rebuild on `workers` connections at once, a day per transaction: each day's rows
-    are replaced atomically (readers see a day's old figures or its new ones), rows beyond the
-    project's data are deleted at the end, then the release totals. The caller holds _LOCK."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s", [project.pk])
-        first, last = cursor.fetchone()
-    days: list[datetime] = []
-    if first is not None:
-        day = _day_floor(first)
-        while day <= last:
-            days.append(day)
-            day += DAY
-
-    def one_day(lo: datetime) -> datetime:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL work_mem = '64MB'")
-                _range_recompute(cursor, project_id=project.pk, lo=lo, hi=lo + DAY)
-            return lo
-        finally:
-            connection.close()  # this thread's own connection
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in as_completed([pool.submit(one_day, day) for day in days]):
-            day = done.result()
-            if progress:
-                progress(f"{project.name}: {day:%Y-%m-%d}")
-    with transaction.atomic(), connection.cursor() as cursor:
-        for table in TABLES:
-            if table == RELEASE_TABLE:
-                continue
-            if days:
-                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND (hour < %s OR hour >= %s)",
-                               [project.pk, days[0], days[-1] + DAY])
-            else:
-                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
-        cursor.execute(f"DELETE FROM {RELEASE_TABLE} WHERE project_id = %s", [project.pk])
-        until = until or watermark()
-        if until is not None and days:
-            release_totals_recompute(cursor, project_id=project.pk, hi=_hour_floor(until))
-        cursor.execute("SELECT count(DISTINCT hour) FROM analysis_task_rollup WHERE project_id = %s", [project.pk])
-        return cursor.fetchone()[0]
-
-
-# Connections a rebuild outside a transaction uses at once (one per core, at most 4): a day each.
-REBUILD_WORKERS = max(1, min(4, os.cpu_count() or 1))
-
-
-def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None,
-                    workers: int | None = None) -> dict[str, int]:
+def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None) -> dict[str, int]:
     """Recompute the rollups of one project, or of all projects and then set the watermark to
     the start of the rebuild (so the next refresh only looks at what arrived since). `now`: the
-    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset.
-    Outside a transaction the days are recomputed on `workers` connections in parallel
-    (REBUILD_WORKERS; 1: one transaction per project, as inside a transaction)."""
-    workers = REBUILD_WORKERS if workers is None else workers
-    if workers > 1 and not connection.in_atomic_block:
-        started = now or _now()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [_LOCK])  # for the whole rebuild: no refresh meanwhile
-        try:
-            projects = [project] if project is not None else list(Project.objects.order_by("pk"))
-            out = {p.name: _project_rebuild_parallel(project=p, progress=progress, workers=workers,
-                                                     until=None if project is not None else started)
-                   for p in projects}
-            if project is None:
-                _watermark_set(started)
-            return out
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
+    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset."""
     if project is not None:
         return {project.name: project_rebuild(project=project, progress=progress)}
     started = now or _now()
@@ -816,77 +609,56 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         # covered_hours), so recomputing it every run would be wasted. Each hour is computed when
         # it completes, and again when late data or an analysis changes it.
         prev_hi, hi = _hour_floor(row[0]), _hour_floor(started)
-        since = row[0] - OVERLAP
         hour = f"date_bin(INTERVAL '1 hour', started_at, {ORIGIN})"
+        cursor.execute(f"SELECT project_id, {hour} FROM ingest_task WHERE last_event_at > %s AND started_at < %s"
+                       " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
+        changed: dict[int, set[datetime]] = defaultdict(set)
+        for project_id, at in cursor.fetchall():
+            changed[project_id].add(at)
         projects = list(Project.objects.values_list("pk", flat=True))
-        # What to recompute, from the narrowest unit that holds every change:
-        # - whole hours: those completed since the last run (every row is new) and recent hours
-        #   whose task count no longer matches the raw rows;
-        # - (hour, release, environment) groups holding a task with a new event (late data):
-        #   every row of their tasks, steps included;
-        # - (hour, release, environment, task name) slices holding a task analysed since the last
-        #   run and nothing else: only the figures analyses make, from the slice's tasks.
-        whole: dict[int, set[datetime]] = defaultdict(set)
-        for project_id in projects if prev_hi < hi else ():
+        for project_id in projects if prev_hi < hi else ():  # hours completed since the last run
             cursor.execute(f"SELECT DISTINCT {hour} FROM ingest_task WHERE project_id = %s AND started_at >= %s"
                            " AND started_at < %s", [project_id, prev_hi, hi])
-            whole[project_id] |= {at for at, in cursor.fetchall()}
-        groups: dict[int, dict[datetime, set]] = defaultdict(lambda: defaultdict(set))
-        cursor.execute(f"SELECT project_id, {hour}, release, environment FROM ingest_task WHERE last_event_at > %s"
-                       " AND started_at < %s GROUP BY 1, 2, 3, 4", [since, hi])
-        for project_id, at, release, environment in cursor.fetchall():
-            groups[project_id][at].add((release, environment))
-        for project_id in projects:
-            for at, group in _mismatched_groups(cursor, project_id=project_id, since=started):
-                groups[project_id][at].add(group)
-        slices: dict[int, set] = defaultdict(set)
+            changed[project_id] |= {at for at, in cursor.fetchall()}
         cursor.execute(
-            f"SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}), t.release, t.environment,"
-            " t.name FROM analysis_taskanalysis a JOIN ingest_task t ON t.id = a.task_id"
-            " WHERE a.analyzed_at > %s AND t.started_at < %s GROUP BY 1, 2, 3, 4, 5", [since, hi])
-        for project_id, at, release, environment, name in cursor.fetchall():
-            if at not in whole[project_id] and (release, environment) not in groups[project_id].get(at, ()):
-                slices[project_id].add((at, release, environment, name))
+            f"SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) FROM analysis_taskanalysis a"
+            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at < %s"
+            " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
+        for project_id, at in cursor.fetchall():
+            changed[project_id].add(at)
+        for project_id in projects:
+            changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # Release totals to redo: releases in a recomputed hour (before and after: a task can
-        # leave a release's hour), of a recomputed group or slice, or in an hour that became
-        # complete since the last run.
-        touched = {p: _releases_in(cursor, project_id=p, hours=whole[p], lo=prev_hi, hi=hi)
-                   | {g[0] for h in groups[p].values() for g in h} | {x[1] for x in slices[p]}
-                   for p in set(whole) | set(groups) | set(slices)}
-        hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in whole.items() if h)
-        partial = 0
-        for project_id, by_hour in groups.items():
-            triples = {(at, *g) for at, group in by_hour.items() if at not in whole[project_id] for g in group}
-            partial += _groups_recompute(cursor, project_id=project_id, triples=triples)
-        analysed = sum(_analysis_recompute(cursor, project_id=p, slices=x) for p, x in slices.items())
+        # leave a release's hour) or in an hour that became complete since the last run.
+        touched = {p: _releases_in(cursor, project_id=p, hours=h, lo=prev_hi, hi=hi) for p, h in changed.items()}
+        hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
         retained = _retention_delete(cursor, now=started)
-        for project_id, releases in touched.items():
-            releases = None if retained else releases | _releases_in(
-                cursor, project_id=project_id, hours=whole[project_id], lo=prev_hi, hi=hi)
+        for project_id, h in changed.items():
+            releases = None if retained else touched[project_id] | _releases_in(
+                cursor, project_id=project_id, hours=h, lo=prev_hi, hi=hi)
             release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
         deleted = retained + _orphans_delete(cursor)
         _watermark_set(started)
-    log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d analysed_tasks=%d deleted=%d ms=%.0f", hours,
-             partial, sum(len(x) for x in slices.values()), analysed, deleted, 1000 * (time.monotonic() - clock))
-    return {"hours": hours, "groups": partial, "slices": sum(len(x) for x in slices.values()), "deleted": deleted}
+    log.info("analysis.rollups_refreshed hours=%d deleted=%d ms=%.0f", hours, deleted,
+             1000 * (time.monotonic() - clock))
+    return {"hours": hours, "deleted": deleted}
 
 
-def _mismatched_groups(cursor, *, project_id: int, since: datetime) -> set[tuple[datetime, tuple[str, str]]]:
-    """(hour, (release, environment)) of recent complete hours whose rolled-up task count differs
-    from the raw rows' (a task that moved to another hour or release, deleted tasks)."""
+def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[datetime]:
+    """Recent complete hours whose rolled-up task count differs from the raw rows' (a task that
+    moved to another hour, deleted tasks)."""
     hi = _hour_floor(since)
     lo = hi - timedelta(hours=RECONCILE_HOURS)
     cursor.execute(f"""
-        SELECT coalesce(a.hour, b.hour), coalesce(a.release, b.release), coalesce(a.environment, b.environment) FROM
-            (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, release, environment, count(*) AS n
-             FROM ingest_task WHERE project_id = %s AND started_at >= %s AND started_at < %s GROUP BY 1, 2, 3) a
+        SELECT coalesce(a.hour, b.hour) FROM
+            (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, count(*) AS n
+             FROM ingest_task WHERE project_id = %s AND started_at >= %s AND started_at < %s GROUP BY 1) a
         FULL JOIN
-            (SELECT hour, release, environment, sum(tasks) AS n FROM analysis_task_rollup
-             WHERE project_id = %s AND hour >= %s AND hour < %s GROUP BY 1, 2, 3) b
-            ON a.hour = b.hour AND a.release = b.release AND a.environment = b.environment
+            (SELECT hour, sum(tasks) AS n FROM analysis_task_rollup
+             WHERE project_id = %s AND hour >= %s AND hour < %s GROUP BY 1) b ON a.hour = b.hour
         WHERE a.n IS DISTINCT FROM b.n""", [project_id, lo, hi, project_id, lo, hi])
-    return {(at, (release, environment)) for at, release, environment in cursor.fetchall()}
+    return {row[0] for row in cursor.fetchall()}
 
 
 HOURLY_TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
