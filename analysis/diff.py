@@ -163,16 +163,28 @@ def align(a: Sequence[Hashable], b: Sequence[Hashable], *, max_edits: int = MAX_
     """An order-preserving alignment of a and b: (i, j) matched, (i, None) only in a, (None, j)
     only in b. Minimal (a shortest edit script) up to `max_edits` edits."""
     n, m = len(a), len(b)
+    lo, hi = _common_ends(a, b)
+    mid_a, mid_b = a[lo:n - hi], b[lo:m - hi]
+    mid = _myers(mid_a, mid_b, max_edits)
+    if mid is None:
+        mid = _by_occurrence(mid_a, mid_b)
+    return _with_ends(mid, lo, hi, n, m)
+
+
+def _common_ends(a: Sequence, b: Sequence) -> tuple[int, int]:
+    """The lengths of the common prefix and of the common suffix after it."""
+    n, m = len(a), len(b)
     lo = 0
     while lo < n and lo < m and a[lo] == b[lo]:
         lo += 1
     hi = 0
     while hi < n - lo and hi < m - lo and a[n - 1 - hi] == b[m - 1 - hi]:
         hi += 1
-    mid_a, mid_b = a[lo:n - hi], b[lo:m - hi]
-    mid = _myers(mid_a, mid_b, max_edits)
-    if mid is None:
-        mid = _by_occurrence(mid_a, mid_b)
+    return lo, hi
+
+
+def _with_ends(mid: list[Pair], lo: int, hi: int, n: int, m: int) -> list[Pair]:
+    """The middle's pairs shifted back into place, between the matched prefix and suffix."""
     out: list[Pair] = [(i, i) for i in range(lo)]
     out += [(None if i is None else i + lo, None if j is None else j + lo) for i, j in mid]
     out += [(n - hi + k, m - hi + k) for k in range(hi)]
@@ -274,17 +286,9 @@ def align_turns(a: Sequence[tuple[str, ...]], b: Sequence[tuple[str, ...]], *, b
     least like its neighbours. The band (|n − m| + `band` either side of the diagonal) keeps it
     O(N·band): runs of one agent differ by a few turns, not by hundreds."""
     n, m = len(a), len(b)
-    lo = 0
-    while lo < n and lo < m and a[lo] == b[lo]:
-        lo += 1
-    hi = 0
-    while hi < n - lo and hi < m - lo and a[n - 1 - hi] == b[m - 1 - hi]:
-        hi += 1
+    lo, hi = _common_ends(a, b)
     mid = _banded_pairing(a[lo:n - hi], b[lo:m - hi], band)
-    out: list[Pair] = [(i, i) for i in range(lo)]
-    out += [(None if i is None else i + lo, None if j is None else j + lo) for i, j in mid]
-    out += [(n - hi + k, m - hi + k) for k in range(hi)]
-    return out
+    return _with_ends(mid, lo, hi, n, m)
 
 
 def _banded_pairing(a: Sequence[tuple[str, ...]], b: Sequence[tuple[str, ...]], band: int) -> list[Pair]:

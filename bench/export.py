@@ -53,15 +53,7 @@ def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_
                             env=harness.bench_env(database_url))
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                requests.get(f"{url}/login/", timeout=10, allow_redirects=False)
-                break
-            except requests.RequestException:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the benchmark web server did not start") from None
-                time.sleep(0.2)
+        harness.wait_until_serving(url, proc)
         worker = _worker_pid(proc.pid)
         # Warm the worker as a first request would (imports, a connection), then read its memory.
         requests.get(f"{url}/api/v1/export/{entity}", params={"format": fmt, "release": "no-such-release"},

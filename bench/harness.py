@@ -95,11 +95,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_serving(url: str, proc: subprocess.Popen, *, timeout: float = 120) -> None:
+    """Wait until the web server at `url` answers; RuntimeError if it died or took too long."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            requests.get(f"{url}/login/", timeout=10, allow_redirects=False)
+            return
+        except requests.RequestException:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the benchmark web server did not start") from None
+            time.sleep(0.2)
+
+
 @contextmanager
 def web_server(database_url: str, *, workers: int = 2):
     """gunicorn serving the product on a free port, stopped on exit (also when it fails to
     start); patient with a loaded machine, where a slow first answer is not a failure."""
-    import requests
 
     port = free_port()
     proc = subprocess.Popen(
@@ -108,16 +122,8 @@ def web_server(database_url: str, *, workers: int = 2):
         cwd=ROOT, env=bench_env(database_url),
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
     try:
-        while True:
-            try:
-                requests.get(f"{url}/login/", timeout=10, allow_redirects=False)
-                break
-            except requests.RequestException:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the benchmark web server did not start") from None
-                time.sleep(0.2)
+        wait_until_serving(url, proc)
         yield url
     finally:
         proc.terminate()
