@@ -49,8 +49,12 @@ CALL_KINDS = ("tool", "retrieval")
 def _distinctive(token: str) -> bool:
     if len(token) >= 16:
         return True
+    if token.replace(".", "").isdigit():
+        # A number (or a version, 10.2.3), in text as in JSON: distinctive only as a whole
+        # number of at least MIN_NUMBER.
+        return int(token.split(".", 1)[0] or 0) >= MIN_NUMBER
     if len(token) >= 6 and any(ch.isdigit() for ch in token):
-        return not token.replace(".", "").isdigit() or int(float(token)) >= MIN_NUMBER
+        return True
     return len(token) >= 8 and any(ch in _SEPARATORS for ch in token)
 
 

@@ -192,3 +192,17 @@ def test_the_hand_off_before_a_dependent_call_is_not_parallelism_to_win():
                 call("b", 1.525, 1.6, "read_file", {"path": "src/null/mod_137.py"}, '{"lines": 37}'),
                 call("c", 1.51, 1.6, "read_file", {"path": "src/x/mod_505.py"}, '{"lines": 3}')])
     assert detect(ctx) == []
+
+
+def test_numbers_and_versions_are_evidence_only_as_large_whole_numbers():
+    from analysis.detectors.dependencies import distinctive_values
+
+    assert distinctive_values({"v": "release 10.2.3", "n": 4821.5, "id": "48213", "big": 123456.0}) == {
+        "48213", "123456"}
+    # A shared version string neither crashes the detector nor links two calls.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "get_changelog", {"version": "10.2.3"}, '{"version": "10.2.3", "ok": true}'),
+                call("b", 1.5, 2.5, "get_docs", {"version": "10.2.3"}, '{"pages": 3}'),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b")
