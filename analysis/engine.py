@@ -167,7 +167,7 @@ def run_detectors(ctx: TaskContext) -> list[Finding]:
 
 def counted(findings: list[Finding]) -> list[Finding]:
     """The findings that count in wasted-time totals: all but the low-confidence ones."""
-    return [f for f in findings if f.confidence != "low"]
+    return [f for f in findings if f.counts]
 
 
 def total_wasted(ctx: TaskContext, findings: list[Finding]) -> float:

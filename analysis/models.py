@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from analysis.detectors import base as detector_base
 from ingest.models import Project, Task
 
 
@@ -43,9 +44,8 @@ class Finding(models.Model):
     SEVERITIES = ["low", "medium", "high"]
     # How sure the detector is (docs/analysis.md, "Confidence"). A low-confidence finding is
     # shown, dimmed, but counts in no wasted-time total, top finding or wasted-time alert.
-    CONFIDENCE_HIGH = "high"
-    CONFIDENCE_MEDIUM = "medium"
-    CONFIDENCE_LOW = "low"
+    CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = detector_base.CONFIDENCE_HIGH, \
+        detector_base.CONFIDENCE_MEDIUM, detector_base.CONFIDENCE_LOW
     CONFIDENCES = [CONFIDENCE_LOW, CONFIDENCE_MEDIUM, CONFIDENCE_HIGH]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

@@ -183,6 +183,10 @@ class TaskContext:
         return None
 
 
+# A finding's confidence (docs/analysis.md, "Confidence"); a low one is shown but counted nowhere.
+CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = "high", "medium", "low"
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     kind: str
@@ -196,8 +200,13 @@ class Finding:
     severity: str = ""
     # high | medium | low, and the one line it rests on. Low-confidence findings are shown but
     # count in no wasted-time total (docs/analysis.md, "Confidence").
-    confidence: str = "high"
+    confidence: str = CONFIDENCE_HIGH
     confidence_reason: str = ""
+
+    @property
+    def counts(self) -> bool:
+        """Whether it counts in wasted-time totals, top findings and alerts (not a low one)."""
+        return self.confidence != CONFIDENCE_LOW
 
     def with_severity(self, task_duration_ms: float) -> Finding:
         from dataclasses import replace

@@ -31,6 +31,9 @@ import bisect
 from collections import defaultdict
 
 from analysis.detectors.base import (
+    CONFIDENCE_HIGH,
+    CONFIDENCE_LOW,
+    CONFIDENCE_MEDIUM,
     Finding,
     StepData,
     TaskContext,
@@ -53,7 +56,7 @@ from analysis.detectors.dependencies import (
 MIN_WASTED_MS = 10.0
 MIN_SERIAL_SHARE = 0.9
 MAX_EVIDENCE_LINKS = 20
-_RANK = {"low": 0, "medium": 1, "high": 2}
+_RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
     INDEPENDENT_IDS: "The model requested these calls together in one response, so none consumed another's output.",
     DECLARED: "The trace declares which calls depended on which (depends_on).",
@@ -140,9 +143,9 @@ def detect(ctx: TaskContext):
         names = ", ".join(dict.fromkeys(s.label for s in group))
         linked = sorted({sid for pair in dependent for sid in pair})
         claim = ("though none depends on another" if not dependent else "though only some depend on others")
-        if confidence == "low":
+        if confidence == CONFIDENCE_LOW:
             claim = "and nothing in the trace shows that one needed another's output"
-        summary = (f"{'Possibly: ' if confidence == 'low' else ''}{len(group)} calls ({names}) ran one after "
+        summary = (f"{'Possibly: ' if confidence == CONFIDENCE_LOW else ''}{len(group)} calls ({names}) ran one after "
                    f"another {claim}; run in parallel they would take {fmt_ms(projected)} instead of "
                    f"{fmt_ms(actual)}.")
         evidence_out = {
