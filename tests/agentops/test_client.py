@@ -196,37 +196,20 @@ print(module.Client("http://127.0.0.1:9", "k"))
 @pytest.mark.slow
 def test_the_client_reads_a_running_stack(stack_env, tmp_path, project, read_key):
     """runstack (gunicorn gthread web, Celery worker and beat) on a free port, as `make demo` runs."""
-    import os
-    import signal
-
-    from tests.agentops.test_runstack import _free_port, _wait_http
+    from tests.agentops.test_runstack import Stack
 
     _populate(project)
-    port = _free_port()
     stack_env["AGENTOPS_DATA_DIR"] = str(tmp_path)
-    log = open(tmp_path / "runstack.log", "w+")
-    proc = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(port), "--web-workers", "1",
-                             "--worker-concurrency", "1", "--no-beat"], cwd=ROOT, env=stack_env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/login/", proc)
-        client = Client(f"http://127.0.0.1:{port}", read_key)
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "1", "--worker-concurrency", "1",
+               "--no-beat") as stack:
+        client = Client(stack.url, read_key)
         try:
             steps = client.steps(kind="llm")
         except Exception:
-            log.seek(0)
-            print(log.read()[-6000:])
+            print(stack.output()[-6000:])
             raise
         assert len(steps) == 6 and set(steps["kind"]) == {"llm"}
         assert len(client.tasks(release="v1")) == 3
         assert isinstance(client.figure("latency", "task_ecdf"), go.Figure)
         assert client.latency(group_by="model").set_index("group").loc["mixtral", "count"] == 3
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-    log.seek(0)
-    assert code == 0, log.read()
+    assert stack.code == 0, stack.output()

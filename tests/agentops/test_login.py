@@ -45,41 +45,27 @@ def test_the_lockout_counts_failures_across_web_workers(stack_env, tmp_path):
     """Two gunicorn workers share one lockout (the cache is the product's Redis): it trips after
     the configured number of wrong passwords in total, whichever worker answers them."""
     import re
-    import signal
-    import subprocess
-    import sys
 
     import requests
 
-    from tests.agentops.test_runstack import ROOT, _free_port, _wait_http
+    from tests.agentops.test_runstack import Stack
 
     get_user_model().objects.create_user("bob", password="correct horse")
     stack_env["AGENTOPS_LOGIN_FAILURES"] = "4"
-    port = _free_port()
-    log = open(tmp_path / "runstack.log", "w+")
-    proc = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(port), "--web-workers", "2",
-                             "--worker-concurrency", "1", "--no-beat"],
-                            cwd=ROOT, env=stack_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/login/"
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "2", "--worker-concurrency", "1",
+               "--no-beat") as stack:
+        url = f"{stack.url}/login/"
 
-    def attempt(password: str) -> int:
-        # A new connection each time, so either worker may answer.
-        page = requests.get(url, headers={"Connection": "close"}, timeout=10)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-        return requests.post(url, data={"username": "bob", "password": password, "csrfmiddlewaretoken": token},
-                             cookies=page.cookies, headers={"Connection": "close", "Referer": url},
-                             allow_redirects=False, timeout=10).status_code
+        def attempt(password: str) -> int:
+            # A new connection each time, so either worker may answer.
+            page = requests.get(url, headers={"Connection": "close"}, timeout=10)
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+            return requests.post(url, data={"username": "bob", "password": password,
+                                            "csrfmiddlewaretoken": token},
+                                 cookies=page.cookies, headers={"Connection": "close", "Referer": url},
+                                 allow_redirects=False, timeout=10).status_code
 
-    try:
-        _wait_http(url, proc)
         assert [attempt("guess") for _ in range(4)] == [200] * 4
         # Locked out everywhere: were the count per worker, one of these would reach a worker
         # that has seen fewer than four failures and answer 200 or let the right password in.
         assert [attempt("correct horse") for _ in range(8)] == [429] * 8
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            import os
-            os.killpg(proc.pid, signal.SIGKILL)

@@ -37,20 +37,48 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise AssertionError(f"{url} did not answer within {timeout}s")
 
 
+class Stack:
+    """`manage.py runstack` on a free port as a test starts it; `code` is its exit status."""
+
+    def __init__(self, env: dict, log_path: Path, *args: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(log_path, "w+")
+        self.code: int | None = None
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(self.port), *args],
+                                     cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def __enter__(self) -> Stack:
+        try:
+            _wait_http(f"{self.url}/login/", self.proc)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Stop it as Ctrl-C does; killed (and the test failed) if it does not stop in time."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.code = self.proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            import os
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+
 @pytest.mark.slow
 def test_runstack_serves_ingest_and_stops_cleanly(stack_env, tmp_path):
     project = Project.objects.create(name="stack")
     _, ingest = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST, IngestKey.SCOPE_READ])
-    port = _free_port()
     stack_env["AGENTOPS_DATA_DIR"] = str(tmp_path)
-    log = open(tmp_path / "runstack.log", "w+")
-    proc = subprocess.Popen([sys.executable, "manage.py", "runstack", "--port", str(port),
-                             "--web-workers", "1", "--worker-concurrency", "1"],
-                            cwd=ROOT, env=stack_env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_http(f"{base}/login/", proc)
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "1", "--worker-concurrency", "1") as stack:
+        base = stack.url
         headers = {"Authorization": f"Bearer {ingest}"}
         event = {"type": "task", "task_id": "via-stack", "name": "checkout",
                  "started_at": "2026-11-01T10:00:00Z", "ended_at": "2026-11-01T10:00:02Z"}
@@ -59,16 +87,8 @@ def test_runstack_serves_ingest_and_stops_cleanly(stack_env, tmp_path):
         detail = requests.get(f"{base}/api/v1/tasks/via-stack", headers=headers, timeout=10).json()
         assert (detail["name"], detail["duration_ms"]) == ("checkout", 2000.0)
         assert requests.get(f"{base}/static/js/plotly.min.js", timeout=10).status_code == 200
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            import os
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-    log.seek(0)
-    output = log.read()
+    output = stack.output()
+    code = stack.code
     assert code == 0, output
     for child in ("web", "worker", "worker-periodic", "beat"):
         assert f"started {child}" in output
