@@ -6,7 +6,8 @@ Bounded memory whatever the size: one SQL statement per export, streamed by Post
 FETCH_ROWS rows; each block is parsed into an Arrow table with fixed column types by pyarrow's
 CSV reader, then written as one Parquet row group (pyarrow), CSV (pyarrow) or JSON Lines
 (pandas), and handed on before the next block is read. Nothing holds more than one block, and
-no Python object is made per value.
+no Python object is made per value. That Arrow side is analysis/export_arrow.py, loaded on the
+first export only.
 
 The filters are the task list's (`parse_task_filters` + `selectors.task_queryset`: one
 definition), plus `kind` and `model` of a step; cost columns come from analysis.costs."""
@@ -18,19 +19,17 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 from django.db.models import Exists, OuterRef
 
-from agentops.db import read_alias
 from analysis import costs
 from analysis.filters import FilterError, TaskFilters, parse_task_filters
 from analysis.selectors import task_queryset
 from ingest.models import Project, Step
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("agentops.analysis")
 
@@ -48,13 +47,8 @@ COMMON_PARAMS = ("format", "project")
 # Text a spreadsheet would run as a formula: every CSV the product writes (these exports, the
 # dashboard's /tasks.csv and /findings.csv) prefixes such a cell with '.
 CSV_DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
-
 # Column types: text, int, float, bool, ts (timestamp with time zone, UTC, microseconds), json
-# (JSON as text: attributes, tool arguments, id lists).
-ARROW_TYPES = {"text": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
-               "ts": pa.timestamp("us", tz="UTC"), "json": pa.string()}
-PANDAS_TYPES = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
-
+# (JSON as text: attributes, tool arguments, id lists); their Arrow types are in export_arrow.
 
 def _ts(column: str) -> str:
     # Microseconds since the epoch: Arrow takes them as they are, with no Python datetime per value.
@@ -121,11 +115,6 @@ SAMPLE_COLUMNS = _columns(
     ("extra", "r.extra::text", "json"),
 )
 COLUMNS = {"tasks": TASK_COLUMNS, "steps": STEP_COLUMNS, "findings": FINDING_COLUMNS, "samples": SAMPLE_COLUMNS}
-
-
-def schema(entity: str) -> pa.Schema:
-    """The Arrow (Parquet) schema of an entity's export."""
-    return pa.schema([pa.field(c.name, ARROW_TYPES[c.type]) for c in COLUMNS[entity]])
 
 
 @dataclass(frozen=True)
@@ -222,140 +211,13 @@ def export_sql(export: Export) -> tuple[str, list]:
             f" WHERE {' AND '.join(where)}", params)
 
 
-def batches(export: Export, *, fetch_rows: int = FETCH_ROWS) -> Iterator[pa.Table]:
-    """The export's rows as Arrow tables of at most `fetch_rows` rows. Postgres streams them with
-    `COPY (<the statement>) TO STDOUT` (one statement: one snapshot) as CSV, one row per message;
-    each block of rows is parsed by pyarrow's CSV reader (C++) with the columns' types, so no
-    Python object is made per value."""
-    from django.db import connections
-
-    sql, params = export_sql(export)
-    columns = COLUMNS[export.entity]
-    arrow_schema = schema(export.entity)
-    parse = _csv_reader(columns)
-    connection = connections[read_alias()]
-    # psycopg's own cursor (Django's debug wrapper takes no COPY parameters), its errors
-    # translated into Django's as on any query.
-    with connection.cursor() as cursor, connection.wrap_database_errors, \
-            cursor.cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
-        block: list[bytes] = []
-        for row in copy:
-            block.append(bytes(row))
-            if len(block) >= fetch_rows:
-                yield parse(b"".join(block), arrow_schema)
-                block = []
-        if block:
-            yield parse(b"".join(block), arrow_schema)
-
-
-def _csv_reader(columns: tuple[Column, ...]) -> Callable[[bytes, pa.Schema], pa.Table]:
-    """Parses a block of Postgres CSV rows into a typed Arrow table. Postgres writes NULL as an
-    unquoted empty field and an empty text as "", booleans as t/f; timestamps arrive as epoch
-    microseconds (int8) and are cast."""
-    names = [c.name for c in columns]
-    convert = pacsv.ConvertOptions(
-        column_types={c.name: pa.int64() if c.type == "ts" else ARROW_TYPES[c.type] for c in columns},
-        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
-        true_values=["t"], false_values=["f"])
-    parse_options = pacsv.ParseOptions(newlines_in_values=True)
-    times = [i for i, c in enumerate(columns) if c.type == "ts"]
-
-    def parse(blob: bytes, arrow_schema: pa.Schema) -> pa.Table:
-        table = pacsv.read_csv(pa.BufferReader(blob), parse_options=parse_options, convert_options=convert,
-                               read_options=pacsv.ReadOptions(column_names=names, block_size=len(blob) + 1))
-        for i in times:
-            table = table.set_column(i, names[i], table.column(i).cast(ARROW_TYPES["ts"]))
-        return table.cast(arrow_schema)
-
-    return parse
-
-
-class _Spool:
-    """A write-only file that keeps what was written until `drain()`: the Parquet writer writes
-    into it, the response sends what it holds after each row group."""
-
-    def __init__(self):
-        self.parts: list[bytes] = []
-        self.position = 0
-        self.closed = False
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self.parts.append(data)
-        self.position += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.position
-
-    def flush(self) -> None:
-        pass
-
-    def writable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def drain(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts = []
-        return out
-
-
-def _frame(table: pa.Table) -> pd.DataFrame:
-    return table.to_pandas(types_mapper=PANDAS_TYPES.get)
-
-
-def _csv_table(table: pa.Table, columns: tuple[Column, ...]) -> pa.Table:
-    """The table as the CSV shows it: timestamps in RFC 3339 (UTC, "Z"), and a ' before text a
-    spreadsheet would run as a formula."""
-    for i, column in enumerate(columns):
-        values = table.column(i)
-        if column.type == "ts":
-            values = pc.strftime(values, format="%Y-%m-%dT%H:%M:%SZ")
-        elif column.type in ("text", "json"):
-            risky = None
-            for prefix in CSV_DANGEROUS:
-                starts = pc.starts_with(values, pattern=prefix)
-                risky = starts if risky is None else pc.or_(risky, starts)
-            values = pc.if_else(risky, pc.binary_join_element_wise("'", values, ""), values)
-        else:
-            continue
-        table = table.set_column(i, column.name, values)
-    return table
-
-
-def encode(export: Export, tables: Iterator[pa.Table]) -> Iterator[bytes]:
-    """The bytes of the export in its format, one piece per batch."""
-    if export.format == "parquet":
-        spool = _Spool()
-        writer = pq.ParquetWriter(spool, schema(export.entity), compression="snappy")
-        try:
-            for table in tables:
-                writer.write_table(table)
-                yield spool.drain()
-        finally:
-            writer.close()
-        yield spool.drain()
-        return
-    columns = COLUMNS[export.entity]
-    first = True
-    for table in tables:
-        if export.format == "csv":
-            out = pa.BufferOutputStream()
-            pacsv.write_csv(_csv_table(table, columns), out, write_options=pacsv.WriteOptions(include_header=first))
-            yield out.getvalue().to_pybytes()
-        else:
-            yield _frame(table).to_json(orient="records", lines=True, date_format="iso", date_unit="us").encode()
-        first = False
-    if first and export.format == "csv":  # no rows: the header still says what the columns are
-        yield (",".join(c.name for c in COLUMNS[export.entity]) + "\n").encode()
-
-
 def stream(export: Export, *, progress: Callable[[int, float], None] | None = None,
            fetch_rows: int = FETCH_ROWS) -> Iterator[bytes]:
     """The whole export as byte chunks; `progress(rows, seconds)` after each batch."""
+    # pyarrow and pandas weigh ~100 MB in every process that imports them: a web worker loads
+    # them on its first export, not at start (the memory flood in tests/reliability counts this).
+    from analysis.export_arrow import batches, encode
+
     started = time.monotonic()
     count = 0
 

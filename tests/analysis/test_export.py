@@ -336,7 +336,9 @@ def test_a_database_that_is_down_answers_503_before_anything_is_sent(data, read_
         raise OperationalError("connection refused")
         yield  # a generator, as the real one
 
-    monkeypatch.setattr(exports, "batches", down)
+    from analysis import export_arrow
+
+    monkeypatch.setattr(export_arrow, "batches", down)
     status, body, response = export(read_key, "steps")
     assert status == 503 and response["Retry-After"] and "retry later" in json.loads(body)["error"]
 
