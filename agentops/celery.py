@@ -1,4 +1,5 @@
-"""The Celery app and its beat schedule. Tasks live in analysis.tasks."""
+"""The Celery app and its beat schedule. Tasks live in analysis.engine.tasks, analysis.rollups.tasks,
+analysis.alerts.tasks and ingest.tasks."""
 
 import os
 
@@ -8,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
 app = Celery("agentops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["analysis", "analysis.alerts"])
+app.autodiscover_tasks(["analysis.engine", "analysis.rollups", "analysis.alerts", "ingest"])
 
 # Beat's jobs get a queue of their own (runstack gives it its own worker process), so alert
 # evaluation never waits behind a backlog of analysis jobs.

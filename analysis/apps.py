@@ -8,7 +8,8 @@ class AnalysisConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete
 
-        from analysis.signals import on_project_deleted, on_tasks_ended
+        from analysis.engine.signals import on_tasks_ended
+        from analysis.rollups.refresh import on_project_deleted
         from ingest.models import Project
         from ingest.services import tasks_ended
 

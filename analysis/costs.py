@@ -25,9 +25,8 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
 from agentops.db import read_connection
-from analysis.filters import TaskFilters
+from analysis.filters import TaskFilters, task_queryset
 from analysis.models import ModelPrice
-from analysis.selectors import task_queryset
 from ingest.models import Project, Task
 
 LLM_KIND = "llm"

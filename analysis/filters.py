@@ -1,7 +1,8 @@
-"""Task filters shared by the read API, the pages and the CSV export, parsed from a query dict.
-A bad value raises FilterError naming the parameter.
+"""Task filters shared by the read API, the pages and the exports, parsed from a query dict (a bad
+value raises FilterError naming the parameter), and the base task query that applies them:
+every reader of tasks starts from `task_queryset`.
 
-Search (`selectors.task_queryset` applies it): `attr=key:value` (a step's or the task's
+Search (`task_queryset` below applies it): `attr=key:value` (a step's or the task's
 attributes), `model=`, `tool=`, `min_step_ms=` and `error=` (words of a step's error) all
 describe one step, so `tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
 the task name (contains), the task id (exact), or words of any step's tool arguments or error;
@@ -11,9 +12,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
+from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from ingest.models import STEP_SEARCH_TSVECTOR, Project, Step, Task
 from ingest.records import STATUSES
 
 
@@ -161,3 +168,129 @@ def decode_cursor(cursor: str, *, sort: str) -> tuple[object, int]:
         return parsed, int(pk)
     except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise FilterError("cursor: not a cursor this API returned") from None
+
+
+# The base task query: every reader of tasks (the task list, the dashboard's reads, rollups,
+# releases, alerts, sessions, exports, costs) starts from it, so a filter means the same thing
+# everywhere.
+
+def running_q(*, now: datetime | None = None) -> Q:
+    """Tasks still running: their end not reported yet, and an event within the time after which
+    the analysis gives up waiting for the end (ANALYSIS_ABANDON_SECONDS)."""
+    now = now or datetime.now(tz=UTC)
+    recent = now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
+    return ~Q(reported=True, ended_at__isnull=False) & Q(last_event_at__gte=recent)
+
+
+def task_is_running(task: Task, *, now: datetime | None = None) -> bool:
+    now = now or datetime.now(tz=UTC)
+    ended = task.reported and task.ended_at is not None
+    return not ended and task.last_event_at >= now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
+
+
+def step_text_match(text: str) -> RawSQL:
+    """Steps whose tool arguments or error hold the words of `text` (web-search syntax: "a
+    phrase", or, -not), through the GIN index on STEP_SEARCH_TSVECTOR (docs/ui.md, "Search")."""
+    return RawSQL(f"({STEP_SEARCH_TSVECTOR}) @@ websearch_to_tsquery('simple', %s)", [search_words(text)],
+                  output_field=BooleanField())
+
+
+def search_words(text: str) -> str:
+    """The search text as the index saw the steps' text: < and > are spaces (see ingest.models)."""
+    return text.replace("<", " ").replace(">", " ")
+
+
+def _attr_values(value: str) -> list[object]:
+    """`attr=k:5` matches the string "5" and the number 5 (likewise true/false/null)."""
+    values: list[object] = [value]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return values
+    if parsed is None or isinstance(parsed, bool | int | float):
+        values.append(parsed)
+    return values
+
+
+def _step_search(f: TaskFilters) -> Q | None:
+    """The filters that describe one step, as a condition on that step (None: none set)."""
+    q = Q()
+    if f.model:
+        q &= Q(model=f.model)
+    if f.tool:
+        q &= Q(tool_name=f.tool)
+    if f.min_step_ms is not None:
+        q &= Q(duration_ms__gte=f.min_step_ms)  # the (project, duration) index finds rare long steps
+    if f.error:
+        q &= Q(step_text_match(f.error)) & Q(RawSQL(
+            "to_tsvector('simple', translate(error, '<>', '  ')) @@ websearch_to_tsquery('simple', %s)",
+            [search_words(f.error)], output_field=BooleanField()))
+    return q if q else None
+
+
+MAX_NAMES = 5000
+
+
+def task_names_containing(*, project: Project, text: str) -> list[str] | None:
+    """The project's task names that contain `text` (case-insensitive), read from the (project,
+    name) index one distinct name at a time (a loose index scan: a few index probes, where
+    `name ILIKE` reads every task). None when the project has more than MAX_NAMES names."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "WITH RECURSIVE n AS ("
+            " (SELECT name FROM ingest_task WHERE project_id = %s ORDER BY name LIMIT 1)"
+            " UNION ALL SELECT (SELECT t.name FROM ingest_task t WHERE t.project_id = %s AND t.name > n.name"
+            "  ORDER BY t.name LIMIT 1) FROM n WHERE n.name IS NOT NULL)"
+            " SELECT name FROM n WHERE name IS NOT NULL LIMIT %s", [project.pk, project.pk, MAX_NAMES + 1])
+        names = [row[0] for row in cur.fetchall()]
+    if len(names) > MAX_NAMES:
+        return None
+    needle = text.casefold()
+    return [n for n in names if needle in n.casefold()]
+
+
+def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
+    qs = Task.objects.filter(project=project, started_at__isnull=False)
+    f = filters
+    for field in ("release", "name", "status", "environment", "session_id"):
+        value = getattr(f, field)
+        if value:
+            qs = qs.filter(**{field: value})
+    if f.q:
+        # EXISTS (not IN): Postgres then picks per query between probing each task's steps (a
+        # common word: the first page fills at once) and one scan of the text index (a rare one).
+        in_steps = Exists(Step.objects.filter(Q(task=OuterRef("pk")) & Q(step_text_match(f.q))))
+        names = task_names_containing(project=project, text=f.q)
+        by_name = Q(name__icontains=f.q) if names is None else Q(name__in=names) if names else Q(pk__in=[])
+        qs = qs.filter(by_name | Q(task_id=f.q) | in_steps)
+    if f.min_duration_ms is not None:
+        qs = qs.filter(duration_ms__gte=f.min_duration_ms)
+    if f.max_duration_ms is not None:
+        qs = qs.filter(duration_ms__lt=f.max_duration_ms)
+    if f.since:
+        qs = qs.filter(started_at__gte=f.since)
+    if f.until:
+        qs = qs.filter(started_at__lt=f.until)
+    if f.finding:
+        qs = qs.filter(analysis__finding_kinds__contains=[f.finding])
+    if f.device:
+        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device=f.device)))
+    if f.running:
+        qs = qs.filter(running_q())
+    step_q = _step_search(f)
+    pair = f.attr_pair
+    if pair:
+        key, value = pair
+        step_attr = Q()
+        task_attr = Q()
+        for v in _attr_values(value):
+            step_attr |= Q(attributes__contains={key: v})
+            task_attr |= Q(attributes__contains={key: v})
+        on_step = Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
+        on_task = task_attr & (Q(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q))) if step_q else Q())
+        qs = qs.filter(on_step | on_task)
+    elif step_q:
+        qs = qs.filter(Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_q)))
+    return qs

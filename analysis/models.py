@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from analysis.detectors import base as detector_base
+from analysis.engine.detectors import base as detector_base
 from ingest.models import Project, Task
 
 

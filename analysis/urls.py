@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from analysis import api, compare_api, compare_views, views
+from analysis.dashboard import api, compare_api, compare_views, views
 
 urlpatterns = [
     path("api/v1/tasks", api.TaskListView.as_view(), name="api-task-list"),

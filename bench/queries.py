@@ -30,7 +30,7 @@ def query_suite(project) -> dict[str, Callable[[], object]]:
     """The queries to time, by name, built against the product's own selectors."""
     from django.test import Client
 
-    from analysis import selectors
+    from analysis.dashboard import selectors
     from analysis.filters import TaskFilters
 
     suite: dict[str, Callable[[], object]] = {
@@ -62,7 +62,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     """Queries from the analysis, releases and alerts code, when present."""
     out: dict[str, Callable[[], object]] = {}
     try:
-        from analysis.selectors import latency_percentiles
+        from analysis.dashboard.selectors import latency_percentiles
     except ImportError:
         latency_percentiles = None
     if latency_percentiles is not None:
@@ -94,7 +94,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
 def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     """The selectors behind the Overview and Latency pages (whole 30 days, no filter: the
     default view and the worst case)."""
-    from analysis import dashboard
+    from analysis.dashboard import reads
     from analysis.filters import TaskFilters
 
     f = TaskFilters()
@@ -110,7 +110,7 @@ def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     }
     out = {}
     for label, (name, kwargs) in wanted.items():
-        fn = getattr(dashboard, name, None)
+        fn = getattr(reads, name, None)
         if fn is not None:
             out[label] = lambda fn=fn, kwargs=kwargs: fn(project=project, filters=f, **kwargs)
     return out
@@ -267,7 +267,8 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
     from django.core.cache import cache
     from django.test import Client
 
-    from analysis import comparison, selectors, sessions
+    from analysis.comparison import explain
+    from analysis.dashboard import selectors, sessions
     from analysis.filters import TaskFilters
     from ingest.models import IngestKey, Task
     from ingest.services import key_create
@@ -298,7 +299,7 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
 
     def cold_profile():
         cache.clear()  # built from its runs every time, as on the first visit after new runs
-        typical, reason = comparison.typical_profile(project=project, name="checkout-agent", release="v2")
+        typical, reason = explain.typical_profile(project=project, name="checkout-agent", release="v2")
         assert typical is not None, reason
         return typical
 

@@ -65,7 +65,7 @@ def clear_cache(cache) -> None:
 @pytest.fixture(autouse=True)
 def _broker_pause():
     # A test that fakes a broker outage must not pause enqueueing for the tests after it.
-    from analysis import signals
+    from analysis.engine import signals
 
     signals._paused_until = 0.0
     yield

@@ -2,7 +2,7 @@
 writes them, with SQL (unnest of the sparse histograms), so they need no Django model. No foreign
 key to ingest_project: Django's flush truncates its own tables together, and a table outside that
 set referencing one of them would block it. A deleted project's rows are removed by the
-receiver in analysis/signals.py (`on_project_deleted`)."""
+receiver in analysis/rollups/refresh.py (`on_project_deleted`)."""
 
 from django.db import migrations
 

@@ -146,12 +146,12 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
         where = "r.project_id = %s AND r.release = ANY(%s)" + (" AND r.environment = %s" if filters.environment else "")
         figures.add(rollups.RELEASE_TABLE, where, [project.pk, [a, b]] + ([filters.environment] if filters.environment else []))
     else:
-        for suffix, seg_lo, seg_hi in rollups._sources(lo, hi, days=True):
-            where, params = rollups._rollup_where(
+        for suffix, seg_lo, seg_hi in rollups.sources(lo, hi, days=True):
+            where, params = rollups.rollup_where(
                 project=project, lo=seg_lo, hi=seg_hi,
                 equal={"environment": filters.environment}, extra="r.release = ANY(%s)")
             figures.add(f"analysis_group_rollup{suffix}", where, params + [[a, b]])
-    edge = compared_tasks(project=project, releases=[a, b], filters=filters).filter(rollups._edge(lo, hi))
+    edge = compared_tasks(project=project, releases=[a, b], filters=filters).filter(rollups.edge(lo, hi))
     if edge.exists():
         sql, params = edge.values("pk").query.sql_with_params()
         figures.add_raw(f"t.id IN ({sql})", params)

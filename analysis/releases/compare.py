@@ -41,11 +41,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from analysis import rollups
-from analysis.filters import FilterError, TaskFilters, parse_task_filters
+from analysis.filters import FilterError, TaskFilters, parse_task_filters, task_queryset
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
 from analysis.releases.db import FAILED_SQL, fetch, set_repeatable_read, set_work_mem
-from analysis.selectors import task_queryset
 from ingest.models import Device, Project, Release, Step, Task
 
 log = logging.getLogger("agentops.analysis")

@@ -2,7 +2,7 @@
 
 from django import template
 
-from analysis.charts import fmt_ms
+from analysis.dashboard.charts import fmt_ms
 
 register = template.Library()
 

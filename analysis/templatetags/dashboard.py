@@ -8,9 +8,9 @@ from urllib.parse import urlencode
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from analysis import dashboard
 from analysis.access import project_for_user, projects_for_user
-from analysis.charts import fmt_ms
+from analysis.dashboard import reads
+from analysis.dashboard.charts import fmt_ms
 from analysis.filters import RANGE_PRESETS
 
 register = template.Library()
@@ -41,8 +41,8 @@ def topbar(context):
         "request": request, "project": project, "query": query, "nav": nav,
         "projects": projects_for_user(user) if user.is_authenticated else [],
         "presets": list(RANGE_PRESETS), "values": {k: params.get(k, "") for k in GLOBAL_PARAMS},
-        "releases": dashboard.project_releases(project=project) if project else [],
-        "environments": dashboard.project_environments(project=project) if project else [],
+        "releases": reads.project_releases(project=project) if project else [],
+        "environments": reads.project_environments(project=project) if project else [],
         # Page-specific parameters ride along when the global filters change (minus the cursor:
         # a new filter starts from the first page).
         "carry": [(k, v) for k in params if k not in GLOBAL_PARAMS and k != "cursor"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from analysis.engine import analyse_task
+from analysis.engine.analyse import analyse_task
 from ingest.models import Task
 from tests.analysis.factories import make_finding, make_task
 

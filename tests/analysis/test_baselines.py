@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from analysis.baselines import baselines_refresh
+from analysis.engine.baselines import baselines_refresh
 from analysis.models import Baseline
 from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord
@@ -73,7 +73,7 @@ def test_baselines_of_one_project_ignore_another(project, other_project):
 
 
 def test_a_key_without_usable_history_is_not_recomputed_for_every_task(project, django_assert_max_num_queries):
-    from analysis.baselines import baselines_ensure
+    from analysis.engine.baselines import baselines_ensure
 
     batch_store(project=project, batch=Batch(steps=[StepRecord("s", "t", at(0), at(1), kind="tool", name="flaky",
                                                                tool_name="flaky", status="error")]))

@@ -12,12 +12,12 @@ from django.core.management import call_command
 from django.utils import timezone
 from scipy.stats import kendalltau
 
-from analysis import batch, pipeline
-from analysis.baselines import baselines_refresh
-from analysis.detectors.context_growth import kendall_tau
-from analysis.engine import analyse_task
+from analysis.engine import batch, pipeline
+from analysis.engine.analyse import analyse_task
+from analysis.engine.baselines import baselines_refresh
+from analysis.engine.detectors.context_growth import kendall_tau
+from analysis.engine.tasks import analyse_tasks
 from analysis.models import Finding, TaskAnalysis
-from analysis.tasks import analyse_tasks
 from ingest.models import Task
 from ingest.records import Batch, StepRecord
 from ingest.services import batch_store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from analysis import charts
-from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
+from analysis.dashboard import charts
+from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
 
 XSS = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
 

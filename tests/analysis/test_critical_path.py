@@ -1,8 +1,8 @@
 
 import pytest
 
-from analysis.budget import latency_budget
-from analysis.critical_path import critical_path, path_step_ids
+from analysis.engine.budget import latency_budget
+from analysis.engine.critical_path import critical_path, path_step_ids
 
 from .detectors.builders import T0, step
 

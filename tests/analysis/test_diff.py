@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from analysis import diff
-from analysis.diff import (
+from analysis.comparison import diff
+from analysis.comparison.diff import (
     DStep,
     Run,
     align,
@@ -358,14 +358,14 @@ def test_api_errors_name_the_parameter_and_never_reach_another_project(stored, a
 
 
 def test_the_typical_profile_is_built_from_the_release_else_the_baseline_window(db, project):
-    from analysis import comparison
+    from analysis.comparison import explain
 
     for i in range(22):
         store(project, f"old-{i}", USUAL, start=T0 + timedelta(hours=i), release="v1")
     store(project, "new", USUAL, start=T0 + timedelta(hours=30), release="v2")
-    runs, scope = comparison.typical_runs(project=project, name="checkout-agent", release="v1")
+    runs, scope = explain.typical_runs(project=project, name="checkout-agent", release="v1")
     assert scope == "release" and len(runs) == 22
-    runs, scope = comparison.typical_runs(project=project, name="checkout-agent", release="v2")
+    runs, scope = explain.typical_runs(project=project, name="checkout-agent", release="v2")
     assert scope == "window" and len(runs) == 23
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import pipeline
-from analysis.engine import analyse_task
+from analysis.engine import pipeline
+from analysis.engine.analyse import analyse_task
 from analysis.models import Baseline, Finding, TaskAnalysis
 from ingest.models import Task
 

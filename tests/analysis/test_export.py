@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from analysis import exports
+from analysis.dashboard import exports
 from analysis.models import Finding, ModelPrice
 from ingest.models import Device, ResourceSample, Step, Task
 from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
@@ -336,7 +336,7 @@ def test_a_database_that_is_down_answers_503_before_anything_is_sent(data, read_
         raise OperationalError("connection refused")
         yield  # a generator, as the real one
 
-    from analysis import export_arrow
+    from analysis.dashboard import export_arrow
 
     monkeypatch.setattr(export_arrow, "batches", down)
     status, body, response = export(read_key, "steps")

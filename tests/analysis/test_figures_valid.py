@@ -11,10 +11,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from analysis import charts, compare_charts
 from analysis.alerts import charts as alert_charts
-from analysis.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
-from analysis.diff import Row
+from analysis.comparison.diff import Row
+from analysis.dashboard import charts, compare_charts
+from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
 from analysis.releases import charts as release_charts
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
@@ -156,11 +156,11 @@ def test_the_list_names_every_builder():
 
     built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts, compare_charts)
              for n, f in inspect.getmembers(m, inspect.isfunction) if n.endswith("_figure") and f.__module__ == m.__name__}
-    covered = {"analysis.charts.empty_figure", "analysis.charts.volume_figure", "analysis.charts.error_rate_figure",
-               "analysis.charts.percentile_figure", "analysis.charts.top_findings_figure",
-               "analysis.charts.budget_figure", "analysis.charts.histogram_figure", "analysis.charts.ecdf_figure",
-               "analysis.charts.device_timeseries_figure", "analysis.charts.waterfall_figure",
+    covered = {"analysis.dashboard.charts.empty_figure", "analysis.dashboard.charts.volume_figure", "analysis.dashboard.charts.error_rate_figure",
+               "analysis.dashboard.charts.percentile_figure", "analysis.dashboard.charts.top_findings_figure",
+               "analysis.dashboard.charts.budget_figure", "analysis.dashboard.charts.histogram_figure", "analysis.dashboard.charts.ecdf_figure",
+               "analysis.dashboard.charts.device_timeseries_figure", "analysis.dashboard.charts.waterfall_figure",
                "analysis.releases.charts.ecdf_figure", "analysis.releases.charts.histogram_figure",
                "analysis.releases.charts.contribution_figure", "analysis.alerts.charts.metric_figure",
-               "analysis.compare_charts.compare_figure", "analysis.compare_charts.session_figure"}
+               "analysis.dashboard.compare_charts.compare_figure", "analysis.dashboard.compare_charts.session_figure"}
     assert built == covered, built ^ covered

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from analysis.charts import SamplePoint, StepRow, waterfall_figure
+from analysis.dashboard.charts import SamplePoint, StepRow, waterfall_figure
 from ingest.models import Device
 
 ROWS = [StepRow("r", "", 0, "agent", "root", 0.0, 10_000.0), StepRow("a", "r", 1, "llm", "chat", 0.0, 6000.0,

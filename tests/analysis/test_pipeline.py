@@ -8,8 +8,8 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from analysis import pipeline
-from analysis.engine import ClaimLost, analyse_task
+from analysis.engine import pipeline
+from analysis.engine.analyse import ClaimLost, analyse_task
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
 from ingest.records import Batch, StepRecord
@@ -84,17 +84,17 @@ def test_a_task_never_reported_ended_is_due_after_the_abandon_period(project, qu
 def test_ingest_enqueues_ended_tasks_after_the_quiet_period(project, django_capture_on_commit_callbacks, settings):
     settings.ANALYSIS_QUIET_SECONDS = 7
     task, steps = problem_task("p1", 0)
-    with mock.patch("analysis.tasks.analyse_tasks.apply_async") as publish:
+    with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
         with django_capture_on_commit_callbacks(execute=True):
             store(project, task, steps)
     publish.assert_called_once_with(args=[[Task.objects.get(task_id="p1").pk]], countdown=7)
 
 
 def test_one_message_carries_a_chunk_of_ended_tasks(project, django_capture_on_commit_callbacks):
-    from analysis.tasks import ENQUEUE_CHUNK
+    from analysis.engine.tasks import ENQUEUE_CHUNK
 
     batches = [problem_task(f"p{i}", i) for i in range(ENQUEUE_CHUNK + 3)]
-    with mock.patch("analysis.tasks.analyse_tasks.apply_async") as publish:
+    with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
         with django_capture_on_commit_callbacks(execute=True):
             batch_store(project=project, batch=Batch(tasks=[t for t, _ in batches],
                                                      steps=[s for _, steps in batches for s in steps]))
@@ -104,7 +104,7 @@ def test_one_message_carries_a_chunk_of_ended_tasks(project, django_capture_on_c
 
 def test_a_broker_outage_never_breaks_ingest(project, django_capture_on_commit_callbacks, caplog):
     task, steps = problem_task("p1", 0)
-    with mock.patch("analysis.tasks.analyse_tasks.apply_async", side_effect=ConnectionError("broker down")):
+    with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async", side_effect=ConnectionError("broker down")):
         with django_capture_on_commit_callbacks(execute=True):
             store(project, task, steps)
     assert Task.objects.filter(task_id="p1").exists()

@@ -4,6 +4,7 @@ raw queries."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -12,10 +13,12 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from analysis import dashboard, rollups
-from analysis.charts import log_edges
+from analysis import rollups
+from analysis.dashboard import reads
+from analysis.dashboard.charts import log_edges
 from analysis.filters import TaskFilters
 from analysis.releases.compare import release_list
+from analysis.rollups import histograms
 from ingest.models import Device, Release, Step, Task
 from ingest.records import Batch, TaskRecord
 from ingest.services import batch_store
@@ -86,6 +89,15 @@ def rollup_rows() -> list[tuple]:
 def close(estimate, truth) -> bool:
     return abs(estimate - truth) <= BOUND * abs(truth) + 1e-9
 
+def bin_bounds(index: int) -> tuple[float, float]:
+    """[low, high) in ms of bucket `index`, from the histogram's definition (docs/rollups.md)."""
+    if index <= 0:
+        return 0.0, 10.0 ** histograms.LOW_EXP
+    low = 10.0 ** (histograms.LOW_EXP + (index - 1) / histograms.BINS_PER_DECADE)
+    high = 10.0 ** (histograms.LOW_EXP + index / histograms.BINS_PER_DECADE)
+    return low, (math.inf if index >= histograms.TOP_BIN else high)
+
+
 
 def same(a, b):
     """`b` (from rollups) has the shape of `a` (raw), every float within the documented error."""
@@ -112,7 +124,7 @@ def test_every_duration_lands_in_the_bucket_whose_bounds_hold_it():
     with connection.cursor() as cur:
         cur.execute(f"SELECT v, {rollups.bin_sql('v')} FROM unnest(%s::float8[]) v", [values])
         for value, index in cur.fetchall():
-            low, high = rollups.bin_bounds(index)
+            low, high = bin_bounds(index)
             assert low <= value < high, (value, index, low, high)
             assert high == float("inf") or high / max(low, 1e-2) <= 1 + 2.1 * rollups.RELATIVE_ERROR
 
@@ -168,7 +180,7 @@ def test_refreshing_twice_or_recomputing_gives_the_same_rows(project):
 def test_a_day_row_is_the_merge_of_its_hours(project):
     fill(project, n=900, hours=30)
     rollups.rollups_refresh()
-    day = rollups._day_floor(BASE) + rollups.DAY
+    day = rollups.day_floor(BASE) + rollups.DAY
     with connection.cursor() as cur:
         cur.execute("SELECT sum(tasks), max(max_ms) FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
                     [day, day + rollups.DAY])
@@ -228,7 +240,7 @@ def test_new_tasks_show_before_the_job_runs(project):
     batch_store(project=project, batch=Batch(tasks=[TaskRecord(
         task_id="fresh", name="checkout", release="v1", environment="prod", started_at=NOW,
         ended_at=NOW + timedelta(seconds=1), status="ok")]))
-    totals = dashboard.overview_totals(project=project, filters=TaskFilters())
+    totals = reads.overview_totals(project=project, filters=TaskFilters())
     assert totals["count"] == 101
 
 
@@ -237,7 +249,7 @@ def test_the_hour_in_progress_is_rolled_up_once_it_is_over(project):
     # then rolls it up even if nothing about its tasks changed since.
     fill(project, n=100)
     rollups.rollups_refresh(now=NOW)
-    current = rollups._hour_floor(NOW)
+    current = rollups.hour_floor(NOW)
     batch_store(project=project, batch=Batch(tasks=[TaskRecord(
         task_id="now", name="checkout", release="v1", environment="prod", started_at=current,
         ended_at=current + timedelta(seconds=2), status="ok")]))
@@ -250,11 +262,11 @@ def test_the_hour_in_progress_is_rolled_up_once_it_is_over(project):
 
     rollups.rollups_refresh(now=NOW + timedelta(seconds=1))
     assert rolled_up() == 0
-    assert dashboard.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+    assert reads.overview_totals(project=project, filters=TaskFilters())["count"] == 101
     Task.objects.filter(project=project).update(last_event_at=NOW - timedelta(days=1))
     rollups.rollups_refresh(now=current + timedelta(hours=1, minutes=1))
     assert rolled_up() == 1
-    assert dashboard.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+    assert reads.overview_totals(project=project, filters=TaskFilters())["count"] == 101
 
 
 def test_projects_are_isolated(project, other_project):
@@ -298,7 +310,7 @@ def test_filters_the_rollups_lack_fall_back_to_raw_rows(project):
     assert rollups.task_summaries(project=project, filters=TaskFilters(status="error")) is None
     assert rollups.step_summaries(project=project, filters=TaskFilters(name="checkout"), group_by="kind") is None
     # and the page still answers, exactly
-    assert dashboard.overview_totals(project=project, filters=TaskFilters(status="error"))["count"] == 3
+    assert reads.overview_totals(project=project, filters=TaskFilters(status="error"))["count"] == 3
 
 
 def _raw(fn):
@@ -320,17 +332,17 @@ def test_overview_and_latency_pages_show_the_same_numbers_as_the_raw_queries(pro
     rollups.rollups_refresh()
     f = TaskFilters()
     for fn in (
-        lambda: dashboard.overview_totals(project=project, filters=f),
-        lambda: dashboard.overview_series(project=project, filters=f),
-        lambda: dashboard.duration_percentiles(project=project, filters=f),
-        lambda: dashboard.duration_percentiles(project=project, filters=TaskFilters(release="v1"), group_by="model"),
-        lambda: dashboard.duration_percentiles(project=project, filters=f, group_by="tool"),
-        lambda: dashboard.duration_quantiles(project=project, filters=f, group_by="kind", groups=["llm", "tool"]),
+        lambda: reads.overview_totals(project=project, filters=f),
+        lambda: reads.overview_series(project=project, filters=f),
+        lambda: reads.duration_percentiles(project=project, filters=f),
+        lambda: reads.duration_percentiles(project=project, filters=TaskFilters(release="v1"), group_by="model"),
+        lambda: reads.duration_percentiles(project=project, filters=f, group_by="tool"),
+        lambda: reads.duration_quantiles(project=project, filters=f, group_by="kind", groups=["llm", "tool"]),
     ):
         same(_raw(fn), fn())
     # the histogram: the same bars, counts equal but for durations within 0.01 % of an edge
-    raw, rolled = _raw(lambda: dashboard.duration_histogram(project=project, filters=f)), \
-        dashboard.duration_histogram(project=project, filters=f)
+    raw, rolled = _raw(lambda: reads.duration_histogram(project=project, filters=f)), \
+        reads.duration_histogram(project=project, filters=f)
     assert sum(n for *_, n in raw) == sum(n for *_, n in rolled) == 1200
     edges = log_edges()
     near = Task.objects.filter(project=project).extra(
@@ -348,17 +360,17 @@ def test_devices_page_figures_from_rollups_match_the_raw_queries(project):
     rolled = rollups.step_summaries(project=project, filters=TaskFilters(), group_by="device", metric="tpot")
     assert set(rolled) == {"gpu-0", "groq-0"} and rolled["gpu-0"].timed > 100  # the rollups answer
     for f in (TaskFilters(), TaskFilters(release="v2"), TaskFilters(since=BASE + timedelta(minutes=90))):
-        raw = _raw(lambda f=f: dashboard.device_table(project=project, filters=f))
-        same(raw, dashboard.device_table(project=project, filters=f))
+        raw = _raw(lambda f=f: reads.device_table(project=project, filters=f))
+        same(raw, reads.device_table(project=project, filters=f))
         assert [r["device"] for r in raw] == ["gpu-0", "groq-0", "idle-0"] and raw[0]["tpot_p95"] is not None
         for metric in ("ttft", "tpot"):
-            query = lambda f=f, metric=metric: dashboard.device_quantiles(  # noqa: E731
+            query = lambda f=f, metric=metric: reads.device_quantiles(  # noqa: E731
                 project=project, filters=f, metric=metric, devices=["gpu-0", "groq-0", "idle-0"])
             same(_raw(query), query())
     # Filters the rollups have no dimension for still answer exactly from raw rows.
     f = TaskFilters(name="checkout")
-    assert _raw(lambda: dashboard.device_table(project=project, filters=f)) == \
-        dashboard.device_table(project=project, filters=f)
+    assert _raw(lambda: reads.device_table(project=project, filters=f)) == \
+        reads.device_table(project=project, filters=f)
 
 
 def test_releases_list_from_rollups_matches_the_raw_list(project):
@@ -381,18 +393,18 @@ def test_retention_drops_old_rollup_hours(project, settings):
     settings.AGENTOPS_RETENTION_DAYS = 1
     result = rollups.rollups_refresh()
     assert result["deleted"] > 0
-    cutoff = rollups._hour_floor(datetime.now(tz=UTC) - timedelta(days=1))
-    assert all(r[1] >= rollups._day_floor(cutoff) for r in rollup_rows())  # daily rows: the day's start
+    cutoff = rollups.hour_floor(datetime.now(tz=UTC) - timedelta(days=1))
+    assert all(r[1] >= rollups.day_floor(cutoff) for r in rollup_rows())  # daily rows: the day's start
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM analysis_task_rollup WHERE hour < %s", [cutoff])
         assert cur.fetchone()[0] == 0
     # the day of the cut-off keeps the hours after it, in its daily row too
     with connection.cursor() as cur:
         cur.execute("SELECT coalesce(sum(tasks), 0) FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
-                    [cutoff, rollups._day_floor(cutoff) + timedelta(days=1)])
+                    [cutoff, rollups.day_floor(cutoff) + timedelta(days=1)])
         hours = cur.fetchone()[0]
         cur.execute("SELECT coalesce(sum(tasks), 0) FROM analysis_task_rollup_day WHERE hour = %s",
-                    [rollups._day_floor(cutoff)])
+                    [rollups.day_floor(cutoff)])
         assert cur.fetchone()[0] == hours
 
 
@@ -420,8 +432,8 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
         for i, t in enumerate(tasks[:200])])
     rollups.rollups_refresh()
     f = TaskFilters()
-    raw = _raw(lambda: dashboard.budget_by_release(project=project, filters=f))
-    rolled = dashboard.budget_by_release(project=project, filters=f)
+    raw = _raw(lambda: reads.budget_by_release(project=project, filters=f))
+    rolled = reads.budget_by_release(project=project, filters=f)
     assert [r for r, _ in raw] == [r for r, _ in rolled] == ["v1", "v2"]
     for (_, a), (_, b) in zip(raw, rolled, strict=True):
         assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9) for k in a)
@@ -430,15 +442,15 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
     TaskAnalysis.objects.create(task=late, project=project, analyzed_at=datetime.now(tz=UTC),
                                 budget={"prefill": 1e6})
     rollups.rollups_refresh()
-    rolled = dict(dashboard.budget_by_release(project=project, filters=f))
-    raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
+    rolled = dict(reads.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
     assert rolled["v1"]["prefill"] == pytest.approx(raw["v1"]["prefill"]) and rolled["v1"]["prefill"] > 5000
     # a task of the fresh tail (after the last run) counts at once, from raw rows
     fresh = Task.objects.create(project=project, task_id="fresh", release="v2", started_at=NOW, duration_ms=5.0,
                                 last_event_at=NOW)
     TaskAnalysis.objects.create(task=fresh, project=project, analyzed_at=NOW, budget={"tool": 2e6})
-    rolled = dict(dashboard.budget_by_release(project=project, filters=f))
-    raw = dict(_raw(lambda: dashboard.budget_by_release(project=project, filters=f)))
+    rolled = dict(reads.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
     assert rolled["v2"]["tool"] == pytest.approx(raw["v2"]["tool"]) and rolled["v2"]["tool"] > 10000
 
 
@@ -447,8 +459,8 @@ def test_a_mid_hour_range_series_matches_the_raw_query(project):
     rollups.rollups_refresh()
     filters = TaskFilters(since=BASE + timedelta(hours=1, minutes=20), until=BASE + timedelta(hours=29, minutes=7),
                           release="v1")
-    raw = _raw(lambda: dashboard.overview_series(project=project, filters=filters))
-    rolled = dashboard.overview_series(project=project, filters=filters)
+    raw = _raw(lambda: reads.overview_series(project=project, filters=filters))
+    rolled = reads.overview_series(project=project, filters=filters)
     assert [(p.bucket, p.release, p.count, p.errors) for p in raw] == \
         [(p.bucket, p.release, p.count, p.errors) for p in rolled]
     assert all(close(b.p95, a.p95) for a, b in zip(raw, rolled, strict=True) if a.p95 is not None)

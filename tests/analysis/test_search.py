@@ -8,8 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
-from analysis import selectors
-from analysis.filters import FilterError, parse_task_filters
+from analysis.filters import FilterError, parse_task_filters, task_is_running, task_queryset
 from ingest.models import STEP_SEARCH_TSVECTOR
 from tests.analysis.factories import T0, make_step, make_task
 
@@ -20,7 +19,7 @@ HOSTILE = "<script>alert(1)</script>' OR 1=1 -- & | ! ( ) : * \\"
 
 def found(project, **params) -> list[str]:
     filters = parse_task_filters({k: str(v) for k, v in params.items()})
-    return sorted(t.task_id for t in selectors.task_queryset(project=project, filters=filters))
+    return sorted(t.task_id for t in task_queryset(project=project, filters=filters))
 
 
 @pytest.fixture
@@ -169,4 +168,4 @@ def test_a_running_task_is_listed_as_running(project):
     live.save()
     assert done.started_at == T0
     assert found(project, running="1") == ["live"]
-    assert selectors.task_is_running(live) and not selectors.task_is_running(done)
+    assert task_is_running(live) and not task_is_running(done)

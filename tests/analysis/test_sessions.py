@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from analysis import sessions
+from analysis.dashboard import sessions
 from analysis.filters import TaskFilters
 from tests.analysis.factories import T0, make_finding, make_task
 

@@ -8,8 +8,8 @@ import pytest
 import requests
 from django.utils import timezone
 
-from analysis import batch
-from analysis.status import behind_text
+from analysis.dashboard.status import behind_text
+from analysis.engine import batch
 from ingest.models import Task
 from tests.analysis.factories import make_task
 

@@ -9,7 +9,7 @@ import pytest
 import requests
 from rest_framework.renderers import JSONRenderer
 
-from analysis.serializers import StepSerializer
+from analysis.dashboard.serializers import StepSerializer
 from ingest.models import Step
 
 from .factories import make_step, make_task

@@ -181,8 +181,8 @@ def test_a_low_confidence_finding_is_left_out_of_the_top_findings(client, projec
 
 
 def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_finding(client, project, monkeypatch):
-    from analysis import engine
-    from analysis.detectors.base import Finding as Detected
+    from analysis.engine import analyse
+    from analysis.engine.detectors.base import Finding as Detected
 
     task = make_task(project, "run-1", duration_ms=2000.0)
     make_step(task, "plan", kind="llm", duration_ms=500.0)
@@ -196,8 +196,8 @@ def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_fi
                        intervals=((ctx.start_ms + 1300, ctx.start_ms + 1900),), confidence="low",
                        confidence_reason=POSSIBLE)
 
-    monkeypatch.setattr(engine, "all_detectors", lambda: {"test": detect})
-    engine.analyse_task(task.pk)
+    monkeypatch.setattr(analyse, "all_detectors", lambda: {"test": detect})
+    analyse.analyse_task(task.pk)
     row = page(client, "/tasks").split('<div class="muted small">run-1</div>')[1].split("</tr>")[0]
     assert '<span class="finding-kind">serial_gap</span> <span class="muted">200.0 ms</span>' in row
     assert "parallelizable_calls" not in row
@@ -239,7 +239,7 @@ def test_task_list_filters_by_device(client, project, spread):
 
 
 def test_task_list_sorts_and_pages_with_a_cursor_that_keeps_the_filters(client, project, spread, monkeypatch):
-    from analysis import views
+    from analysis.dashboard import views
 
     monkeypatch.setattr(views, "PAGE_SIZE", 3)
     body = page(client, "/tasks", sort="-duration_ms", release="v2")
@@ -452,7 +452,7 @@ def test_findings_csv_lists_the_projects_findings(client, project, other_project
 
 
 def test_global_filters_keep_the_page_filters_and_restart_paging(client, project, spread, monkeypatch):
-    from analysis import views
+    from analysis.dashboard import views
 
     monkeypatch.setattr(views, "PAGE_SIZE", 2)
     first = page(client, "/tasks", status="ok", release="v1")
@@ -501,7 +501,7 @@ def test_findings_follow_every_task_filter(client, project, spread):
 def test_waterfall_order_is_the_apis_tree_order(project):
     """The waterfall reads steps presorted by SQL; the API sorts them in Python: same order,
     including ties on start time, children before later siblings, and a parent cycle."""
-    from analysis import dashboard, selectors
+    from analysis.dashboard import reads, selectors
 
     task = make_task(project, "tree", duration_ms=1000.0)
     specs = [("b", "", 0, 500), ("a", "", 0, 500), ("c", "", 0, 300), ("b2", "b", 10, 50), ("b1", "b", 10, 50),
@@ -510,5 +510,5 @@ def test_waterfall_order_is_the_apis_tree_order(project):
     for step_id, parent, offset, duration in reversed(specs):
         make_step(task, step_id, parent=parent, offset_ms=offset, duration_ms=duration)
     api = [(s["step_id"], s["depth"]) for s in map(json.loads, selectors.task_steps_json(task=task))]
-    assert [(r.step_id, r.depth) for r in dashboard.task_waterfall_rows(task=task)] == api
+    assert [(r.step_id, r.depth) for r in reads.task_waterfall_rows(task=task)] == api
     assert api[:3] == [("c", 0), ("a", 0), ("z", 1)]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import selectors
-from analysis.critical_path import critical_path
-from analysis.engine import analyse, analyse_task
+from analysis.dashboard import selectors
+from analysis.engine.analyse import analyse, analyse_task
+from analysis.engine.critical_path import critical_path
+from analysis.engine.whatif import model_params_b, project
 from analysis.filters import TaskFilters
 from analysis.hardware import PROFILES
-from analysis.whatif import model_params_b, project
 from ingest.models import Task
 
 from .detectors.builders import T0, step, task

@@ -16,8 +16,8 @@ import pytest
 import requests
 from django.utils import timezone
 
-from analysis import tasks as analysis_tasks
-from analysis.engine import analyse, load_context, load_steps
+from analysis.engine import tasks as analysis_tasks
+from analysis.engine.analyse import analyse, load_context, load_steps
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from analysis import batch
+from analysis.engine import batch
 from ingest.models import Task
 from tests.analysis.factories import make_step, make_task
 from tests.browser.conftest import screenshot, skip_without_chromium

@@ -75,7 +75,7 @@ def test_partitions_are_created_ahead_of_time():
 
 @pytest.mark.django_db
 def test_the_hourly_job_applies_retention(project, settings):
-    from analysis.tasks import maintain_partitions
+    from ingest.tasks import maintain_partitions
 
     now = timezone.now()
     old, recent = now - timedelta(days=60), now - timedelta(days=1)

@@ -227,7 +227,7 @@ def test_where_it_changed_from_the_group_rollups_equals_the_raw_steps(two_releas
     assert_same(_figures(raw_first), _figures(rolled))
     assert rolled["attribution"]["steps"][0]["key"] == "tool:fetch_invoice"
 
-    tail = rollups._hour_floor(rollups.watermark()) + timedelta(minutes=5)
+    tail = rollups.hour_floor(rollups.watermark()) + timedelta(minutes=5)
     make_release(two_releases, "v2", 30, fetch_ms=900.0, seed=9, start=tail, repeated_every=2, environment="canary")
     with_tail, raw = rolled_then_raw(two_releases)
     assert with_tail["attribution"]["sample"]["tasks_b"] == 170
@@ -288,7 +288,7 @@ def test_an_hour_that_completes_joins_the_release_totals(two_releases):
     # Tasks of the hour in progress are read raw; once the hour is over, the next refresh adds
     # them to the totals even though nothing about them changed.
     now = datetime.now(tz=UTC)
-    start = rollups._hour_floor(now)
+    start = rollups.hour_floor(now)
     make_release(two_releases, "v2", 20, fetch_ms=900.0, seed=12, environment="canary", start=start)
     Task.objects.update(last_event_at=now - timedelta(days=1))  # nothing new for the refresh to see
     TaskAnalysis.objects.update(analyzed_at=now - timedelta(days=1))
@@ -310,7 +310,7 @@ def test_release_totals_newer_than_the_watermark_are_not_read(two_releases):
     # last hour count twice, once from them and once from the raw rows after the watermark.
     now = datetime.now(tz=UTC)
     make_release(two_releases, "v2", 20, fetch_ms=900.0, seed=13, environment="canary",
-                 start=rollups._hour_floor(now) - timedelta(hours=1))
+                 start=rollups.hour_floor(now) - timedelta(hours=1))
     rollups.rollups_rebuild(now=now)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE analysis_rollup_state SET watermark = %s", [now - timedelta(hours=2)])

@@ -142,7 +142,7 @@ def test_redis_down_ingest_keeps_storing_and_analysis_catches_up(stack):
             analysed = 0
             while time.monotonic() < deadline:
                 subprocess.run([sys.executable, "-c", "import django; django.setup(); "
-                                "from analysis.tasks import sweep; sweep()"],
+                                "from analysis.engine.tasks import sweep; sweep()"],
                                env=env, cwd=ROOT, check=True, capture_output=True, timeout=60)
                 analysed = conn.execute("SELECT count(*) FROM analysis_taskanalysis "
                                         "WHERE analyzed_at IS NOT NULL").fetchone()[0]

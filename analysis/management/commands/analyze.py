@@ -7,7 +7,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analysis import baselines, batch
+from analysis.engine import baselines, batch
 from ingest.models import Project, Task
 
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
         skipped = {"n": 0}
 
         def claims():
-            # The batch path the workers run (analysis/batch.py): one claim, a few set-based
+            # The batch path the workers run (analysis/engine/batch.py): one claim, a few set-based
             # loads and one write per chunk, the next chunk loaded while this one is analysed.
             done = 0
             for chunk in _chunks(rows):

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analysis import baselines, pipeline
+from analysis.dashboard.selectors import finding_queryset
+from analysis.engine import baselines, pipeline
 from analysis.models import Baseline, Finding
-from analysis.selectors import finding_queryset
 from analysis.simulator import recorded
 from analysis.simulator.evaluation import (
     FindingView,

@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analysis import exports
+from analysis.dashboard import exports
 from analysis.filters import FilterError
 from ingest.models import Project
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from analysis.detectors.base import (
+from analysis.engine.detectors.base import (
     BaselineStats,
     DeviceNormal,
     MetricNormal,

@@ -1,4 +1,4 @@
-from analysis.detectors import context_growth
+from analysis.engine.detectors import context_growth
 
 from .builders import step, task
 

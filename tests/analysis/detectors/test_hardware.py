@@ -1,7 +1,7 @@
 """hardware_queueing / hardware_throttling and the verdict every slow LLM step carries."""
 
-from analysis.detectors import hardware_queueing, hardware_throttling, slow_step
-from analysis.hardware_correlation import step_verdicts
+from analysis.engine.detectors import hardware_queueing, hardware_throttling, slow_step
+from analysis.engine.verdicts import step_verdicts
 
 from .builders import device_normal, llm_stats, samples, step, task
 

@@ -1,4 +1,4 @@
-from analysis.detectors import parallelizable_calls
+from analysis.engine.detectors import parallelizable_calls
 
 from .builders import step, task
 
@@ -195,7 +195,7 @@ def test_the_hand_off_before_a_dependent_call_is_not_parallelism_to_win():
 
 
 def test_numbers_and_versions_are_evidence_only_as_large_whole_numbers():
-    from analysis.detectors.dependencies import distinctive_values
+    from analysis.engine.detectors.dependencies import distinctive_values
 
     assert distinctive_values({"v": "release 10.2.3", "n": 4821.5, "id": "48213", "big": 123456.0}) == {
         "48213", "123456"}

@@ -1,5 +1,5 @@
-from analysis.detectors import repeated_tool_call
-from analysis.detectors.base import canonical_args
+from analysis.engine.detectors import repeated_tool_call
+from analysis.engine.detectors.base import canonical_args
 
 from .builders import step, task
 

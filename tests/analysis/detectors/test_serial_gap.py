@@ -1,4 +1,4 @@
-from analysis.detectors import serial_gap
+from analysis.engine.detectors import serial_gap
 
 from .builders import step, task
 

@@ -1,5 +1,5 @@
-from analysis.detectors import slow_step
-from analysis.hardware_correlation import step_verdicts
+from analysis.engine.detectors import slow_step
+from analysis.engine.verdicts import step_verdicts
 
 from .builders import device_normal, llm_stats, samples, stats, step, task
 

@@ -1,0 +1,571 @@
+"""Reads for the dashboard pages: the aggregations behind the overview, latency and devices
+pages and the task waterfall. Every selector takes the project first and the shared
+TaskFilters, and builds on `task_queryset`, so a filter means the same thing on a
+page, in the API and in the CSV export, and one project's rows never reach another's page.
+
+Aggregation happens in Postgres (percentile_cont, date_bin, width_bucket) so a page costs one
+scan of the filtered rows whatever their number, and only a few hundred numbers come back.
+
+Long ranges read the latency rollups (analysis/rollups.py): whole hours from pre-aggregated
+histograms, only the edges and the fresh tail from raw rows, percentiles within 1.93 % of
+percentile_cont. Filters the rollups cannot answer (status, duration bounds, finding, device,
+search; task name for steps) and overview buckets shorter than an hour use the exact raw query.
+
+Time buckets: the overview aims at about BUCKETS_TARGET points per series: enough to see a
+regression, few enough to draw a readable line per release.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import connection
+from django.db.models import (
+    Aggregate,
+    Avg,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Func,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+)
+from django.db.models.functions import Cast
+
+from analysis import rollups
+from analysis.dashboard import selectors
+from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
+from analysis.filters import TaskFilters, task_queryset
+from analysis.models import Finding, TaskAnalysis
+from ingest.models import Device, Project, Release, ResourceSample, Step, Task
+
+BUCKETS_TARGET = 60
+BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
+FAILED = [Task.STATUS_ERROR, Task.STATUS_TIMEOUT]
+PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
+GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
+HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling"]
+LANE_PAD = timedelta(seconds=30)
+
+
+class PercentileCont(Aggregate):
+    """percentile_cont(ARRAY[fractions]) WITHIN GROUP (ORDER BY expr) → an array of floats.
+    The fractions are our own constants, formatted as numbers, never user input."""
+
+    function = "percentile_cont"
+    template = "%(function)s(ARRAY[%(fractions)s]::float8[]) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression, fractions: Sequence[float], **extra):
+        text = ",".join(repr(float(f)) for f in fractions)
+        super().__init__(expression, fractions=text, output_field=ArrayField(FloatField()), **extra)
+
+
+class DateBin(Func):
+    """date_bin(stride, ts, origin): buckets of any width (date_trunc only knows units)."""
+
+    function = "date_bin"
+
+    def __init__(self, expression, *, seconds: int):
+        super().__init__(expression, output_field=DateTimeField())
+        self.template = f"date_bin(INTERVAL '{int(seconds)} seconds', %(expressions)s, TIMESTAMPTZ '2000-01-01')"
+
+
+# --- shared helpers --------------------------------------------------------------------------
+
+
+def bucket_seconds(*, span: timedelta) -> int:
+    """The smallest bucket width giving at most BUCKETS_TARGET buckets over `span`."""
+    for step in BUCKET_STEPS:
+        if span.total_seconds() / step <= BUCKETS_TARGET:
+            return step
+    return BUCKET_STEPS[-1]
+
+
+def time_span(*, project: Project, filters: TaskFilters) -> tuple[datetime, datetime] | None:
+    """The time range a chart covers: the filter's, else first to last task in the project."""
+    start, end = filters.since, filters.until
+    if start is None or end is None:
+        qs = task_queryset(project=project, filters=filters)
+        bounds = qs.aggregate(first=Min("started_at"), last=Max("started_at"))
+        if bounds["first"] is None:
+            return None
+        start = start or bounds["first"]
+        end = end or bounds["last"] + timedelta(seconds=1)
+    return start, end
+
+
+def _percentiles(values: Sequence[float | None] | None) -> dict[str, float | None]:
+    values = values or [None] * len(PERCENTILES)
+    return {f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, values, strict=True)}
+
+
+def project_releases(*, project: Project) -> list[str]:
+    return list(Release.objects.filter(project=project).order_by("-last_seen").values_list("name", flat=True)[:200])
+
+
+def project_environments(*, project: Project) -> list[str]:
+    """Environments seen in the latest tasks: an index scan, not a DISTINCT over millions."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT environment FROM (SELECT environment FROM ingest_task WHERE project_id = %s"
+            " AND started_at IS NOT NULL ORDER BY started_at DESC LIMIT 5000) recent WHERE environment <> ''"
+            " ORDER BY environment", [project.pk])
+        return [row[0] for row in cur.fetchall()]
+
+
+def project_devices(*, project: Project) -> list[Device]:
+    return list(Device.objects.filter(project=project).order_by("vendor", "name"))
+
+
+def finding_kinds() -> list[str]:
+    """Every kind a detector can raise (the detector registry), for the finding filter."""
+    from analysis.engine.detectors.base import all_detectors
+
+    return sorted(all_detectors())
+
+
+WHATIF_SCENARIOS = [("parallel_ms", "independent calls run in parallel"),
+                    ("cached_ms", "repeated tool calls cached"),
+                    ("parallel_cached_ms", "both: parallel and cached")]
+
+
+def whatif_rows(whatif: object) -> list[tuple[str, float, float | None]]:
+    """The what-if projection (analysis/engine/whatif.py) as table rows: (scenario, projected ms,
+    ms saved against the task as it ran). Unknown `<name>_ms` keys are shown under their name,
+    so a new scenario appears without a change here."""
+    if not isinstance(whatif, dict) or not isinstance(whatif.get("actual_ms"), (int, float)):
+        return []
+    actual = float(whatif["actual_ms"])
+    rows: list[tuple[str, float, float | None]] = [("critical path as it ran", actual, None)]
+    known = {"actual_ms", "llm_path_ms", "hardware"} | {k for k, _ in WHATIF_SCENARIOS}
+    scenarios = WHATIF_SCENARIOS + [(k, k.removesuffix("_ms").replace("_", " ")) for k in whatif
+                                    if k.endswith("_ms") and k not in known]
+    for key, label in scenarios:
+        value = whatif.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            rows.append((label, float(value), actual - float(value)))
+    for family, projection in sorted((whatif.get("hardware") or {}).items()):
+        if not isinstance(projection, dict):
+            continue
+        for key, label in (("ms", f"LLM calls on {family}"), ("with_fixes_ms", f"on {family}, with both fixes")):
+            value = projection.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append((label, float(value), actual - float(value)))
+    return rows
+
+
+def project_has_data(*, project: Project) -> bool:
+    return Task.objects.filter(project=project).exists()
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
+    summaries = rollups.task_summaries(project=project, filters=filters)
+    if summaries is not None:
+        total = rollups.Summary()
+        for summary in summaries.values():
+            total.merge(summary)
+        return {"count": total.count, "errors": total.errors, **_percentiles(total.quantiles(PERCENTILES))}
+    qs = task_queryset(project=project, filters=filters)
+    row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                       pcts=PercentileCont("duration_ms", PERCENTILES))
+    return {"count": row["count"], "errors": row["errors"], **_percentiles(row["pcts"])}
+
+
+def overview_series(*, project: Project, filters: TaskFilters, max_releases: int = 6) -> list[SeriesPoint]:
+    """Per time bucket and release: volume, errors, p50/p95/p99 of task duration, in one scan.
+    Releases past the `max_releases` busiest are folded into "(other)" so the chart stays
+    readable; percentiles of different releases cannot be merged, so "(other)" keeps only its
+    volume and errors."""
+    span = time_span(project=project, filters=filters)
+    if span is None:
+        return []
+    step = timedelta(seconds=bucket_seconds(span=span[1] - span[0]))
+    rows = _series_rows(project=project, filters=filters, seconds=int(step.total_seconds()))
+    volume: dict[str, int] = defaultdict(int)
+    for r in rows:
+        volume[r["release"]] += r["count"]
+    keep = set(sorted(volume, key=lambda rel: -volume[rel])[:max_releases])
+    points: list[SeriesPoint] = []
+    other: dict[str, list[int]] = {}
+    for r in rows:
+        start = r["bucket"].isoformat()
+        if r["release"] in keep:
+            p50, p95, p99 = r["pcts"] or (None, None, None)
+            points.append(SeriesPoint(start, (r["bucket"] + step).isoformat(), r["release"], r["count"],
+                                      r["errors"], p50, p95, p99))
+        else:
+            totals = other.setdefault(start, [0, 0, (r["bucket"] + step).isoformat()])
+            totals[0] += r["count"]
+            totals[1] += r["errors"]
+    points += [SeriesPoint(start, end, "(other)", n, errors, None, None, None)
+               for start, (n, errors, end) in other.items()]
+    return points
+
+
+def _series_rows(*, project: Project, filters: TaskFilters, seconds: int) -> list[dict]:
+    """(bucket, release, count, errors, [p50, p95, p99]) rows, from the rollups when the bucket is
+    a whole number of hours and the filters allow, else from the raw rows."""
+    summaries = rollups.task_summaries(project=project, filters=filters, group="release", bucket_seconds=seconds)
+    if summaries is not None:
+        return [{"bucket": bucket, "release": release, "count": s.count, "errors": s.errors,
+                 "pcts": s.quantiles((0.5, 0.95, 0.99))}
+                for (bucket, release), s in sorted(summaries.items())]
+    return list(task_queryset(project=project, filters=filters)
+                .annotate(bucket=DateBin("started_at", seconds=seconds))
+                .values("bucket", "release")
+                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                          pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
+                .order_by("bucket", "release"))
+
+
+_FINDING_OWN_FILTERS = {"release", "since", "until"}
+
+
+def _finding_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Finding]:
+    """Findings of the filtered tasks. Findings carry their task's release and start, so the
+    common filters need no join with the tasks table."""
+    if {k for k, v in vars(filters).items() if v not in (None, "")} <= _FINDING_OWN_FILTERS:
+        qs = Finding.objects.filter(project=project, task_started_at__isnull=False)
+        if filters.release:
+            qs = qs.filter(release=filters.release)
+        if filters.since:
+            qs = qs.filter(task_started_at__gte=filters.since)
+        if filters.until:
+            qs = qs.filter(task_started_at__lt=filters.until)
+        return qs
+    tasks = task_queryset(project=project, filters=filters)
+    return Finding.objects.filter(project=project, task__in=tasks.values("pk"))
+
+
+def top_findings(*, project: Project, filters: TaskFilters, limit: int = 10) -> list[FindingTotal]:
+    """Finding kinds by total wasted time; low-confidence findings count in no total."""
+    rows = (_finding_queryset(project=project, filters=filters).counted().values("kind")
+            .annotate(n=Count("pk"), tasks=Count("task", distinct=True), wasted=Sum("wasted_ms"))
+            .order_by("-wasted")[:limit])
+    return [FindingTotal(r["kind"], r["n"], r["tasks"], r["wasted"] or 0.0) for r in rows]
+
+
+def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8) -> list[tuple[str, dict[str, float]]]:
+    """Mean ms per budget category per task, by release (the busiest `limit` releases)."""
+    found = rollups.budget_sums(project=project, filters=filters)
+    if found is not None:
+        busiest = sorted(found, key=lambda r: -found[r][0])[:limit]
+        return sorted((r, {k: round(v / found[r][0], 3) for k, v in found[r][1].items()})
+                      for r in busiest if found[r][1])
+    tasks = task_queryset(project=project, filters=filters)
+    analyses = TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
+    sql, params = analyses.values("task_id", "budget").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(
+            f"WITH a AS ({sql}),"
+            f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id"
+            f"         WHERE a.budget <> '{{}}'::jsonb GROUP BY t.release ORDER BY n DESC LIMIT {int(limit)})"
+            f" SELECT t.release, b.key, sum(b.value::float8) / per.n"
+            f" FROM a JOIN ingest_task t ON t.id = a.task_id JOIN per ON per.release = t.release,"
+            f" jsonb_each_text(a.budget) b"
+            f" WHERE jsonb_typeof(a.budget) = 'object' AND b.value ~ '^-?[0-9.eE+-]+$'"
+            f" GROUP BY t.release, b.key, per.n ORDER BY t.release", params)
+        out: dict[str, dict[str, float]] = defaultdict(dict)
+        for release, key, mean in cur.fetchall():
+            out[release][key] = round(mean, 3)
+    return sorted(out.items())
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def _step_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Step]:
+    tasks = task_queryset(project=project, filters=filters)
+    return Step.objects.filter(project=project, task__in=tasks.values("pk"))
+
+
+def _group_queryset(*, project: Project, filters: TaskFilters, group_by: str, group: str = ""):
+    """(queryset, column) of the durations a latency chart shows: tasks, or steps of a group."""
+    if group_by == "task":
+        return task_queryset(project=project, filters=filters).filter(duration_ms__isnull=False), None
+    column = GROUPS[group_by]
+    qs = _step_queryset(project=project, filters=filters).exclude(**{column: ""})
+    if group_by == "tool":
+        qs = qs.filter(kind="tool")
+    if group:
+        qs = qs.filter(**{column: group})
+    return qs, column
+
+
+def _summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
+               groups: Sequence[str] | None = None) -> dict[str, rollups.Summary] | None:
+    """Rollup summaries per group ("" for tasks), or None when the filters need raw rows."""
+    if group_by == "task":
+        found = rollups.task_summaries(project=project, filters=filters)
+        if found is None:
+            return None
+        total = rollups.Summary()
+        for summary in found.values():
+            total.merge(summary)
+        return {"": total}
+    return rollups.step_summaries(project=project, filters=filters, group_by=group_by, group=group, groups=groups)
+
+
+def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                       group: str = "") -> list[tuple[float, float, int]]:
+    """Counts per log-spaced bucket: (low ms inclusive, high ms exclusive, count)."""
+    edges = log_edges()
+    summaries = _summaries(project=project, filters=filters, group_by=group_by, group=group)
+    if summaries is not None:
+        merged = rollups.Summary()
+        for summary in summaries.values():
+            merged.merge(summary)
+        counts = dict(sorted(merged.chart_buckets().items()))
+    else:
+        qs, _ = _group_queryset(project=project, filters=filters, group_by=group_by, group=group)
+        sql, params = qs.values("duration_ms").query.sql_with_params()
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
+                        f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
+            counts = dict(cur.fetchall())
+    out = []
+    for b, n in counts.items():
+        low = edges[b - 1] if b >= 1 else 0.0
+        high = edges[b] if b < len(edges) else edges[-1] * 10
+        out.append((low, high, n))
+    return out
+
+
+def duration_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                         limit: int = 30) -> list[dict]:
+    """count, p50/p90/p95/p99 and max per group (one row for tasks), busiest groups first."""
+    summaries = _summaries(project=project, filters=filters, group_by=group_by)
+    if summaries is not None:
+        rows = [{"group": name, "count": s.timed, "max": s.max_ms, **_percentiles(s.quantiles(PERCENTILES))}
+                for name, s in summaries.items() if s.timed]
+        return sorted(rows, key=lambda r: (-r["count"], r["group"]))[:limit]
+    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
+    aggregates = {"count": Count("pk"), "max": Max("duration_ms"),
+                  "pcts": PercentileCont("duration_ms", PERCENTILES)}
+    if column is None:
+        row = qs.aggregate(**aggregates)
+        return [{"group": "", "count": row["count"], "max": row["max"], **_percentiles(row["pcts"])}] if row["count"] else []
+    rows = qs.values(column).annotate(**aggregates).order_by("-count")[:limit]
+    return [{"group": r[column], "count": r["count"], "max": r["max"], **_percentiles(r["pcts"])} for r in rows]
+
+
+def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
+                       groups: Iterable[str] = ()) -> list[tuple[str, Sequence[float], list[float | None]]]:
+    """ECDF points: (label, fractions, durations at those fractions) for tasks or each group."""
+    groups = list(groups)
+    summaries = _summaries(project=project, filters=filters, group_by=group_by,
+                           groups=None if group_by == "task" else groups)
+    if summaries is not None:
+        if group_by == "task":
+            values = summaries[""].quantiles(ECDF_FRACTIONS)
+            return [("tasks", ECDF_FRACTIONS, values)] if values else []
+        found = {g: s.quantiles(ECDF_FRACTIONS) for g, s in summaries.items()}
+        return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
+    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
+    agg = PercentileCont("duration_ms", ECDF_FRACTIONS)
+    if column is None:
+        values = qs.aggregate(q=agg)["q"]
+        return [("tasks", ECDF_FRACTIONS, values)] if values else []
+    rows = qs.filter(**{f"{column}__in": groups}).values(column).annotate(q=agg)
+    found = {r[column]: r["q"] for r in rows}
+    return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+# Time per output token of an LLM step (rollups.TPOT_SQL in SQL).
+_TPOT = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
+
+
+def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "") -> list[dict]:
+    """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range."""
+    devices = {d.name: d for d in project_devices(project=project)
+               if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
+    rows = _device_rows_rolled_up(project=project, filters=filters, devices=list(devices))
+    if rows is None:
+        steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
+        rows = {r["device"]: r for r in steps.values("device").annotate(
+            steps=Count("pk"),
+            ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
+            tpot=PercentileCont(_TPOT, (0.5, 0.95), filter=Q(ttft_ms__isnull=False, output_tokens__gt=1)),
+        )}
+    hardware = hardware_finding_counts(project=project, filters=filters)
+    out = []
+    for name, d in devices.items():
+        r = rows.get(name, {})
+        ttft = r.get("ttft") or (None, None)
+        tpot_v = r.get("tpot") or (None, None)
+        out.append({"device": name, "vendor": d.vendor, "hardware": d.hardware, "steps": r.get("steps", 0),
+                    "ttft_p50": ttft[0], "ttft_p95": ttft[1], "tpot_p50": tpot_v[0], "tpot_p95": tpot_v[1],
+                    "hardware_findings": hardware.get(name, 0)})
+    return sorted(out, key=lambda r: (-r["steps"], r["device"]))
+
+
+def _device_rows_rolled_up(*, project: Project, filters: TaskFilters, devices: list[str]) -> dict[str, dict] | None:
+    """device_table's figures from the step rollups (percentiles within 1.93 %), or None when the
+    filters need the raw rows."""
+    found = {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
+                                            groups=devices, metric=metric) for metric in ("ttft", "tpot")}
+    if found["ttft"] is None or found["tpot"] is None:
+        return None
+    return {name: {"steps": summary.count, "ttft": summary.quantiles((0.5, 0.95)),
+                   "tpot": found["tpot"][name].quantiles((0.5, 0.95)) if name in found["tpot"] else None}
+            for name, summary in found["ttft"].items()}
+
+
+def hardware_finding_counts(*, project: Project, filters: TaskFilters) -> dict[str, int]:
+    """Hardware findings per device of the step they were raised on."""
+    findings = _finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
+    sql, params = findings.values("task_id", "step_ids").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT s.device, count(*) FROM ({sql}) f JOIN ingest_step s"
+                    f" ON s.task_id = f.task_id AND s.step_id = ANY(f.step_ids)"
+                    f" WHERE s.device <> '' GROUP BY s.device", params)
+        return dict(cur.fetchall())
+
+
+def hardware_findings(*, project: Project, filters: TaskFilters, limit: int = 50) -> list[Finding]:
+    return list(_finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
+                .select_related("task").order_by("-wasted_ms")[:limit])
+
+
+def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, devices: Sequence[str]):
+    """ECDF points of TTFT ("ttft") or TPOT ("tpot") per device."""
+    summaries = rollups.step_summaries(project=project, filters=filters, group_by="device", groups=list(devices),
+                                       metric=metric)
+    if summaries is not None:
+        found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
+        return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
+    steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices), ttft_ms__isnull=False)
+    if metric == "tpot":
+        steps = steps.filter(output_tokens__gt=1)
+        value = _TPOT
+    else:
+        value = F("ttft_ms")
+    found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}
+    return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
+
+
+def device_series(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> list[SamplePoint]:
+    """Mean utilization / queue depth / temperature and max throttled per device per bucket.
+    Samples are filtered by the time range only (they belong to devices, not tasks)."""
+    span = _sample_span(project=project, filters=filters, devices=devices)
+    if span is None:
+        return []
+    step = bucket_seconds(span=span[1] - span[0])
+    qs = ResourceSample.objects.filter(project=project, device__in=list(devices), ts__gte=span[0], ts__lt=span[1])
+    rows = (qs.annotate(bucket=DateBin("ts", seconds=step)).values("device", "bucket")
+            .annotate(utilization=Avg("utilization"), queue_depth=Avg("queue_depth"),
+                      temperature_c=Avg("temperature_c"), throttled=Max("throttled"))
+            .order_by("device", "bucket"))
+    return [SamplePoint(r["device"], r["bucket"].isoformat(),
+                        {k: r[k] for k in ("utilization", "queue_depth", "temperature_c", "throttled")})
+            for r in rows]
+
+
+def _sample_span(*, project: Project, filters: TaskFilters, devices: Sequence[str]):
+    start, end = filters.since, filters.until
+    if start is None or end is None:
+        bounds = ResourceSample.objects.filter(project=project, device__in=list(devices)).aggregate(
+            first=Min("ts"), last=Max("ts"))
+        if bounds["first"] is None:
+            return None
+        start = start or bounds["first"]
+        end = end or bounds["last"] + timedelta(seconds=1)
+    return start, end
+
+
+# --- the task page ---------------------------------------------------------------------------
+
+
+_ROWS_CACHE: dict[tuple, list[StepRow]] = {}
+
+
+def task_waterfall_rows(*, task: Task) -> list[StepRow]:
+    """The task's steps in tree order as StepRows. One round trip reading only the columns the
+    waterfall draws, straight into StepRow's field order, times already as ms since the task
+    started, tool arguments and errors cut to 200 characters in SQL: a 50,000-step task costs
+    a few hundred milliseconds, not seconds. The last few tasks stay cached in the process,
+    keyed on their last event, so expanding and collapsing subtrees does not read them again."""
+    key = (task.pk, task.last_event_at, task.step_count)
+    if key in _ROWS_CACHE:
+        return _ROWS_CACHE[key]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT step_id, parent_step_id, 0, kind, name,"
+            " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"
+            " ttft_ms, input_tokens, output_tokens, tool_name, coalesce(left(tool_args::text, 200), ''),"
+            " left(error, 200) FROM ingest_step WHERE task_id = %s"
+            ' ORDER BY started_at, ended_at, step_id COLLATE "C"', [task.started_at, task.pk])
+        steps = [StepRow._make(row) for row in cur.fetchall()]
+    # _make on a spliced tuple: NamedTuple._replace costs several times more at 50,000 rows
+    rows = [StepRow._make(step[:2] + (depth,) + step[3:]) if depth else step
+            for step, depth in selectors.tree_order(steps, presorted=True)]
+    _ROWS_CACHE[key] = rows
+    while len(_ROWS_CACHE) > 4:
+        _ROWS_CACHE.pop(next(iter(_ROWS_CACHE)))
+    return rows
+
+
+def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint]:
+    """Samples of the task's devices from shortly before it started to shortly after it ended,
+    as ms since the task started (the waterfall's axis)."""
+    devices = sorted(set(d for d in devices if d))
+    if not devices or task.started_at is None:
+        return []
+    end = task.ended_at or task.started_at
+    qs = (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices,
+                                        ts__gte=task.started_at - LANE_PAD, ts__lte=end + LANE_PAD)
+          .order_by("device", "ts").values_list("device", "ts", "queue_depth", "utilization",
+                                                  "temperature_c", "throttled")[:20000])
+    return [SamplePoint(device, round((ts - task.started_at).total_seconds() * 1000, 3),
+                        {"queue_depth": q, "utilization": u, "temperature_c": t, "throttled": th})
+            for device, ts, q, u, t, th in qs]
+
+
+def task_findings_by_step(findings: Iterable[Finding]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per step, "kind: summary" of the findings that count, and of the low-confidence ones
+    (with why we are not sure), which the waterfall draws dimmed."""
+    counted: dict[str, list[str]] = defaultdict(list)
+    possible: dict[str, list[str]] = defaultdict(list)
+    for f in findings:
+        why = f" — {f.confidence_reason}" if f.confidence_reason and not f.is_counted else ""
+        text = f"{f.kind}: {f.summary}{why}"
+        for step_id in f.step_ids:
+            (counted if f.is_counted else possible)[step_id].append(text)
+    return counted, possible
+
+
+def step_detail(*, task: Task, step_id: str) -> Step | None:
+    return Step.objects.filter(task=task, step_id=step_id).first()
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+def tasks_for_export(*, project: Project, filters: TaskFilters, sort: str = "-started_at"):
+    field = sort.lstrip("-")
+    order = [sort, "-pk" if sort.startswith("-") else "pk"]
+    qs = task_queryset(project=project, filters=filters).select_related("analysis")
+    if field == "duration_ms":
+        qs = qs.filter(duration_ms__isnull=False)
+    return qs.order_by(*order).iterator(chunk_size=2000)
+
+
+def findings_for_export(*, project: Project, filters: TaskFilters):
+    qs = _finding_queryset(project=project, filters=filters).select_related("task")
+    if filters.finding:
+        qs = qs.filter(kind=filters.finding)
+    return qs.order_by("-task_started_at", "-id").iterator(chunk_size=2000)

@@ -1,0 +1,470 @@
+"""Dashboard pages, their chart JSON and the CSV exports: short functions that call selectors
+(`analysis.dashboard.selectors`, `analysis.dashboard.reads`) and render.
+
+Every view requires a login and resolves the project through `analysis.access`: a project the
+user may not see is a 404, whatever its name. Filters live in the URL (the same parameters as
+the read API), so every view is linkable and a bad value answers 400 naming the parameter.
+Pages render containers; `static/js/<page>.js` fetches the chart JSON and draws it.
+"""
+
+from __future__ import annotations
+
+import csv
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.gzip import gzip_page
+
+from analysis import costs
+from analysis.access import project_for_user
+from analysis.comparison import explain
+from analysis.dashboard import charts, reads, selectors, sessions, status
+from analysis.dashboard.exports import CSV_DANGEROUS
+from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
+from ingest.auth import bearer_token
+from ingest.models import IngestKey
+from ingest.services import key_authenticate
+
+GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
+TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
+                               "finding", "device", "session_id", "attr", "model", "tool", "min_step_ms", "error",
+                               "running")
+LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device", "session")
+PAGE_SIZE = 50
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def keep(params, keys=TASK_PARAMS, **override) -> dict[str, str]:
+    """The query parameters among `keys` that are set, with overrides (None removes)."""
+    out = {k: params.get(k) for k in keys if params.get(k)}
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def _project(request):
+    """The project of this request; Http404 for a project the user may not see. None when the
+    user has no project at all (the page then explains how to get one). A request with a read
+    key (the chart JSON, for agentops.client) sees the key's project only."""
+    name = request.GET.get("project")
+    key = getattr(request, "read_key", None)
+    if key is not None:
+        if name and name != key.project.name:
+            raise Http404("no such project")
+        return key.project
+    project = project_for_user(request.user, name)
+    if project is None and name:
+        raise Http404("no such project")
+    return project
+
+
+def _scope(request) -> tuple[object, TaskFilters | None, str]:
+    project = _project(request)
+    try:
+        return project, parse_task_filters(request.GET), ""
+    except FilterError as exc:
+        return project, None, str(exc)
+
+
+def _page(request, template: str, project, error: str = "", **context):
+    context.update({
+        "project": project, "error": error,
+        "global_query": urlencode(keep(request.GET, GLOBAL_PARAMS)),
+        "has_data": project is not None and reads.project_has_data(project=project),
+        "ingest_endpoint": request.build_absolute_uri("/"),
+    })
+    return render(request, template, context, status=400 if error else 200)
+
+
+def _behind(project) -> str:
+    """"findings are N minutes behind" when analysis lags ingest (analysis/dashboard/status.py), else ""."""
+    return status.behind_text(status.analysis_lag(project=project)["lag_seconds"]) if project else ""
+
+
+def _json_scope(request):
+    project = _project(request)
+    if project is None:
+        raise Http404("no project")
+    try:
+        return project, parse_task_filters(request.GET)
+    except FilterError as exc:
+        raise _BadRequest(str(exc)) from None
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _json_view(func):
+    """login (or a key with the read scope: agentops.client's figures) + gzip + bad filters →
+    400 {"error": ...} for the chart JSON endpoints."""
+    @gzip_page
+    def wrapper(request, *args, **kwargs):
+        if bearer_token(request) is not None:
+            key = key_authenticate(plaintext=bearer_token(request))
+            if key is None:
+                return JsonResponse({"error": "unknown or revoked key"}, status=401)
+            if IngestKey.SCOPE_READ not in key.scopes:
+                return JsonResponse({"error": "this key has no 'read' scope"}, status=403)
+            request.read_key = key
+        elif not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        try:
+            return JsonResponse(func(request, *args, **kwargs))
+        except _BadRequest as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def _task_or_404(project, task_id: str):
+    task = selectors.task_get(project=project, task_id=task_id) if project else None
+    if task is None:
+        raise Http404("no such task")
+    return task
+
+
+# --- overview --------------------------------------------------------------------------------
+
+
+@login_required
+def overview(request):
+    project, filters, error = _scope(request)
+    totals = None
+    if project and filters:
+        totals = reads.overview_totals(project=project, filters=filters)
+    return _page(request, "analysis/overview.html", project, error, totals=totals,
+                 behind=_behind(project),
+                 sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
+                 tasks_query=urlencode(keep(request.GET)),
+                 config={"charts": reverse("overview-charts") + "?" + urlencode(keep(request.GET)),
+                         "cost": reverse("overview-cost") + "?" + urlencode(keep(request.GET)),
+                         "turn_time": reverse("turn-time") + "?" + urlencode(keep(request.GET)),
+                         "tasks": reverse("tasks"), "params": keep(request.GET)})
+
+
+@_json_view
+def overview_cost(request):
+    """Token cost of the filtered tasks, in total and per release, as display text. Fetched by the
+    page after it renders: it sums every LLM step in range (seconds at millions of steps)."""
+    project, filters = _json_scope(request)
+    rows = sorted(costs.cost_by_release(project=project, filters=filters).items())
+    total = costs.combined(row["cost"] for _, row in rows)
+    tasks = sum(row["tasks"] for _, row in rows)
+    return {
+        "total": total.text, "title": total.missing_text,
+        "per_task": costs.format_usd(total.per(tasks)) if total.usd is not None else "",
+        "releases": [{"release": release or "–", "tasks": row["tasks"], "cost": row["cost"].text,
+                      "title": row["cost"].missing_text,
+                      "per_task": costs.format_usd(row["per_task"]) if row["cost"].llm_steps else "–",
+                      "per_llm_step": costs.format_usd(row["per_llm_step"]) if row["cost"].llm_steps else "–"}
+                     for release, row in rows] if total.llm_steps else [],
+    }
+
+
+@_json_view
+def overview_charts(request):
+    project, filters = _json_scope(request)
+    series = reads.overview_series(project=project, filters=filters)
+    return {
+        "volume": charts.volume_figure(series),
+        "errors": charts.error_rate_figure(series),
+        "percentiles": charts.percentile_figure(series),
+        "findings": charts.top_findings_figure(reads.top_findings(project=project, filters=filters)),
+        "budget": charts.budget_figure(reads.budget_by_release(project=project, filters=filters),
+                                       title="Latency budget: mean ms per task, by release"),
+    }
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@login_required
+def task_list(request):
+    project, filters, error = _scope(request)
+    sort = request.GET.get("sort", "-started_at")
+    if sort not in SORTS:
+        error = error or f"sort: must be one of {', '.join(sorted(SORTS))}"
+    tasks, next_cursor = [], None
+    if project and not error:
+        try:
+            tasks, next_cursor = selectors.task_list(project=project, filters=filters, limit=PAGE_SIZE,
+                                                     cursor=request.GET.get("cursor", ""), sort=sort)
+            found = costs.task_costs(tasks=tasks)
+            for t in tasks:
+                t.cost = found[t.pk]
+                t.running = task_is_running(t)
+        except FilterError as exc:
+            error = str(exc)
+    params = keep(request.GET, TASK_PARAMS + ("sort",))
+    return _page(
+        request, "analysis/tasks.html", project, error, tasks=tasks, sort=sort,
+        next_query=urlencode({**params, "cursor": next_cursor}) if next_cursor else "",
+        first_query=urlencode(params) if request.GET.get("cursor") else "",
+        sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
+        sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
+        export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
+        values=params, statuses=["ok", "error", "timeout"], finding_kinds=reads.finding_kinds(),
+        devices=reads.project_devices(project=project) if project else [],
+    )
+
+
+@login_required
+def task_detail(request, task_id: str):
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    analysis = selectors.task_analysis(task=task)
+    findings = selectors.task_findings(task=task)
+    base = reverse("task-detail", args=[task.task_id])
+    session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
+                                   if task.session_id else (0, None))
+    running = task_is_running(task)
+    typical = None if running else explain.diff_payload(project=project, task=task, against="typical", rows=False)
+    return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
+                 running=running, typical=typical, behind=_behind(project),
+                 cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
+                 findings=findings, possible_findings=any(not f.is_counted for f in findings),
+                 whatif=reads.whatif_rows(analysis.whatif if analysis else {}),
+                 budget=sorted((analysis.budget or {}).items()) if analysis else [],
+                 config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
+                         "step": base + "/steps/", "project": project.name,
+                         "mode": request.GET.get("mode", ""), "steps": task.step_count, "running": running,
+                         "live": base + "/live.json?" + urlencode(keep(request.GET, ("project",))),
+                         "search": base + "/search.json?" + urlencode(keep(request.GET, ("project",)))})
+
+
+@_json_view
+def task_waterfall(request, task_id: str):
+    """The waterfall figure; `mode` (all|top) and `toggle` (comma-separated step ids) say
+    which subtrees are open."""
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    mode = request.GET.get("mode") or None
+    if mode not in (None, "all", "top"):
+        raise _BadRequest("mode: must be all or top")
+    toggled = [t for t in request.GET.get("toggle", "").split(",") if t][:500]
+    rows = reads.task_waterfall_rows(task=task)
+    mode = mode or charts.default_mode(len(rows))
+    if request.GET.get("reveal"):
+        toggled = charts.reveal(rows, mode=mode, toggled=toggled, step_id=request.GET["reveal"])
+    analysis = selectors.task_analysis(task=task)
+    findings = selectors.task_findings(task=task)
+    samples = reads.task_lane_samples(task=task, devices={r.device for r in rows})
+    counted, possible = reads.task_findings_by_step(findings)
+    figure = charts.waterfall_figure(
+        rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
+        findings=counted, possible=possible, samples=samples)
+    has_children = {r.parent_step_id for r in rows if r.parent_step_id}
+    budget = [("this task", analysis.budget)] if analysis and analysis.budget else []
+    return {"waterfall": figure, "budget": charts.budget_figure(budget, title=""),
+            "parents": sorted(has_children)}
+
+
+@_json_view
+def step_detail(request, task_id: str, step_id: str):
+    """All stored fields of one step (rendered as text by the page)."""
+    project = _project(request)
+    task = _task_or_404(project, task_id)
+    step = reads.step_detail(task=task, step_id=step_id)
+    if step is None:
+        raise Http404("no such step")
+    fields = ["step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
+              "status", "error", "depends_on", "model", "provider", "device", "input_tokens",
+              "output_tokens", "cached_tokens", "ttft_ms", "streamed", "tool_name", "tool_args",
+              "tool_result", "tool_call_id", "tool_call_ids", "attributes", "events"]
+    return {f: (getattr(step, f).isoformat() if f.endswith("_at") else getattr(step, f)) for f in fields}
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+@login_required
+def latency(request):
+    project, filters, error = _scope(request)
+    group_by = request.GET.get("group_by", "kind")
+    if group_by not in LATENCY_GROUPS:
+        error = error or f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"
+    task_rows, group_rows = [], []
+    if project and not error:
+        task_rows = reads.duration_percentiles(project=project, filters=filters)
+        if group_by == "session":  # time per user turn, per session
+            group_rows = sessions.session_percentiles(project=project, filters=filters)
+        elif group_by != "task":
+            group_rows = reads.duration_percentiles(project=project, filters=filters, group_by=group_by)
+    params = keep(request.GET)
+    chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
+    for r in group_rows:
+        r["query"] = urlencode({**params, "group_by": group_by, "group": r["group"]})
+        # Tasks filter by device and session; other step groups have no task filter to drill into.
+        r["tasks_query"] = (urlencode({**params, "device": r["group"]}) if group_by == "device" else
+                            urlencode({**params, "session_id": r["group"]}) if group_by == "session" else "")
+    return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
+                 group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
+                 group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),
+                 tail_queries={k: urlencode({**params, "min_duration_ms": task_rows[0][k], "sort": "-duration_ms"})
+                               for k in ("p50", "p90", "p95", "p99", "max") if task_rows and task_rows[0][k] is not None},
+                 all_groups_query=urlencode({**params, "group_by": group_by}),
+                 config={"charts": reverse("latency-charts") + "?" + urlencode(chart_params),
+                         "tasks": reverse("tasks"), "params": params})
+
+
+@_json_view
+def latency_charts(request):
+    project, filters = _json_scope(request)
+    group_by = request.GET.get("group_by", "kind")
+    if group_by not in LATENCY_GROUPS:
+        raise _BadRequest(f"group_by: must be one of {', '.join(LATENCY_GROUPS)}")
+    group = request.GET.get("group", "")
+    out = {
+        "task_histogram": charts.histogram_figure(
+            reads.duration_histogram(project=project, filters=filters), title="Task duration"),
+        "task_ecdf": charts.ecdf_figure(reads.duration_quantiles(project=project, filters=filters),
+                                        title="Task duration ECDF"),
+    }
+    if group_by == "session":
+        top = [r["group"] for r in sessions.session_percentiles(project=project, filters=filters, limit=8)]
+        label = f"Time per user turn: session {group}" if group else "Time per user turn (all sessions)"
+        out["group_histogram"] = charts.histogram_figure(
+            sessions.session_histogram(project=project, filters=filters, session_id=group), title=label,
+            clickable=False)
+        out["group_ecdf"] = charts.ecdf_figure(
+            sessions.session_quantiles(project=project, filters=filters, session_ids=[group] if group else top),
+            title="Time per user turn ECDF by session")
+    elif group_by != "task":
+        top = [r["group"] for r in reads.duration_percentiles(project=project, filters=filters,
+                                                                  group_by=group_by, limit=8)]
+        label = f"Step duration: {group_by} = {group}" if group else f"Step duration (all {group_by}s)"
+        out["group_histogram"] = charts.histogram_figure(
+            reads.duration_histogram(project=project, filters=filters, group_by=group_by, group=group),
+            title=label, clickable=False)
+        out["group_ecdf"] = charts.ecdf_figure(
+            reads.duration_quantiles(project=project, filters=filters, group_by=group_by,
+                                         groups=[group] if group else top),
+            title=f"Step duration ECDF by {group_by}")
+    return out
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+@login_required
+def devices(request):
+    project, filters, error = _scope(request)
+    rows, findings = [], []
+    vendor, device = request.GET.get("vendor", ""), request.GET.get("device", "")
+    if project and not error:
+        rows = reads.device_table(project=project, filters=filters, vendor=vendor, device=device)
+        findings = reads.hardware_findings(project=project, filters=filters)
+    params = keep(request.GET, TASK_PARAMS + ("vendor",))
+    for r in rows:
+        r["tasks_query"] = urlencode({**keep(request.GET), "device": r["device"]})
+    all_devices = reads.project_devices(project=project) if project else []
+    return _page(request, "analysis/devices.html", project, error, rows=rows, findings=findings,
+                 vendor=vendor, device=device, hidden=keep(request.GET, GLOBAL_PARAMS),
+                 vendors=sorted({d.vendor for d in all_devices if d.vendor}),
+                 all_devices=all_devices, global_params=keep(request.GET, GLOBAL_PARAMS),
+                 config={"charts": reverse("devices-charts") + "?" + urlencode(params)})
+
+
+@_json_view
+def devices_charts(request):
+    project, filters = _json_scope(request)
+    rows = reads.device_table(project=project, filters=filters, vendor=request.GET.get("vendor", ""),
+                                  device=request.GET.get("device", ""))
+    names = [r["device"] for r in rows][:12]
+    return {
+        "ttft": charts.ecdf_figure(reads.device_quantiles(project=project, filters=filters, metric="ttft",
+                                                              devices=names), title="TTFT by device"),
+        "tpot": charts.ecdf_figure(reads.device_quantiles(project=project, filters=filters, metric="tpot",
+                                                              devices=names), title="TPOT (ms per output token) by device"),
+        "telemetry": charts.device_timeseries_figure(
+            reads.device_series(project=project, filters=filters, devices=names), title="Device telemetry"),
+    }
+
+
+# --- exports ---------------------------------------------------------------------------------
+
+
+def csv_cell(value) -> object:
+    """A cell a spreadsheet will not run: text starting with = + - @ (or tab/CR) gets a '."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(CSV_DANGEROUS):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def _csv_response(filename: str, header: list[str], rows) -> StreamingHttpResponse:
+    writer = csv.writer(_Echo())
+
+    def lines():
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow([csv_cell(v) for v in row])
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _export_scope(request):
+    project = _project(request)
+    if project is None:
+        raise Http404("no project")
+    try:
+        return project, parse_task_filters(request.GET), ""
+    except FilterError as exc:
+        return project, None, str(exc)
+
+
+@login_required
+def tasks_csv(request):
+    project, filters, error = _export_scope(request)
+    sort = request.GET.get("sort", "-started_at")
+    if sort not in SORTS:
+        error = error or f"sort: must be one of {', '.join(sorted(SORTS))}"
+    if error:
+        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+
+    def rows():
+        for t in reads.tasks_for_export(project=project, filters=filters, sort=sort):
+            analysis = getattr(t, "analysis", None) if hasattr(t, "analysis") else None
+            yield [t.task_id, t.name, t.release, t.environment, t.started_at.isoformat() if t.started_at else "",
+                   t.duration_ms, t.status, t.step_count, t.input_tokens, t.output_tokens,
+                   analysis.top_finding if analysis else "", analysis.wasted_ms if analysis else ""]
+
+    return _csv_response(f"{project.name}-tasks.csv",
+                         ["task_id", "name", "release", "environment", "started_at", "duration_ms", "status",
+                          "steps", "input_tokens", "output_tokens", "top_finding", "wasted_ms"], rows())
+
+
+@login_required
+def findings_csv(request):
+    project, filters, error = _export_scope(request)
+    if error:
+        return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
+
+    def rows():
+        for f in reads.findings_for_export(project=project, filters=filters):
+            yield [f.task.task_id, f.task.name, f.release, f.task_started_at.isoformat() if f.task_started_at else "",
+                   f.kind, f.severity, f.confidence, f.confidence_reason, f.wasted_ms, " ".join(f.step_ids),
+                   f.summary]
+
+    return _csv_response(f"{project.name}-findings.csv",
+                         ["task_id", "task_name", "release", "task_started_at", "kind", "severity", "confidence",
+                          "confidence_reason", "wasted_ms", "step_ids", "summary"], rows())

@@ -1,0 +1,317 @@
+"""The detector interface: plain data in (`TaskContext`), frozen `Finding`s out, and a registry.
+
+A detector is a pure function of one task's steps, the project's baselines and the device
+telemetry around the task; it never touches the database, so it is tested with hand-built
+tasks and runs the same in Celery, in `manage.py analyze` and in tests. Adding a kind means
+adding one module that calls `register`.
+
+Times are float milliseconds since the Unix epoch: interval arithmetic stays exact enough
+(µs) and cheap for 50,000-step tasks.
+
+Shared statistics, used the same way by every detector so thresholds mean one thing:
+- modified z-score (Iglewicz & Hoaglin, 1993): z = 0.6745·(x − median) / MAD. The constant
+  makes MAD comparable to a standard deviation under normality; |z| > 3.5 is their
+  recommended outlier cut-off (`Z_OUTLIER`, used for device telemetry and prompt sizes);
+  slowness, which screens every step, uses z > 4 (`Z_SLOW`, see below).
+- Durations, TTFT, time per token and prompt sizes are compared on a log scale (`log_z`):
+  latencies are right-skewed (roughly log-normal), so a symmetric z on raw milliseconds
+  flags the natural long tail of every busy tool. On the log scale z > 4 means "more than
+  4 typical spreads *slower by a factor*", and the false-alarm rate per step stays near the
+  one-sided normal tail (3e-5).
+- MAD is floored (`mad_floor`, `LOG_MAD_FLOOR`): a perfectly steady metric has MAD 0, and then
+  any wobble would be an "outlier". The floor is the larger of a measurement resolution and
+  5 % of the median, i.e. we never call a 5 % deviation anomalous.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+Z_OUTLIER = 3.5
+# Slowness screens *every* step (and two components of each LLM step), thousands a day:
+# Iglewicz & Hoaglin's 3.5 is for flagging points in one sample, and at that rate would
+# raise a false slow_step every few thousand steps. z > 4 (one-sided normal tail ≈ 3e-5)
+# keeps it under one per ten thousand steps screened, even with the heavier-than-log-normal
+# tails real latencies have.
+Z_SLOW = 4.0
+MAD_TO_SIGMA = 0.6745
+# Fewer samples than this and median/MAD are too unstable to call anything an outlier: a
+# cold start (new tool, new model) produces no slow_step findings until it has history.
+MIN_BASELINE_COUNT = 20
+
+
+def mad_floor(mad: float | None, median: float | None, resolution: float) -> float:
+    return max(mad or 0.0, abs(median or 0.0) * 0.05, resolution)
+
+
+def robust_z(value: float, median: float, mad: float, *, resolution: float = 1.0) -> float:
+    return MAD_TO_SIGMA * (value - median) / mad_floor(mad, median, resolution)
+
+
+LOG_MAD_FLOOR = math.log(1.05)
+
+
+def log_z(value: float, median: float, log_mad: float | None) -> float:
+    """Modified z of ln(value) against ln(median) and the MAD of the logs."""
+    return MAD_TO_SIGMA * (math.log(max(value, 1e-3)) - math.log(max(median, 1e-3))) / max(
+        log_mad or 0.0, LOG_MAD_FLOOR)
+
+
+@dataclass(frozen=True, slots=True)
+class StepData:
+    """One step as the detectors see it (times in epoch ms)."""
+
+    step_id: str
+    kind: str
+    name: str
+    start_ms: float
+    end_ms: float
+    parent_step_id: str = ""
+    status: str = "ok"
+    depends_on: tuple[str, ...] = ()
+    model: str = ""
+    device: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    ttft_ms: float | None = None
+    tool_name: str = ""
+    tool_args: object = None
+    tool_result: str = ""
+    tool_call_id: str = ""
+    tool_call_ids: tuple[str, ...] = ()
+
+    @property
+    def duration_ms(self) -> float:
+        return max(0.0, self.end_ms - self.start_ms)
+
+    @property
+    def key(self) -> str:
+        """The baseline key: model for LLM steps, tool name for tools, else the name."""
+        if self.kind == "llm":
+            return self.model or self.name
+        if self.kind == "tool":
+            return self.tool_name or self.name
+        return self.name
+
+    @property
+    def label(self) -> str:
+        return self.tool_name or self.name or self.model or self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineStats:
+    count: int
+    median_ms: float
+    mad_ms: float
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    # LLM only: TTFT, time per output token and input-token statistics.
+    ttft_median: float | None = None
+    ttft_mad: float | None = None
+    tpot_median: float | None = None
+    tpot_mad: float | None = None
+    input_median: float | None = None
+    input_mad: float | None = None
+    # MADs of the logs (see log_z); absent in hand-built stats, then MAD/median (delta method).
+    log_mad: float | None = None
+    ttft_log_mad: float | None = None
+    tpot_log_mad: float | None = None
+    input_log_mad: float | None = None
+    # LLM steps without TTFT: duration ≈ line_a + line_b × output tokens (a resistant line).
+    line_a: float | None = None
+    line_b: float | None = None
+    line_log_mad: float | None = None
+
+    def spread(self, name: str) -> float:
+        """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""
+        value = getattr(self, "log_mad" if name == "duration" else f"{name}_log_mad")
+        if value is not None:
+            return value
+        median, mad = ((self.median_ms, self.mad_ms) if name == "duration"
+                       else (getattr(self, f"{name}_median"), getattr(self, f"{name}_mad")))
+        return (mad or 0.0) / median if median else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNormal:
+    median: float
+    mad: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNormal:
+    """A device's own normal telemetry (median/MAD per metric) and its sampling interval."""
+
+    metrics: dict[str, MetricNormal]
+    interval_ms: float = 1000.0
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ts_ms: float
+    metrics: dict[str, float]
+
+
+@dataclass
+class TaskContext:
+    task_id: str
+    start_ms: float
+    end_ms: float
+    steps: list[StepData]
+    # (kind, key, device) → stats; device "" is the all-devices baseline.
+    baselines: dict[tuple[str, str, str], BaselineStats] = field(default_factory=dict)
+    device_normals: dict[str, DeviceNormal] = field(default_factory=dict)
+    samples: dict[str, list[Sample]] = field(default_factory=dict)  # per device, by time
+    # Filled by the engine before detectors run: step_id → hardware verdict dict.
+    verdicts: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def duration_ms(self) -> float:
+        return max(0.0, self.end_ms - self.start_ms)
+
+    def baseline(self, step: StepData) -> BaselineStats | None:
+        """The most specific baseline with enough history: per device, then per key."""
+        for device in ((step.device, "") if step.device else ("",)):
+            stats = self.baselines.get((step.kind, step.key, device))
+            if stats is not None and stats.count >= MIN_BASELINE_COUNT:
+                return stats
+        return None
+
+
+# A finding's confidence (docs/analysis.md, "Confidence"); a low one is shown but counted nowhere.
+CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = "high", "medium", "low"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    step_ids: tuple[str, ...]
+    wasted_ms: float
+    summary: str
+    evidence: dict
+    # The parts of the task's timeline (epoch ms) this waste occupies; the task's total
+    # wasted time is the measure of the union of all findings' intervals (no double count).
+    intervals: tuple[tuple[float, float], ...] = ()
+    severity: str = ""
+    # high | medium | low, and the one line it rests on. Low-confidence findings are shown but
+    # count in no wasted-time total (docs/analysis.md, "Confidence").
+    confidence: str = CONFIDENCE_HIGH
+    confidence_reason: str = ""
+
+    @property
+    def counts(self) -> bool:
+        """Whether it counts in wasted-time totals, top findings and alerts (not a low one)."""
+        return self.confidence != CONFIDENCE_LOW
+
+    def with_severity(self, task_duration_ms: float) -> Finding:
+        from dataclasses import replace
+
+        return replace(self, severity=severity_for(self.wasted_ms, task_duration_ms))
+
+
+def severity_for(wasted_ms: float, task_duration_ms: float) -> str:
+    """high: a fifth of the task or more than 2 s; medium: 5 % or 500 ms; else low. A user
+    notices ~0.5 s; 2 s is where an interactive agent feels broken."""
+    share = wasted_ms / task_duration_ms if task_duration_ms > 0 else 0.0
+    if share >= 0.2 or wasted_ms >= 2000:
+        return "high"
+    if share >= 0.05 or wasted_ms >= 500:
+        return "medium"
+    return "low"
+
+
+Detector = Callable[[TaskContext], Iterable[Finding]]
+REGISTRY: dict[str, Detector] = {}
+
+
+def register(kind: str) -> Callable[[Detector], Detector]:
+    def decorate(fn: Detector) -> Detector:
+        REGISTRY[kind] = fn
+        return fn
+    return decorate
+
+
+# The detector modules, in the order they run. Adding a kind: add a module and its name here.
+MODULES = ("slow_step", "hardware_queueing", "hardware_throttling", "repeated_tool_call",
+           "serial_gap", "parallelizable_calls", "context_growth")
+
+
+def all_detectors() -> dict[str, Detector]:
+    for module in MODULES:
+        importlib.import_module(f"analysis.engine.detectors.{module}")
+    return dict(REGISTRY)
+
+
+# --- confidence ----------------------------------------------------------------------------
+
+# A baseline of 20 runs (MIN_BASELINE_COUNT) is enough to call an outlier at all; its median and
+# MAD are still loose (the MAD's relative standard error is ~1/sqrt(n): ±22 % at 20, ±14 % at
+# 50), so a finding judged against fewer than 50 runs is medium, not high.
+CONFIDENT_BASELINE_COUNT = 50
+
+
+def baseline_confidence(count: int, *, what: str = "runs") -> tuple[str, str]:
+    """The confidence a comparison against `count` past observations supports, and why."""
+    if count >= CONFIDENT_BASELINE_COUNT:
+        return "high", f"Judged against a baseline of {count:,} {what}."
+    return "medium", (f"Judged against only {count:,} {what} (fewer than {CONFIDENT_BASELINE_COUNT}): "
+                      "the usual time is still uncertain.")
+
+
+# --- small helpers shared by detectors -----------------------------------------------------
+
+
+def fmt_ms(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def canonical_args(args: object) -> str:
+    """Arguments as canonical JSON: key order, JSON formatting and runs of whitespace inside
+    strings do not matter; a JSON string holding an object is parsed first."""
+    if isinstance(args, str):
+        text = args.strip()
+        if text[:1] in ("{", "["):
+            try:
+                args = json.loads(text)
+            except ValueError:
+                pass
+    return json.dumps(_normalise(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _normalise(value: object) -> object:
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, dict):
+        return {str(k).strip(): _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by intervals (overlaps counted once)."""
+    total = 0.0
+    cur_start = cur_end = None
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if cur_end is None or a > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def children_of(steps: Iterable[StepData]) -> set[str]:
+    """Ids of steps that have at least one child."""
+    ids = {s.step_id for s in steps}
+    return {s.parent_step_id for s in steps if s.parent_step_id in ids and s.parent_step_id != s.step_id}

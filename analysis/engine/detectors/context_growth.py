@@ -1,0 +1,103 @@
+"""context_growth: input tokens and TTFT climbing turn after turn in one task.
+
+Every agent loop appends a little to its context; this finding is for a prompt that keeps
+growing by large amounts (raw tool output appended verbatim, no summarising) and makes
+prefill slower turn after turn. Over the task's LLM turns (in start order, at least 4 with
+token counts and TTFT):
+- the prompt climbs consistently: Kendall's τ between turn number and input tokens ≥ 0.7
+  (rank-based: one odd turn neither makes nor breaks a trend) and the last prompt is ≥ 3×
+  the first — far beyond the few hundred tokens per turn a conversation normally adds;
+- TTFT climbs with it — "first turns fast, later ones slow": the median TTFT of the later
+  half of the turns is ≥ 1.25× the fastest of the first two turns (beyond the ±10 % TTFT
+  jitter of a steady device; medians and minimum so that one queued turn neither hides nor
+  fakes the climb), and the TTFT trend is upward overall (τ > 0). Fast-prefill hardware
+  shows a smaller rise for the same growth; the growth is still there, its cost is what it
+  is;
+- wasted = Σ over turns of TTFT above that first-turns reference.
+For calls without TTFT (not streamed), the time the output does not explain stands in for it:
+duration − the baseline's per-output-token cost × output tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections import Counter
+from statistics import median
+
+from scipy.stats import kendalltau
+
+from analysis.engine.detectors.base import Finding, StepData, TaskContext, fmt_ms, register
+
+MIN_TURNS = 4
+# Kendall's tau over 4 points reaches significance only at its extreme; from 6 turns a rising
+# trend is unlikely to be chance (p < 0.01 for tau = 1).
+CONFIDENT_TURNS = 6
+MIN_TOKEN_TAU = 0.7
+MIN_TTFT_TAU = 0.0
+MIN_TOKEN_RATIO = 3.0
+MIN_TTFT_RATIO = 1.25
+MIN_WASTED_MS = 10.0
+
+
+def kendall_tau(values: list[float]) -> float:
+    """Kendall's τ-b between position and value: scipy's kendalltau, bit for bit. Up to a few
+    thousand turns it is counted here (positions never tie, so τ-b = (pairs − value ties −
+    2 × discordant) / √pairs / √(pairs − value ties), scipy's own expression); scipy's call costs
+    ~1 ms of argument checking, which was a third of a whole task's analysis."""
+    n = len(values)
+    if n < 2 or len(set(values)) < 2:
+        return 0.0
+    if n > 5000:
+        return float(kendalltau(range(n), values).statistic)
+    seen: list[float] = []
+    discordant = 0
+    for value in reversed(values):  # later values smaller than this one
+        discordant += bisect_left(seen, value)
+        insort(seen, value)
+    pairs = n * (n - 1) // 2
+    ties = sum(c * (c - 1) // 2 for c in Counter(values).values())
+    tau = (pairs - ties - 2 * discordant) / math.sqrt(pairs) / math.sqrt(pairs - ties)
+    return min(1.0, max(-1.0, tau))
+
+
+def first_token_ms(ctx: TaskContext, step: StepData) -> float | None:
+    """TTFT, or for a non-streamed call the time its output does not explain: duration minus
+    the baseline's per-token cost × output tokens (its prefill plus fixed overhead)."""
+    if step.ttft_ms is not None:
+        return step.ttft_ms
+    stats = ctx.baseline(step)
+    if stats is None or stats.line_b is None or step.output_tokens is None:
+        return None
+    return max(step.duration_ms - stats.line_b * max(step.output_tokens - 1, 0), 0.0)
+
+
+@register("context_growth")
+def detect(ctx: TaskContext):
+    timed = [(s, first_token_ms(ctx, s)) for s in ctx.steps if s.kind == "llm" and s.input_tokens]
+    timed = sorted(((s, t) for s, t in timed if t is not None), key=lambda x: (x[0].start_ms, x[0].step_id))
+    if len(timed) < MIN_TURNS:
+        return
+    turns = [s for s, _ in timed]
+    tokens = [float(s.input_tokens) for s in turns]
+    ttfts = [float(t) for _, t in timed]
+    token_tau, ttft_tau = kendall_tau(tokens), kendall_tau(ttfts)
+    reference = min(ttfts[:2])
+    later = median(ttfts[len(ttfts) // 2:])
+    if (token_tau < MIN_TOKEN_TAU or ttft_tau <= MIN_TTFT_TAU or tokens[-1] < MIN_TOKEN_RATIO * tokens[0]
+            or reference <= 0 or later < MIN_TTFT_RATIO * reference):
+        return
+    excess = [(s, t - reference) for s, t in zip(turns, ttfts, strict=True) if t > reference]
+    wasted = sum(e for _, e in excess)
+    if wasted < MIN_WASTED_MS:
+        return
+    summary = (f"Prompt grew from {int(tokens[0]):,} to {int(tokens[-1]):,} tokens over {len(turns)} LLM turns "
+               f"and TTFT from {fmt_ms(reference)} to {fmt_ms(ttfts[-1])}; {fmt_ms(wasted)} spent on the growth.")
+    evidence = {"turns": len(turns), "input_tokens": [int(t) for t in tokens], "ttft_ms": [round(t, 1) for t in ttfts],
+                "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1)}
+    confidence, reason = (("high", f"Prompt size and TTFT both rose steadily over {len(turns)} turns.")
+                          if len(timed) >= CONFIDENT_TURNS else
+                          ("medium", f"A trend over only {len(timed)} timed turns: it may be chance."))
+    yield Finding("context_growth", tuple(s.step_id for s in turns), wasted, summary, evidence,
+                  tuple((s.start_ms + reference, s.start_ms + reference + e) for s, e in excess),
+                  confidence=confidence, confidence_reason=reason)

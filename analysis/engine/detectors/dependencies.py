@@ -1,0 +1,195 @@
+"""Which tool calls of a turn depended on which, inferred from the evidence real traces carry.
+
+Real agents never say which call consumed which output; what they do record, strongest first:
+1. the ids of the calls one model response requested (`StepData.tool_call_ids` on the LLM step,
+   `tool_call_id` on each tool step): calls requested together were written before any of them
+   ran, so none can consume another's output — independent by construction;
+2. data flow: a call whose arguments carry a distinctive value (an id, a path, a long token) that
+   first appeared in an earlier call's result consumed that result — dependent;
+3. `depends_on`, when the sender states dependencies at all (then an unlisted pair is independent);
+4. a follow-up: where calls carry ids, a call no model response requested was started by the
+   agent's own code; if its arguments carry a distinctive value of an earlier call of the turn
+   (lint the file just patched), it followed that call on purpose — dependent. Where nothing
+   tells a follow-up from a requested call, such a shared value leaves the pair unknown;
+5. the earlier call's result was recorded and nothing of it reached the later call's arguments:
+   probably independent, but a value may have flowed in a form we cannot see — medium;
+6. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
+Trivial values (booleans, small numbers, short or plain words) are never evidence: `true`, `1`
+or "en" in two calls says nothing about either. See docs/analysis.md, "Dependencies".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from analysis.engine.detectors.base import StepData
+
+INDEPENDENT_IDS = "requested together in one model response"
+DEPENDENT_DATA = "arguments carry a value from the earlier call's result"
+DECLARED = "declared by the sender (depends_on)"
+DEPENDENT_FOLLOW_UP = "started by agent code on a value of the earlier call"
+INDEPENDENT_NO_FLOW = "results recorded, none reaches the other's arguments"
+UNKNOWN_SHARED = "share a value, and nothing shows whether one waited for the other"
+UNKNOWN = "no call ids, results or declared dependencies"
+
+# Confidence each kind of evidence supports (docs/analysis.md, "Confidence").
+STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
+            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low"}
+
+# A token worth treating as data flow: at least 6 characters with a digit (ord_8f3k2q, 48213x),
+# at least 8 with a separator (src/app.py, a-b-c-d), or 16 of anything. Shorter or plainer
+# tokens ("Paris", "true", "en", "42") recur between unrelated calls by coincidence.
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./:@]*[A-Za-z0-9]")
+_SEPARATORS = frozenset("_-./:@")
+MIN_NUMBER = 10_000
+CALL_KINDS = ("tool", "retrieval")
+
+
+def _distinctive(token: str) -> bool:
+    if len(token) >= 16:
+        return True
+    if token.replace(".", "").isdigit():
+        # A number (or a version, 10.2.3), in text as in JSON: distinctive only as a whole
+        # number of at least MIN_NUMBER.
+        return int(token.split(".", 1)[0] or 0) >= MIN_NUMBER
+    if len(token) >= 6 and any(ch.isdigit() for ch in token):
+        return True
+    return len(token) >= 8 and any(ch in _SEPARATORS for ch in token)
+
+
+def _strings(value: object, out: list[str], depth: int = 0) -> None:
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        if isinstance(value, int) or value.is_integer():
+            if abs(value) >= MIN_NUMBER:
+                out.append(str(int(value)))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _strings(v, out, depth + 1)
+
+
+def distinctive_values(value: object) -> set[str]:
+    """The distinctive tokens of a value (arguments object or result text)."""
+    texts: list[str] = []
+    _strings(value, texts)
+    tokens = set()
+    for text in texts:
+        for token in _TOKEN.findall(text):
+            if _distinctive(token):
+                tokens.add(token)
+            # "ord_8f3k2q:12" or "user@host" still carry their parts.
+            for part in re.split(r"[:@/]", token) if ("/" in token or ":" in token or "@" in token) else ():
+                if _distinctive(part):
+                    tokens.add(part)
+    return tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """What is known of one (earlier, later) pair of calls."""
+
+    earlier: str
+    later: str
+    dependent: bool | None  # None: unknown
+    basis: str
+
+    @property
+    def strength(self) -> str:
+        return STRENGTH[self.basis]
+
+
+# How many earlier calls a result is checked against when asking "was this value new?": a
+# bound that keeps a 50,000-step task linear; values older than that are treated as new.
+LOOKBACK_CALLS = 200
+# Agents request a handful of calls per turn; a turn of hundreds (a batch job) is linked
+# pairwise only within this window, which keeps it linear.
+LINK_WINDOW = 32
+
+
+class Evidence:
+    """The dependency evidence of one task, computed on demand and memoised."""
+
+    def __init__(self, steps: list[StepData]) -> None:
+        self.requested_by: dict[str, StepData] = {}
+        for s in steps:
+            if s.kind == "llm":
+                for call_id in s.tool_call_ids:
+                    self.requested_by.setdefault(call_id, s)
+        # A sender that states dependencies anywhere in the task states them everywhere.
+        self.declares = any(s.depends_on for s in steps)
+        self.calls = sorted((s for s in steps if s.kind in CALL_KINDS), key=lambda s: (s.start_ms, s.step_id))
+        # Follow-ups can be told from requested calls only where both sides record call ids.
+        self.ids_both_sides = bool(self.requested_by) and any(c.tool_call_id for c in self.calls)
+        self._index = {s.step_id: i for i, s in enumerate(self.calls)}
+        self._args: dict[str, set[str]] = {}
+        self._results: dict[str, set[str]] = {}
+        self._outputs: dict[str, set[str]] = {}
+
+    def issuer(self, call: StepData) -> StepData | None:
+        """The LLM step whose response requested this call, if call ids say so."""
+        return self.requested_by.get(call.tool_call_id) if call.tool_call_id else None
+
+    def args(self, call: StepData) -> set[str]:
+        if call.step_id not in self._args:
+            self._args[call.step_id] = distinctive_values(call.tool_args)
+        return self._args[call.step_id]
+
+    def result(self, call: StepData) -> set[str]:
+        if call.step_id not in self._results:
+            self._results[call.step_id] = distinctive_values(call.tool_result) if call.tool_result else set()
+        return self._results[call.step_id]
+
+    def output(self, call: StepData) -> set[str]:
+        """The distinctive values this call's result brought into the task: not in its own
+        arguments, nor shown by any call before it ended (a value passed on is not produced)."""
+        if call.step_id in self._outputs:
+            return self._outputs[call.step_id]
+        new = self.result(call) - self.args(call)
+        i = self._index.get(call.step_id, 0)
+        for other in self.calls[max(0, i - LOOKBACK_CALLS):]:
+            if not new or other.start_ms >= call.end_ms:
+                break
+            if other.step_id == call.step_id:
+                continue
+            new = new - self.args(other)
+            if other.end_ms < call.end_ms:
+                new = new - self.result(other)
+        self._outputs[call.step_id] = new
+        return new
+
+    def follow_up(self, call: StepData) -> bool:
+        """Started by the agent's code, not requested by a model response."""
+        return self.ids_both_sides and call.tool_call_id not in self.requested_by
+
+    def link(self, earlier: StepData, later: StepData) -> Link:
+        a, b = earlier.step_id, later.step_id
+        if self.declares:
+            return Link(a, b, a in later.depends_on, DECLARED)
+        first = self.issuer(earlier)
+        if first is not None and first is self.issuer(later):
+            return Link(a, b, False, INDEPENDENT_IDS)
+        after = later.start_ms >= earlier.end_ms - 1e-6
+        if earlier.tool_result and after and self.output(earlier) & self.args(later):
+            return Link(a, b, True, DEPENDENT_DATA)
+        if (self.args(earlier) | self.result(earlier)) & self.args(later):
+            if after and self.follow_up(later):
+                return Link(a, b, True, DEPENDENT_FOLLOW_UP)
+            return Link(a, b, None, UNKNOWN_SHARED)
+        if earlier.tool_result:
+            return Link(a, b, False, INDEPENDENT_NO_FLOW)
+        return Link(a, b, None, UNKNOWN)
+
+    def links(self, group: list[StepData]) -> list[Link]:
+        """The (earlier, later) pairs of a group of calls in start order: every pair, except
+        that a call of a very long turn is linked only to the LINK_WINDOW calls before it."""
+        return [self.link(earlier, later) for j, later in enumerate(group)
+                for earlier in group[max(0, j - LINK_WINDOW):j]]

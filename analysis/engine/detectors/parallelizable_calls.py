@@ -1,0 +1,158 @@
+"""parallelizable_calls: independent tool calls run one after another.
+
+Candidates are the calls one model turn led to: the calls one LLM response requested (by their
+tool-call ids) and, where ids are missing, the calls that started after the same LLM step
+ended and before the next one (whatever their parents: framework wrapper spans such as graph
+nodes do not split a turn). Calls before any LLM answer (a RAG pipeline's retrieve-then-rerank,
+say) were not issued by a model and are left alone.
+
+Which calls of a turn depended on which is inferred from evidence (dependencies.py): requested
+together → independent; a result's value in a later call's arguments → dependent; depends_on
+when sent. The projected time of the group, run as parallel as its dependencies allow, is its
+longest dependency chain (earliest finish over the group's DAG). wasted = the time the group
+actually occupied (union of its intervals) − that projection: for fully independent serial
+calls, sum − max.
+
+The finding's confidence is that of its weakest assumption of independence: high when call ids
+or declared dependencies show it, medium when only the absence of data flow between recorded
+results does, low ("possible") when nothing was recorded either way; a low one is shown but
+counts in no total.
+
+The waste is measured, not estimated, so the only guards are against calls that were in fact
+concurrent: the group must have run essentially one after another (its busy time ≥ 90 % of the
+sum of its durations; dispatching concurrently with a little scheduling skew does not qualify),
+and the waste must be ≥ 10 ms (clock and scheduling jitter). Repeats of an identical call are
+left out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from analysis.engine.detectors.base import (
+    CONFIDENCE_HIGH,
+    CONFIDENCE_LOW,
+    CONFIDENCE_MEDIUM,
+    Finding,
+    StepData,
+    TaskContext,
+    canonical_args,
+    fmt_ms,
+    register,
+    union_length,
+)
+from analysis.engine.detectors.dependencies import (
+    DECLARED,
+    INDEPENDENT_IDS,
+    INDEPENDENT_NO_FLOW,
+    STRENGTH,
+    UNKNOWN,
+    UNKNOWN_SHARED,
+    Evidence,
+    Link,
+)
+
+MIN_WASTED_MS = 10.0
+MIN_SERIAL_SHARE = 0.9
+MAX_EVIDENCE_LINKS = 20
+_RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
+REASONS = {
+    INDEPENDENT_IDS: "The model requested these calls together in one response, so none consumed another's output.",
+    DECLARED: "The trace declares which calls depended on which (depends_on).",
+    INDEPENDENT_NO_FLOW: "Their results were recorded and no value from one reached another's arguments; "
+        "a dependency through a transformed value would not show.",
+    UNKNOWN: "Possible only: the trace records no tool-call ids, results or dependencies, "
+             "so nothing shows whether these calls needed each other's output.",
+    UNKNOWN_SHARED: "Possible only: these calls share a value (an id, a path) and the trace does not "
+                    "show whether the agent meant one to wait for the other.",
+}
+
+
+def turn_groups(steps: list[StepData], evidence: Evidence) -> list[list[StepData]]:
+    """The calls of each model turn, in start order (only turns of two calls or more)."""
+    llms = sorted((s for s in steps if s.kind == "llm"), key=lambda s: s.end_ms)
+    ends = [s.end_ms for s in llms]
+    turns: dict[str, list[StepData]] = defaultdict(list)
+    for call in evidence.calls:
+        issuer = evidence.issuer(call)
+        if issuer is None:
+            i = bisect.bisect_right(ends, call.start_ms + 1e-6)
+            if i == 0:
+                continue
+            issuer = llms[i - 1]
+        turns[issuer.step_id].append(call)
+    return [calls for calls in turns.values() if len(calls) >= 2]
+
+
+def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float:
+    """Duration of the group run as parallel as its dependencies allow: independent calls start
+    with the group, a dependent one after what it needs plus the hand-off it really took (the
+    agent's dispatch time between a call and its follow-up is not parallelism to win)."""
+    needs: dict[str, list[StepData]] = defaultdict(list)
+    by_id = {s.step_id: s for s in group}
+    for earlier, later in dependent:
+        needs[later].append(by_id[earlier])
+    finish: dict[str, float] = {}
+    for s in group:
+        ready = max((finish[e.step_id] + max(0.0, s.start_ms - e.end_ms) for e in needs[s.step_id]
+                     if e.step_id in finish), default=0.0)
+        finish[s.step_id] = ready + s.duration_ms
+    return max(finish.values(), default=0.0)
+
+
+def distinct_calls(group: list[StepData]) -> list[StepData]:
+    """The group without repeats of an identical call (those are repeated_tool_call's: the
+    fix is a cache, not parallelism)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for s in group:
+        key = (s.label, canonical_args(s.tool_args)) if s.tool_args is not None else (s.step_id, "")
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def _weakest(links: list[Link]) -> str:
+    """The basis of the weakest assumption of independence among the links."""
+    assumed = [link for link in links if not link.dependent]
+    return min((link.basis for link in assumed), key=lambda b: _RANK[STRENGTH[b]])
+
+
+@register("parallelizable_calls")
+def detect(ctx: TaskContext):
+    evidence = Evidence(ctx.steps)
+    for group in turn_groups(ctx.steps, evidence):
+        group = distinct_calls(group)
+        if len(group) < 2:
+            continue
+        links = evidence.links(group)
+        dependent = {(link.earlier, link.later) for link in links if link.dependent}
+        if len(dependent) == len(links):
+            continue
+        actual = union_length((s.start_ms, s.end_ms) for s in group)
+        projected = parallel_ms(group, dependent)
+        wasted = actual - projected
+        total = sum(s.duration_ms for s in group)
+        if wasted < MIN_WASTED_MS or actual < MIN_SERIAL_SHARE * total:
+            continue
+        basis = _weakest(links)
+        confidence = STRENGTH[basis]
+        end = max(s.end_ms for s in group)
+        names = ", ".join(dict.fromkeys(s.label for s in group))
+        linked = sorted({sid for pair in dependent for sid in pair})
+        claim = ("though none depends on another" if not dependent else "though only some depend on others")
+        if confidence == CONFIDENCE_LOW:
+            claim = "and nothing in the trace shows that one needed another's output"
+        summary = (f"{'Possibly: ' if confidence == CONFIDENCE_LOW else ''}{len(group)} calls ({names}) ran one after "
+                   f"another {claim}; run in parallel they would take {fmt_ms(projected)} instead of "
+                   f"{fmt_ms(actual)}.")
+        evidence_out = {
+            "calls": len(group), "actual_ms": round(actual, 1), "parallel_ms": round(projected, 1),
+            "sum_ms": round(total, 1), "dependent_step_ids": linked, "basis": basis,
+            "links": [{"earlier": link.earlier, "later": link.later, "dependent": link.dependent,
+                       "basis": link.basis} for link in links[:MAX_EVIDENCE_LINKS]],
+        }
+        yield Finding("parallelizable_calls", tuple(s.step_id for s in group), wasted, summary, evidence_out,
+                      ((end - wasted, end),), confidence=confidence, confidence_reason=REASONS[basis])

@@ -1,0 +1,64 @@
+"""slow_step: a step far above its own baseline.
+
+Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 4 (Z_SLOW)
+(see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
+median. LLM steps use the token-aware expectation of `hardware_correlation.llm_slowness`
+and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
+as hardware findings instead (the cause is known), so the same step is never counted twice.
+No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent).
+Failed steps are skipped: their duration measures the failure, not slowness; so are agent
+steps (made of their children) and framework steps (overhead is serial_gap's).
+"""
+
+from __future__ import annotations
+
+from analysis.engine.detectors.base import (
+    Z_SLOW,
+    Finding,
+    TaskContext,
+    baseline_confidence,
+    fmt_ms,
+    log_z,
+    register,
+)
+from analysis.engine.verdicts import MIN_EXCESS_MS, MIN_EXCESS_RATIO
+
+HARDWARE_VERDICTS = {"queueing", "throttling"}
+# An agent step is made of its children; framework time is serial_gap's (one home per ms).
+SKIPPED_KINDS = ("agent", "framework")
+
+
+@register("slow_step")
+def detect(ctx: TaskContext):
+    for step in ctx.steps:
+        if step.status != "ok" or step.kind in SKIPPED_KINDS:
+            continue
+        if step.kind == "llm":
+            verdict = ctx.verdicts.get(step.step_id)
+            if verdict is None or verdict["verdict"] in HARDWARE_VERDICTS:
+                continue
+            wasted = verdict["excess_ms"]
+            why = {"prefill_bound": "the prompt was unusually long; the device was nominal",
+                   "nominal": "the device was nominal"}[verdict["verdict"]]
+            summary = (f"{step.label} on {step.device or 'its device'} took {fmt_ms(step.duration_ms)}, "
+                       f"{fmt_ms(wasted)} over the usual {fmt_ms(verdict['expected_ms'])}: {why}.")
+            stats = ctx.baseline(step)
+            confidence, reason = baseline_confidence(stats.count if stats else 0, what=f"calls of {step.key}")
+            yield Finding("slow_step", (step.step_id,), wasted, summary, {**verdict},
+                          ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
+            continue
+        stats = ctx.baseline(step)
+        if stats is None:
+            continue
+        z = log_z(step.duration_ms, stats.median_ms, stats.spread("duration"))
+        wasted = step.duration_ms - stats.median_ms
+        if z <= Z_SLOW or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
+            continue
+        summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}, usually "
+                   f"{fmt_ms(stats.median_ms)}; {fmt_ms(wasted)} slower than its baseline.")
+        evidence = {"duration_ms": round(step.duration_ms, 1), "baseline_median_ms": round(stats.median_ms, 1),
+                    "baseline_mad_ms": round(stats.mad_ms, 1), "baseline_p99_ms": stats.p99_ms,
+                    "baseline_count": stats.count, "z": round(z, 2)}
+        confidence, reason = baseline_confidence(stats.count, what=f"runs of {step.label}")
+        yield Finding("slow_step", (step.step_id,), wasted, summary, evidence,
+                      ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

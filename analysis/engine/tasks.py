@@ -1,0 +1,55 @@
+"""The analysis' Celery tasks: thin wrappers that take ids and call the plain functions. acks_late and
+prefetch 1 come from settings, so a task whose worker dies is delivered again; running one
+twice is safe (claims, replace-not-append)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from analysis.engine import baselines, batch, pipeline
+
+log = logging.getLogger("agentops.analysis")
+
+
+# Tasks per message: one message per ingest batch or sweep chunk instead of one per task keeps
+# publishing off the ingest hot path (a publish costs a few milliseconds), while a chunk (well
+# under a second of analysis) stays small enough to spread over the workers.
+ENQUEUE_CHUNK = 100
+
+
+@shared_task(name="analysis.analyse_task")
+def analyse_task(task_pk: int) -> str:
+    return pipeline.run(task_pk)
+
+
+@shared_task(name="analysis.analyse_tasks")
+def analyse_tasks(task_pks: list[int]) -> dict[str, int]:
+    """The batch path (analysis/engine/batch.py): claim these tasks if due, fill the batch up with other
+    due tasks and keep going while tasks are due (bounded in time). A task whose analysis fails
+    is logged and left to the sweep; it never stops the rest of the batch."""
+    return batch.run_ids(list(task_pks))
+
+
+def enqueue(task_pks: list[int], *, countdown: float = 0) -> None:
+    for first in range(0, len(task_pks), ENQUEUE_CHUNK):
+        analyse_tasks.apply_async(args=[task_pks[first:first + ENQUEUE_CHUNK]], countdown=countdown)
+
+
+@shared_task(name="analysis.sweep")
+def sweep() -> int:
+    """Enqueue every due task nobody is analysing (catches up after a broker outage, a
+    crashed worker, a task whose end was never reported)."""
+    ids = pipeline.sweep()
+    enqueue(ids)
+    if ids:
+        log.info("analysis.sweep enqueued=%d", len(ids))
+    return len(ids)
+
+
+@shared_task(name="analysis.refresh_baselines")
+def refresh_baselines() -> None:
+    baselines.all_projects_refresh()
+
+

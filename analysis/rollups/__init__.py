@@ -1,0 +1,48 @@
+"""Pre-aggregated latency rollups (docs/rollups.md): the dashboard's, the alerts' and the release
+comparison's percentiles over days and months without scanning millions of raw rows.
+
+This is the room's public face; other rooms use these names only:
+- histograms.py: the log-bucket histogram and its percentile maths (pure);
+- sql.py: the tables, their dimensions and the SQL that computes rollup rows from raw rows;
+- refresh.py: the periodic refresh, the rebuild, retention, the watermark;
+- reads.py: task and step summaries over a filter, whole hours rolled up, the edges raw."""
+
+from analysis.rollups.histograms import NBINS, RELATIVE_ERROR, Summary, bin_sql
+from analysis.rollups.reads import (
+    STEP_FILTERS,
+    TASK_FILTERS,
+    budget_sums,
+    covered_hours,
+    edge,
+    rollup_where,
+    sources,
+    step_summaries,
+    task_summaries,
+)
+from analysis.rollups.refresh import (
+    hours_recompute,
+    project_rebuild,
+    rollups_rebuild,
+    rollups_refresh,
+    watermark,
+)
+from analysis.rollups.sql import (
+    DAY,
+    GROUP_COLUMNS,
+    GROUP_SUMS,
+    HOUR,
+    RELEASE_TABLE,
+    STEP_GROUPS,
+    TABLES,
+    TPOT_SQL,
+    day_floor,
+    group_rows_sql,
+    hour_floor,
+)
+
+__all__ = [
+    "DAY", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "NBINS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
+    "STEP_GROUPS", "TABLES", "TASK_FILTERS", "TPOT_SQL", "Summary", "bin_sql", "budget_sums", "covered_hours",
+    "day_floor", "edge", "group_rows_sql", "hour_floor", "hours_recompute", "project_rebuild", "rollup_where",
+    "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "watermark",
+]

@@ -1,0 +1,324 @@
+"""What a rollup row is: the tables, their dimensions, hours and days, and the SQL that computes
+rollup rows from raw rows (hourly, daily, per release). Nothing here runs a statement; refresh.py
+and reads.py do (docs/rollups.md, "What is stored")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from analysis.models import COUNTED_FINDING_SQL
+from analysis.rollups.histograms import bin_sql
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
+FAILED_SQL = "IN ('error', 'timeout')"
+
+TASK_DIMENSIONS = ("release", "environment", "name")
+STEP_DIMENSIONS = ("release", "environment", "kind", "name", "tool_name", "model", "device")
+# Dashboard group_by → step rollup column.
+STEP_GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
+
+
+
+def task_rollup_sql(where: str) -> str:
+    """INSERT … SELECT of the task rollup rows of the tasks matching `where` (alias t)."""
+    return f"""
+        INSERT INTO analysis_task_rollup (project_id, hour, release, environment, name, tasks, errors,
+                                          sum_ms, max_ms, first_at, last_at, bins, counts)
+        SELECT project_id, hour, release, environment, name, sum(n), sum(e), sum(s), max(mx),
+               min(lo), max(hi),
+               coalesce(array_agg(b ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}'),
+               coalesce(array_agg(n ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}')
+        FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
+                     t.release, t.environment, t.name, {bin_sql('t.duration_ms')} AS b, count(*) AS n,
+                     count(*) FILTER (WHERE t.status {FAILED_SQL}) AS e,
+                     coalesce(sum(t.duration_ms), 0) AS s, max(t.duration_ms) AS mx,
+                     min(t.started_at) AS lo, max(t.started_at) AS hi
+              FROM ingest_task t WHERE {where}
+              GROUP BY 1, 2, 3, 4, 5, 6) g
+        GROUP BY 1, 2, 3, 4, 5"""
+
+
+# Time per output token of an LLM step with a first token, as the Devices page computes it.
+TPOT_SQL = ("CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1"
+            " THEN (s.duration_ms - s.ttft_ms) / (s.output_tokens - 1)::float8 END")
+# The step rollup's histograms: column prefix → the value binned.
+STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": TPOT_SQL}
+
+
+def step_rollup_sql(where: str) -> str:
+    """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
+    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart)."""
+    dims = ", ".join(f"s.{d}" for d in STEP_DIMENSIONS[2:])
+    keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
+
+    def histogram(column: str, g: int) -> str:
+        return (f"coalesce(array_agg({column} ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}'),"
+                f" coalesce(array_agg(n ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}')")
+    return f"""
+        INSERT INTO analysis_step_rollup ({keys}, steps, errors, sum_ms, max_ms, bins, counts,
+                                          ttft_bins, ttft_counts, tpot_bins, tpot_counts)
+        SELECT {keys}, sum(n) FILTER (WHERE g = 3), sum(e) FILTER (WHERE g = 3),
+               coalesce(sum(s) FILTER (WHERE g = 3), 0), max(mx) FILTER (WHERE g = 3),
+               array_agg(b ORDER BY b) FILTER (WHERE g = 3), array_agg(n ORDER BY b) FILTER (WHERE g = 3),
+               {histogram("tb", 5)}, {histogram("pb", 6)}
+        FROM (SELECT {keys}, b, tb, pb, GROUPING(b, tb, pb) AS g, count(*) AS n,
+                     count(*) FILTER (WHERE failed) AS e, sum(d) AS s, max(d) AS mx
+              FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
+                           t.release, t.environment, {dims}, s.status {FAILED_SQL} AS failed,
+                           s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
+                           {bin_sql(f"({TPOT_SQL})")} AS pb
+                    FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
+                    WHERE {where}) x
+              GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
+        GROUP BY {keys}"""
+
+
+NUMBER_PATTERN = "'^-?[0-9.eE+-]+$'"
+
+
+def budget_rollup_sql(where: str) -> str:
+    """UPDATE of the task rollup rows' budget figures from the analyses of the tasks matching
+    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category."""
+    dims = "hour, release, environment, name"
+    return f"""
+        WITH a AS (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
+                          t.environment, t.name, x.budget
+                   FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id
+                   WHERE {where} AND x.budget <> '{{}}'::jsonb),
+             n AS (SELECT {dims}, count(*) AS n FROM a GROUP BY 1, 2, 3, 4),
+             k AS (SELECT {dims}, jsonb_object_agg(key, total) AS sums
+                   FROM (SELECT {dims}, e.key, sum(e.value::float8) AS total
+                         FROM a, jsonb_each_text(CASE WHEN jsonb_typeof(a.budget) = 'object'
+                                                      THEN a.budget ELSE '{{}}'::jsonb END) e
+                         WHERE e.value ~ {NUMBER_PATTERN} GROUP BY 1, 2, 3, 4, 5) s
+                   GROUP BY 1, 2, 3, 4)
+        UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
+        FROM n LEFT JOIN k USING (hour, release, environment, name)
+        WHERE r.project_id = t_project AND r.hour = n.hour AND r.release = n.release
+          AND r.environment = n.environment AND r.name = n.name"""
+
+
+# --- per-group figures of the release comparison ------------------------------------------------
+
+# Rows of analysis_group_rollup; `dimension` says what a row describes:
+#   step / kind / tool / model: the steps of a group (step: kind + name, kind, tool name, model)
+#       tasks = tasks with a call, calls and calls_sq = Σ calls and Σ calls² per task,
+#       sum_ms and sum_sq = Σ self time and Σ (self time per task)², call_sq = Σ self time² per
+#       call, errors and tokens of those calls, max_ms = longest self time of a call;
+#       and, in rows of their own (dimension h_step / h_kind / h_tool / h_model, task name '',
+#       zero sums), the histogram of self time per call across task names (a comparison merges
+#       1/names as many buckets);
+#   task: all tasks (key ''): calls = steps, sum_ms / sum_sq = time outside steps per task
+#       (duration − Σ self time), other_ms = Σ duration, analysed = tasks with an analysis,
+#       max_ms = longest task;
+#   finding (key = finding kind): tasks with one, sum_ms = Σ wasted ms; counted findings only
+#       (COUNTED_FINDING_SQL: low-confidence ones are in no total);
+#   budget (key = category): tasks with it, sum_ms = Σ ms;
+#   whatif (key = scenario): tasks with it, sum_ms = Σ projected ms, other_ms = Σ saved ms.
+# Self time: a step's duration minus its children's, floored at zero, so nested steps are not
+# counted twice.
+GROUP_DIMENSIONS = ("release", "environment", "task_name", "dimension", "kind", "key")
+GROUP_SUMS = ("tasks", "calls", "calls_sq", "sum_ms", "sum_sq", "call_sq", "errors", "tokens", "other_ms",
+              "analysed")
+GROUP_COLUMNS = ("project_id", "hour", *GROUP_DIMENSIONS, *GROUP_SUMS, "max_ms", "bins", "counts")
+# The merge of every rolled-up hour per release (`hour` = the end of the hours merged).
+RELEASE_TABLE = "analysis_group_rollup_release"
+# GROUPING(kind, name, tool_name, model) of each step dimension's grouping set.
+_GROUPINGS = {3: "step", 7: "kind", 13: "tool", 14: "model"}
+# What-if documents as analysis/engine/whatif.py writes them: top-level `<scenario>_ms` projections
+# (`actual_ms`, the critical path, and `llm_path_ms` are inputs) and per hardware family
+# {"ms", "with_fixes_ms"}. Savings are against `actual_ms` when present, else the duration.
+_WHATIF_SCENARIOS = r"""
+    SELECT tk.id, left(kv.key, -3) AS scenario, (kv.value)::text::float8 AS projected
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id, jsonb_each(ta.whatif) kv
+    WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(kv.value) = 'number'
+      AND kv.key LIKE '%%\_ms' AND kv.key NOT IN ('actual_ms', 'llm_path_ms')
+    UNION ALL
+    SELECT tk.id, 'hardware ' || hw.key || suffix.label, (hw.value ->> suffix.field)::float8
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+         jsonb_each(CASE jsonb_typeof(ta.whatif -> 'hardware') WHEN 'object'
+                    THEN ta.whatif -> 'hardware' ELSE '{}'::jsonb END) hw,
+         (VALUES ('ms', ''), ('with_fixes_ms', ' + fixes')) suffix(field, label)
+    WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(hw.value -> suffix.field) = 'number'"""
+
+
+def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
+    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the ended tasks matching
+    `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
+    the hour of the task's start; a constant such as "'-infinity'::timestamptz" merges all hours). `lookup`: fetch
+    steps task by task through the index (a few thousand tasks) instead of letting the planner
+    join (a refresh's hours)."""
+    hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+    columns = "task_id, step_id, parent_step_id, kind, name, tool_name, model, duration_ms, status, input_tokens, output_tokens"
+    steps = (f"CROSS JOIN LATERAL (SELECT {columns} FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
+             else "JOIN ingest_step s ON s.task_id = tk.id")
+    h = "project_id, hour, release, environment, task_name"
+    hh = "project_id, hour, release, environment"  # histograms: across task names
+    head = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
+    dimension = "CASE g " + " ".join(f"WHEN {g} THEN '{d}'" for g, d in _GROUPINGS.items()) + " END"
+    labelled = (f"{dimension} AS dimension, CASE WHEN g IN (3, 7) THEN kind ELSE '' END AS kind,"
+                " CASE g WHEN 3 THEN name WHEN 13 THEN tool_name WHEN 14 THEN model ELSE '' END AS key")
+    wanted = "g IN (3, 7) OR (g = 13 AND tool_name <> '') OR (g = 14 AND model <> '')"
+    sets = "({k}, kind, name{b}), ({k}, kind{b}), ({k}, tool_name{b}), ({k}, model{b})"
+    zero = "0::float8"
+    # Byte order for every text key: the grouping sorts compare millions of keys, and the
+    # database's linguistic collation costs several times more per comparison than memcmp.
+    C = 'COLLATE "C"'
+    return f"""
+        WITH tk AS MATERIALIZED (
+            SELECT t.id, t.project_id, {hour} AS hour, t.release {C} AS release,
+                   t.environment {C} AS environment, t.name {C} AS task_name, t.duration_ms
+            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
+        ), st AS MATERIALIZED (
+            SELECT s.task_id, s.step_id {C} AS step_id, s.parent_step_id {C} AS parent_step_id,
+                   s.kind {C} AS kind, s.name {C} AS name, s.tool_name {C} AS tool_name, s.model {C} AS model,
+                   s.duration_ms AS d, (s.status {FAILED_SQL}) AS failed,
+                   coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0) AS tokens
+            FROM tk {steps}
+        ), calls AS MATERIALIZED (
+            SELECT st.task_id, st.kind, st.name, st.tool_name, st.model, st.failed, st.tokens,
+                   greatest(st.d - coalesce(k.child, 0), 0) AS self
+            FROM st LEFT JOIN (SELECT task_id, parent_step_id AS step_id, sum(d) AS child FROM st
+                               WHERE parent_step_id <> '' GROUP BY 1, 2) k USING (task_id, step_id)
+        ), per_task AS MATERIALIZED (
+            SELECT task_id, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
+                   count(*) AS c, sum(self) AS sm, sum(self * self) AS sq,
+                   count(*) FILTER (WHERE failed) AS e, sum(tokens) AS tok, max(self) AS mx
+            FROM calls
+            GROUP BY GROUPING SETS ({sets.format(k="task_id", b="")}, (task_id))
+        ), moments AS (
+            SELECT {h}, {labelled}, count(*) AS tasks, sum(c) AS calls, sum(c * c)::float8 AS calls_sq,
+                   sum(sm) AS sum_ms, sum(sm * sm) AS sum_sq, sum(sq) AS call_sq, sum(e) AS errors,
+                   sum(tok) AS tokens, max(mx) AS max_ms
+            FROM per_task JOIN tk ON tk.id = per_task.task_id WHERE {wanted} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+        ), hist AS (
+            SELECT {hh}, dimension, kind, key, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+            FROM (SELECT {hh}, {labelled}, b, n FROM (
+                      SELECT {hh}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
+                             b, count(*) AS n
+                      FROM (SELECT {head}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
+                            FROM calls c JOIN tk ON tk.id = c.task_id) c
+                      GROUP BY GROUPING SETS ({sets.format(k=hh, b=", b")})) x
+                  WHERE {wanted}) y
+            GROUP BY 1, 2, 3, 4, 5, 6, 7
+        ), whatif AS ({_WHATIF_SCENARIOS})
+        SELECT m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key,
+               m.tasks, m.calls, m.calls_sq, m.sum_ms, m.sum_sq, m.call_sq, m.errors, m.tokens, {zero}, 0,
+               m.max_ms, '{{}}'::smallint[], '{{}}'::integer[]
+        FROM moments m
+        UNION ALL
+        SELECT project_id, hour, release, environment, '', 'h_' || dimension, kind, key, 0, 0, {zero}, {zero},
+               {zero}, {zero}, 0, 0, {zero}, 0, NULL, bins, counts
+        FROM hist
+        UNION ALL
+        SELECT {head}, 'task', '', '', count(*), coalesce(sum(a.c), 0), coalesce(sum(a.c * a.c), 0)::float8,
+               sum(tk.duration_ms - coalesce(a.sm, 0)), sum((tk.duration_ms - coalesce(a.sm, 0)) ^ 2), {zero},
+               coalesce(sum(a.e), 0), coalesce(sum(a.tok), 0), sum(tk.duration_ms), count(ta.task_id),
+               max(tk.duration_ms), '{{}}', '{{}}'
+        FROM tk LEFT JOIN per_task a ON a.task_id = tk.id AND a.g = 15
+                LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
+        GROUP BY 1, 2, 3, 4, 5
+        UNION ALL
+        SELECT {head}, 'finding', '', f.kind {C}, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
+               {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
+        FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
+        UNION ALL
+        SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum((e.value)::text::float8), {zero}, {zero},
+               0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
+        FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+             jsonb_each(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
+        WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5, 8
+        UNION ALL
+        SELECT {head}, 'whatif', '', w.scenario {C}, count(*), 0, {zero}, sum(w.projected), {zero}, {zero}, 0, 0,
+               sum(CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'
+                   THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END - w.projected), 0, NULL,
+               '{{}}', '{{}}'
+        FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
+        GROUP BY 1, 2, 3, 4, 5, 8"""
+
+
+def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,
+              histograms: Sequence[str] = ("",)) -> str:
+    """INSERT … SELECT of the daily rows of `table` from its hourly rows in a day range
+    (params: project, from, to): totals summed, each histogram (column prefix in `histograms`)
+    merged bucket by bucket."""
+    d = ", ".join(dims)
+    n = len(dims)
+    keys = ", ".join(str(i) for i in range(1, n + 2))
+    extra_cols = ", first_at, last_at, analysed, budget_ms" if task else ""
+    extra_sel = ", min(first_at), max(last_at), sum(analysed)" if task else ""
+    budget_join = f"""
+        LEFT JOIN (SELECT day, {d}, jsonb_object_agg(key, total) AS budget
+                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, e.key,
+                                sum(e.value::float8) AS total
+                         FROM h, jsonb_each_text(h.budget_ms) e GROUP BY {keys}, {n + 2}) k
+                   GROUP BY {keys}) bb USING (day, {d})""" if task else ""
+    budget_sel = ", coalesce(bb.budget, '{}'::jsonb)" if task else ""
+    hist_cols = ", ".join(f"{h}bins, {h}counts" for h in histograms)
+    hist_sel = ", ".join(f"coalesce(hh{i}.bins, '{{}}'), coalesce(hh{i}.counts, '{{}}')" for i in range(len(histograms)))
+    hist_joins = "".join(f"""
+        LEFT JOIN (SELECT day, {d}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
+                         FROM h, unnest(h.{h}bins, h.{h}counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
+                   GROUP BY {keys}) hh{i} USING (day, {d})""" for i, h in enumerate(histograms))
+    return f"""
+        WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s)
+        INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, {hist_cols})
+        SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
+               {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""}, {hist_sel}
+        FROM (SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS day, {d},
+                     {", ".join(f"sum({x}) AS {x}" for x in sums)}, max(max_ms) AS max_ms
+                     {extra_sel.replace("min(first_at)", "min(first_at) AS first_at").replace(
+                         "max(last_at)", "max(last_at) AS last_at").replace("sum(analysed)", "sum(analysed) AS analysed")}
+              FROM h GROUP BY {keys}) tt{hist_joins}{budget_join}"""
+
+
+TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
+STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False,
+                           histograms=tuple(STEP_HISTOGRAMS))
+GROUP_DAYS_SQL = _days_sql("analysis_group_rollup", GROUP_DIMENSIONS, GROUP_SUMS, task=False)
+
+
+_SUMMED = ", ".join(f"sum({c}) AS {c}" for c in GROUP_SUMS)
+_KEYS = "release, environment, task_name, dimension, kind, key"
+RELEASE_TOTALS_SQL = f"""
+    WITH h AS (
+        SELECT * FROM analysis_group_rollup_day WHERE project_id = %s AND hour < %s {{releases}}
+        UNION ALL
+        SELECT * FROM analysis_group_rollup WHERE project_id = %s AND hour >= %s AND hour < %s {{releases}}
+    ), s AS (
+        SELECT project_id, {_KEYS}, {_SUMMED}, max(max_ms) AS max_ms FROM h GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ), b AS (
+        SELECT {_KEYS}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+        FROM (SELECT {_KEYS}, u.b, sum(u.n) AS n FROM h, unnest(h.bins, h.counts) AS u(b, n)
+              GROUP BY 1, 2, 3, 4, 5, 6, 7) x
+        GROUP BY 1, 2, 3, 4, 5, 6
+    )
+    INSERT INTO {RELEASE_TABLE} ({", ".join(GROUP_COLUMNS)})
+    SELECT s.project_id, %s, {", ".join(f"s.{c}" for c in GROUP_DIMENSIONS)}, {", ".join(f"s.{c}" for c in GROUP_SUMS)},
+           s.max_ms, coalesce(b.bins, '{{{{}}}}'), coalesce(b.counts, '{{{{}}}}')
+    FROM s LEFT JOIN b USING ({_KEYS})"""
+
+
+HOURLY_TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
+TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES) + (RELEASE_TABLE,)
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+def day_floor(value: datetime) -> datetime:
+    return hour_floor(value).replace(hour=0)
+
+
+def hour_floor(value: datetime) -> datetime:
+    value = value.astimezone(UTC)
+    return value.replace(minute=0, second=0, microsecond=0)
+
+
+def hour_ceil(value: datetime) -> datetime:
+    floor = hour_floor(value)
+    return floor if floor == value else floor + HOUR
