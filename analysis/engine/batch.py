@@ -70,21 +70,28 @@ def _us(dt: datetime) -> int:
 
 _CLAIM = """
 INSERT INTO analysis_taskanalysis (task_id, project_id, critical_path, budget, whatif, wasted_ms,
-    top_finding, finding_kinds, claim_token, claimed_until)
-SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s FROM ({candidates}) c
+    top_finding, finding_kinds, claim_token, claimed_until, analyzed_through)
+SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s, c.analyzed_through
+FROM ({candidates}) c
 ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
-WHERE analysis_taskanalysis.claimed_until IS NULL OR analysis_taskanalysis.claimed_until < %(now)s
-   OR analysis_taskanalysis.claim_token = %(queued)s
+WHERE (analysis_taskanalysis.claimed_until IS NULL OR analysis_taskanalysis.claimed_until < %(now)s
+       OR analysis_taskanalysis.claim_token = %(queued)s)
+  {unchanged}
 RETURNING task_id
 """
+# The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
+# a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
+# released) would be claimed again and analysed twice. So a due task is taken only if nobody
+# analysed it since the candidates were chosen (EXCLUDED carries the analyzed_through they saw).
+_UNCHANGED = "AND analysis_taskanalysis.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through"
 
 # Ended and quiet, or silent for the abandon period, and not analysed since its last event.
 _DUE = """((t.reported AND t.ended_at IS NOT NULL AND t.last_event_at < %(quiet)s) OR t.last_event_at < %(abandon)s)
   AND (a.task_id IS NULL OR a.analyzed_through IS NULL OR a.analyzed_through < t.last_event_at)"""
 
 # The first tasks (by last event) whose steps add up to at most BATCH_STEPS (always one).
-_BOUNDED = """SELECT id, project_id FROM (
-    SELECT t.id, t.project_id, row_number() OVER w AS n, sum(greatest(t.step_count, 1)) OVER w AS running
+_BOUNDED = """SELECT id, project_id, analyzed_through FROM (
+    SELECT t.id, t.project_id, a.analyzed_through, row_number() OVER w AS n, sum(greatest(t.step_count, 1)) OVER w AS running
     FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
     WHERE {where} WINDOW w AS (ORDER BY t.last_event_at ROWS UNBOUNDED PRECEDING)
     ORDER BY t.last_event_at LIMIT %(limit)s) x
@@ -106,10 +113,11 @@ def claim_ids(task_pks: list[int], *, force: bool = False) -> tuple[str, list[in
         return token, []
     now = timezone.now()
     where = "t.id = ANY(%(ids)s)" + ("" if force else f" AND {_DUE}")
-    candidates = (f"SELECT t.id, t.project_id FROM ingest_task t LEFT JOIN analysis_taskanalysis a"
+    candidates = (f"SELECT t.id, t.project_id, a.analyzed_through FROM ingest_task t LEFT JOIN analysis_taskanalysis a"
                   f" ON a.task_id = t.id WHERE {where}")
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM.format(candidates=candidates), {**_params(now, token, 0), "ids": list(task_pks)})
+        cursor.execute(_CLAIM.format(candidates=candidates, unchanged="" if force else _UNCHANGED),
+                       {**_params(now, token, 0), "ids": list(task_pks)})
         return token, [r[0] for r in cursor.fetchall()]
 
 
@@ -129,7 +137,7 @@ def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id:
         where += " AND t.project_id = %(project)s"
         params["project"] = project_id
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM.format(candidates=_BOUNDED.format(where=where)), params)
+        cursor.execute(_CLAIM.format(candidates=_BOUNDED.format(where=where), unchanged=_UNCHANGED), params)
         return token, [r[0] for r in cursor.fetchall()]
 
 

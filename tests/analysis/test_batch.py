@@ -4,11 +4,14 @@ COPY, with the same results as the one-task path and the same claim guarantees."
 from __future__ import annotations
 
 import random
+import threading
+import time
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 from scipy.stats import kendalltau
 
@@ -98,6 +101,56 @@ def test_two_due_claims_never_share_a_task(project, quiet):
     second = batch.claim_due(limit=20)[1]
     assert len(first) == 20 and len(second) == 10
     assert not set(first) & set(second)
+
+
+def test_a_task_stored_while_another_worker_waits_to_claim_it_is_not_analysed_twice(transactional_db, project,
+                                                                                       quiet):
+    """Worker A stores a task's results while worker B's claim (chosen in an older snapshot, when
+    the task was still due) waits for A's row locks: once A commits, B must not take the task."""
+    from django.db import connection, connections
+
+    history(project, tasks=3)
+    pk = Task.objects.filter(project=project).values_list("pk", flat=True).first()
+    token_a, claimed_a = batch.claim_ids([pk])
+    assert claimed_a == [pk]
+    storing, commit, b_result = threading.Event(), threading.Event(), {}
+
+    def worker_a():
+        try:
+            with transaction.atomic():
+                assert batch.analyse_claimed([pk], token=token_a)["analysed"] == 1
+                storing.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    def worker_b():
+        try:
+            b_result["claimed"] = batch.claim_ids([pk])[1]
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=worker_a)
+    a.start()
+    assert storing.wait(30)
+    b = threading.Thread(target=worker_b)
+    b.start()
+    deadline = time.monotonic() + 30
+    with connection.cursor() as cursor:  # B is waiting on A's lock on the task's analysis row
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE %s", ["%INSERT INTO analysis_taskanalysis%"])
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("worker B never waited for worker A's lock")
+    commit.set()
+    a.join(30)
+    b.join(30)
+    assert b_result["claimed"] == []
+    analysis = TaskAnalysis.objects.get(task_id=pk)
+    assert analysis.claim_token == "" and analysis.analyzed_through == analysis.task.last_event_at
 
 
 def test_a_batch_whose_claim_on_one_task_expired_stores_only_the_rest(project, quiet):
