@@ -7,8 +7,11 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from analysis.engine.detectors import base as detector_base
 from ingest.models import Project, Task
+
+# A finding's confidence (docs/analysis.md, "Confidence"): a low one is shown but counted nowhere. The
+# detectors (analysis/engine/detectors/base.py) take these names from here.
+CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = "high", "medium", "low"
 
 
 class TaskAnalysis(models.Model):
@@ -44,8 +47,7 @@ class Finding(models.Model):
     SEVERITIES = ["low", "medium", "high"]
     # How sure the detector is (docs/analysis.md, "Confidence"). A low-confidence finding is
     # shown, dimmed, but counts in no wasted-time total, top finding or wasted-time alert.
-    CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = detector_base.CONFIDENCE_HIGH, \
-        detector_base.CONFIDENCE_MEDIUM, detector_base.CONFIDENCE_LOW
+    CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW
     CONFIDENCES = [CONFIDENCE_LOW, CONFIDENCE_MEDIUM, CONFIDENCE_HIGH]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

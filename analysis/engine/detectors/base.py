@@ -31,6 +31,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from analysis.models import CONFIDENCE_HIGH, CONFIDENCE_LOW, CONFIDENCE_MEDIUM  # noqa: F401  (the detectors take them from here)
+
 Z_OUTLIER = 3.5
 # Slowness screens *every* step (and two components of each LLM step), thousands a day:
 # Iglewicz & Hoaglin's 3.5 is for flagging points in one sample, and at that rate would
@@ -183,8 +185,6 @@ class TaskContext:
         return None
 
 
-# A finding's confidence (docs/analysis.md, "Confidence"); a low one is shown but counted nowhere.
-CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = "high", "medium", "low"
 
 
 @dataclass(frozen=True, slots=True)
