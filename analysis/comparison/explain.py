@@ -23,7 +23,9 @@ from datetime import timedelta
 from django.core.cache import cache
 from django.db import connection
 
-from analysis.comparison import diff
+from analysis.comparison import typical_run
+from analysis.comparison.explanation import Explanation, explain
+from analysis.comparison.runs import DStep, Run
 from analysis.models import Finding
 from ingest.models import Project, Task
 
@@ -54,28 +56,28 @@ _STEP_SQL = (
     " WHERE s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
 
 
-def _runs(tasks: list[Task]) -> dict[int, diff.Run]:
+def _runs(tasks: list[Task]) -> dict[int, Run]:
     """The steps of these tasks (times since each task's start) as runs, in one query."""
     tasks = [t for t in tasks if t.started_at is not None]
     if not tasks:
         return {}
     low = min(t.started_at for t in tasks) - STEP_SLACK
     high = max(t.ended_at or t.last_event_at or t.started_at for t in tasks) + STEP_SLACK
-    steps: dict[int, list[diff.DStep]] = {t.pk: [] for t in tasks}
+    steps: dict[int, list[DStep]] = {t.pk: [] for t in tasks}
     with connection.cursor() as cur:
         cur.execute(_STEP_SQL, [[t.pk for t in tasks], low, high])
         for row in cur.fetchall():
-            steps[row[0]].append(diff.DStep._make(row[1:]))
+            steps[row[0]].append(DStep._make(row[1:]))
     out = {}
     for t in tasks:
         rows = steps[t.pk]
         # A running task has no duration yet: up to its last step's end.
         duration = t.duration_ms if t.duration_ms is not None else max((s.end_ms for s in rows), default=0.0)
-        out[t.pk] = diff.Run(t.task_id, duration, rows)
+        out[t.pk] = Run(t.task_id, duration, rows)
     return out
 
 
-def task_run(*, task: Task) -> diff.Run:
+def task_run(*, task: Task) -> Run:
     return _runs([task])[task.pk]
 
 
@@ -123,7 +125,7 @@ def typical_runs(*, project: Project, name: str, release: str) -> tuple[list[Tas
     return kept, scope
 
 
-def typical_profile(*, project: Project, name: str, release: str) -> tuple[diff.Typical | None, str]:
+def typical_profile(*, project: Project, name: str, release: str) -> tuple[typical_run.Typical | None, str]:
     """The typical run of `name` (in `release`), or None and why there is none."""
     if not name:
         return None, "the task has no name, so it has no typical run"
@@ -135,12 +137,12 @@ def typical_profile(*, project: Project, name: str, release: str) -> tuple[diff.
     found = cache.get(key)
     if found is None:
         loaded = _runs(runs)
-        found = diff.typical_profile([loaded[r.pk] for r in runs], name=name, release=release, scope=scope)
+        found = typical_run.typical_profile([loaded[r.pk] for r in runs], name=name, release=release, scope=scope)
         cache.set(key, found, CACHE_SECONDS)
     return found, ""
 
 
-def task_diff(*, project: Project, task: Task, against: str) -> diff.Explanation:
+def task_diff(*, project: Project, task: Task, against: str) -> Explanation:
     """The task against `against`: "typical" or another task id of the same project. Raises
     DiffError when there is nothing to compare with (the message says why)."""
     if against == "typical":
@@ -148,14 +150,14 @@ def task_diff(*, project: Project, task: Task, against: str) -> diff.Explanation
         if typical is None:
             raise DiffError(reason)
         verdicts, repeats = step_verdicts(task=task)
-        return diff.explain(task_run(task=task), typical, verdicts=verdicts, repeats=repeats)
+        return explain(task_run(task=task), typical, verdicts=verdicts, repeats=repeats)
     other = Task.objects.filter(project=project, task_id=against).first()
     if other is None or other.started_at is None:
         raise LookupError(against)
     runs = _runs([task, other])
-    reference = diff.task_as_typical(runs[other.pk], name=other.name, release=other.release)
+    reference = typical_run.task_as_typical(runs[other.pk], name=other.name, release=other.release)
     verdicts, repeats = step_verdicts(task=task)
-    return diff.explain(runs[task.pk], reference, verdicts=verdicts, repeats=repeats)
+    return explain(runs[task.pk], reference, verdicts=verdicts, repeats=repeats)
 
 
 def diff_payload(*, project: Project, task: Task, against: str, rows: bool = True) -> dict:

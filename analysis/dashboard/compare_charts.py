@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analysis.comparison.diff import Row
+from analysis.comparison.explanation import Row
 from analysis.dashboard.charts import (
     BAR_LIMIT,
     LABEL_LIMIT,

@@ -9,17 +9,10 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from analysis.comparison import diff
-from analysis.comparison.diff import (
-    DStep,
-    Run,
-    align,
-    align_steps,
-    align_turns,
-    explain,
-    task_as_typical,
-    typical_profile,
-)
+from analysis.comparison.alignment import align, align_steps, align_turns
+from analysis.comparison.explanation import explain
+from analysis.comparison.runs import DStep, Run
+from analysis.comparison.typical_run import task_as_typical, typical_profile
 from tests.analysis.factories import T0, insert_big_task, make_finding, make_step, make_task
 
 # --- hand-built runs ---------------------------------------------------------------------------
@@ -383,4 +376,7 @@ def test_a_10000_step_pair_through_the_api(db, project, api):
 
 
 def test_explain_is_pure():
-    assert not hasattr(diff, "connection") and "django" not in diff.__dict__
+    from analysis.comparison import alignment, explanation, runs, typical_run
+
+    for module in (runs, alignment, typical_run, explanation):
+        assert not hasattr(module, "connection") and "django" not in module.__dict__

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.alerts import charts as alert_charts
-from analysis.comparison.diff import Row
+from analysis.comparison.explanation import Row
 from analysis.dashboard import charts, compare_charts
 from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
 from analysis.releases import charts as release_charts
