@@ -525,6 +525,31 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
     critical = set(critical_path)
     visible = visible_rows(rows, mode=mode, toggled=toggled, findings=findings, possible=possible)
     use_gl = len(visible) > BAR_LIMIT
+    data = _step_traces(visible, critical, use_gl=use_gl)
+    data += _marker_traces(visible, critical, scatter="scattergl" if use_gl else "scatter")
+    x_range = _task_span(visible)
+    n = len(visible)
+    plot_height = max(140, min(n * 22, 900))
+    yaxis = _row_axis(visible)
+    layout = _layout(barmode="overlay", bargap=0.25, dragmode="zoom", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+                     margin={"l": 20, "r": 20, "t": 30, "b": 40})
+    layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl,
+                      "toggled": sorted(set(toggled)),
+                      "collapsed": [v.row.step_id for v in visible if v.collapsed]}
+    if samples:
+        lane_data, axes = _device_lane_below(samples, yaxis, x_range, plot_height)
+        data += lane_data
+        layout.update(axes)
+    else:
+        layout["yaxis"] = yaxis
+        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False, "range": x_range}
+        layout["height"] = plot_height + 70
+    return {"data": data, "layout": layout}
+
+
+def _step_traces(visible: Sequence[VisibleRow], critical: set[str], *, use_gl: bool) -> list[dict]:
+    """One trace per step kind: a bar per step, critical-path steps outlined; beyond BAR_LIMIT
+    rows a WebGL marker per step with a horizontal error bar spanning it."""
     by_kind: dict[str, list[int]] = {}
     for i, v in enumerate(visible):
         by_kind.setdefault(v.row.kind if v.row.kind in KIND_COLORS else "other", []).append(i)
@@ -554,7 +579,13 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
                                     "width": [2 if v.row.step_id in critical else 0 for v in rs]}},
                 "customdata": ids, "hovertext": hover, "hoverinfo": "text",
             })
-    scatter = "scattergl" if use_gl else "scatter"
+    return data
+
+
+def _marker_traces(visible: Sequence[VisibleRow], critical: set[str], *, scatter: str) -> list[dict]:
+    """The ▶ at the start of each critical-path step, and the diamonds of findings and possible
+    findings at the end of their step; each trace only when it has a marker."""
+    data = []
     crit = [i for i, v in enumerate(visible) if v.row.step_id in critical]
     if crit:
         data.append({
@@ -587,44 +618,47 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
             "hovertext": [_findings_hover(visible[i]) for i in guessed],
             "hoverinfo": "text",
         })
-    # The task's own span: device samples reach 30 s either side, and must not squeeze the bars.
+    return data
+
+
+def _task_span(visible: Sequence[VisibleRow]) -> list[float]:
+    """The x range: the visible steps' span, padded 2 %. The task's own span, because device
+    samples reach 30 s either side and must not squeeze the bars."""
     end = max(v.row.start_ms + v.row.duration_ms for v in visible)
     start = min(v.row.start_ms for v in visible)
     pad = max((end - start) * 0.02, 1.0)
-    x_range = [start - pad, end + pad]
+    return [start - pad, end + pad]
+
+
+def _row_axis(visible: Sequence[VisibleRow]) -> dict:
+    """The y axis of the rows, first on top: a label per row up to LABEL_LIMIT rows, else a count."""
     n = len(visible)
-    plot_height = max(140, min(n * 22, 900))
     yaxis = {"autorange": "reversed", "zeroline": False, "showgrid": False, "fixedrange": False}
     if n <= LABEL_LIMIT:
         yaxis.update(tickmode="array", tickvals=list(range(n)),
                      ticktext=[_row_label(v) for v in visible], automargin=True)
     else:
         yaxis.update(showticklabels=False, title={"text": f"{n} steps"})
-    layout = _layout(barmode="overlay", bargap=0.25, dragmode="zoom", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
-                     margin={"l": 20, "r": 20, "t": 30, "b": 40})
-    layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl,
-                      "toggled": sorted(set(toggled)),
-                      "collapsed": [v.row.step_id for v in visible if v.collapsed]}
-    if samples:
-        devices = list(dict.fromkeys(p.device for p in samples))
-        lane_data, _ = _lane_traces(samples, devices, _colors(devices), LANE_METRICS, first_axis=2)
-        data += lane_data
-        lane_h = 70 * len(LANE_METRICS)
-        total = plot_height + lane_h + 70
-        top_of_lane = lane_h / total
-        yaxis["domain"] = [top_of_lane + 0.03, 1]
-        layout["yaxis"] = yaxis
-        band = top_of_lane / len(LANE_METRICS)
-        for i, (metric, label) in enumerate(LANE_METRICS):
-            low = top_of_lane - (i + 1) * band
-            layout[_axis_key(i + 2)] = {"domain": [low + band * 0.2, low + band],
-                                        "title": {"text": label, "font": {"size": 10}},
-                                        **lane_axis(samples, metric, x_range)}
-        layout["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1), "range": x_range,
-                           "title": {"text": "ms since task start"}, "zeroline": False}
-        layout["height"] = total
-    else:
-        layout["yaxis"] = yaxis
-        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False, "range": x_range}
-        layout["height"] = plot_height + 70
-    return {"data": data, "layout": layout}
+    return yaxis
+
+
+def _device_lane_below(samples: Sequence[SamplePoint], yaxis: dict, x_range: list[float],
+                       plot_height: int) -> tuple[list[dict], dict]:
+    """The device lane's traces, and the layout's axes and height with the lane under the
+    steps: one band per LANE_METRICS metric, the steps' y axis above them, one shared x axis."""
+    devices = list(dict.fromkeys(p.device for p in samples))
+    lane_data, _ = _lane_traces(samples, devices, _colors(devices), LANE_METRICS, first_axis=2)
+    lane_h = 70 * len(LANE_METRICS)
+    total = plot_height + lane_h + 70
+    top_of_lane = lane_h / total
+    axes = {"yaxis": {**yaxis, "domain": [top_of_lane + 0.03, 1]}}
+    band = top_of_lane / len(LANE_METRICS)
+    for i, (metric, label) in enumerate(LANE_METRICS):
+        low = top_of_lane - (i + 1) * band
+        axes[_axis_key(i + 2)] = {"domain": [low + band * 0.2, low + band],
+                                  "title": {"text": label, "font": {"size": 10}},
+                                  **lane_axis(samples, metric, x_range)}
+    axes["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1), "range": x_range,
+                     "title": {"text": "ms since task start"}, "zeroline": False}
+    axes["height"] = total
+    return lane_data, axes
