@@ -47,6 +47,7 @@ from scipy import stats as scipy_stats
 from analysis import rollups
 from analysis.releases import stats
 from analysis.releases.db import fetch
+from analysis.releases.scope import compared_tasks
 
 ATTRIBUTION_TASKS = 4_000
 # Below this a contribution is floating-point noise (a sum of per-task differences that cancel).
@@ -130,8 +131,6 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
                   counts: dict[str, int]) -> GroupFigures:
     """Both releases' figures: from the rollups (plus raw rows for the tasks outside the rolled-up
     hours) when the filters allow, else from a sample of at most ATTRIBUTION_TASKS tasks each."""
-    from analysis.releases.compare import compared_tasks
-
     # The histograms are rolled up across task names: a task-name filter samples too.
     span = None if filters.vendor or filters.name else rollups.covered_hours(
         filters=filters.task_filters(), allowed=rollups.TASK_FILTERS)

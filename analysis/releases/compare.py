@@ -23,7 +23,7 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
 
 "Where it changed" (the attribution of the change to steps, tools and models, finding rates,
 budget, what-if) lives in attribution.py, which documents its method; stats.py holds the pure
-statistics.
+statistics; scope.py says which tasks are compared (the filters and `compared_tasks`).
 """
 
 from __future__ import annotations
@@ -32,20 +32,23 @@ import hashlib
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 
 from analysis import rollups
-from analysis.filters import FilterError, TaskFilters, parse_task_filters, task_queryset
+from analysis.filters import FilterError
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
 from analysis.releases.db import FAILED_SQL, fetch, set_repeatable_read, set_work_mem
-from ingest.models import Device, Project, Release, Step, Task
+from analysis.releases.scope import CompareFilters, compared_tasks
+
+# Re-exported: the pages, the API and compare_releases import it from here.
+from analysis.releases.scope import parse_compare_filters as parse_compare_filters
+from ingest.models import Project, Release, Task
 
 log = logging.getLogger("agentops.analysis")
 
@@ -64,38 +67,6 @@ class UnknownRelease(ValueError):
         self.name = name
         super().__init__(f"{param}: no release {name!r} in this project" if name
                          else f"{param}: required (the name of a release)")
-
-
-@dataclass(frozen=True)
-class CompareFilters:
-    """What both releases are narrowed to: task name, environment, device or device vendor,
-    time range. Same meaning as the task list's filters."""
-
-    name: str = ""
-    environment: str = ""
-    device: str = ""
-    vendor: str = ""
-    since: datetime | None = None
-    until: datetime | None = None
-
-    def task_filters(self, release: str = "") -> TaskFilters:
-        return TaskFilters(release=release, name=self.name, environment=self.environment,
-                           device=self.device, since=self.since, until=self.until)
-
-    def as_query(self) -> dict[str, str]:
-        out = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in asdict(self).items()}
-        return {k: v for k, v in out.items() if v not in (None, "")}
-
-
-def parse_compare_filters(params) -> CompareFilters:
-    """Filters from query parameters (environment, name, device, vendor, since, until, range);
-    raises FilterError naming a bad parameter."""
-    base = parse_task_filters(params)
-    vendor = params.get("vendor", "").strip()
-    if len(vendor) > 50:
-        raise FilterError("vendor: at most 50 characters")
-    return CompareFilters(name=base.name, environment=base.environment, device=base.device,
-                          vendor=vendor, since=base.since, until=base.until)
 
 
 def parse_threshold(params) -> tuple[float, float]:
@@ -119,16 +90,6 @@ def parse_threshold(params) -> tuple[float, float]:
     if not 0 < alpha < 1:
         raise FilterError("alpha: must be between 0 and 1 (exclusive), e.g. 0.05")
     return threshold, alpha
-
-
-def compared_tasks(*, project: Project, releases: list[str], filters: CompareFilters) -> QuerySet[Task]:
-    """Ended tasks of the given releases that pass the filters."""
-    qs = task_queryset(project=project, filters=filters.task_filters()).filter(
-        release__in=releases, duration_ms__isnull=False)
-    if filters.vendor:
-        devices = Device.objects.filter(project=project, vendor__iexact=filters.vendor).values("name")
-        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device__in=devices)))
-    return qs
 
 
 def _base_sql(qs: QuerySet, *columns: str) -> tuple[str, tuple]:
