@@ -319,41 +319,86 @@ def _task_totals(figures: GroupFigures, a: str, b: str) -> dict[str, dict]:
 
 def _step_attribution(figures: GroupFigures, a: str, b: str, task_totals: dict[str, dict], *, alpha: float,
                       direction: int) -> dict:
-    strata: dict[str, dict[str, int]] = {a: {}, b: {}}
-    duration_sums: dict[str, dict[str, float]] = {a: {}, b: {}}
-    rest: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
-    for (release, task_name), values in figures.of("task").get(("", ""), {}).items():
-        if release in strata and _column(values, "tasks"):
-            strata[release][task_name] = int(_column(values, "tasks"))
-            duration_sums[release][task_name] = _column(values, "other_ms")
-            rest[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
-    common = set(strata[a]) & set(strata[b])
-    pooled = sum(strata[a][t] + strata[b][t] for t in common)
-    weights = {t: (strata[a][t] + strata[b][t]) / pooled for t in common} if pooled else {}
-
+    """Per dimension, a row per group with its contribution, ranked; the per-task totals; the
+    change within task names and the part due to the task-name mix."""
+    strata = _Strata.of(figures, a, b)
     n = {r: max(task_totals[r]["tasks"], 1) for r in (a, b)}
     overall_delta = task_totals[b]["mean_ms"] - task_totals[a]["mean_ms"]
-    within_delta = sum(w * (duration_sums[b][t] / strata[b][t] - duration_sums[a][t] / strata[a][t])
-                       for t, w in weights.items())
+    within_delta = sum(w * (strata.duration_sums[b][t] / strata.tasks[b][t]
+                            - strata.duration_sums[a][t] / strata.tasks[a][t])
+                       for t, w in strata.weights.items())
+    sides = _Sides(a, b, n, task_totals, within_delta)
+    out: dict[str, list[dict]] = {}
+    for dimension, stored in _DIMENSIONS.items():
+        rows = _group_rows(figures, dimension, stored, strata, sides)
+        if dimension == "steps":
+            contribution, se = _stratified(strata.rest, strata.tasks, strata.weights, a, b)
+            outside = {r: {"self_ms": sum(m[0] for m in strata.rest[r].values())} for r in (a, b)}
+            rows.append(sides.row(REST_KEY, {"kind": "", "name": REST_KEY}, outside[a], outside[b], {}, contribution,
+                                  se, None) | {"frequency_effect_ms": None, "frequency_effect_se_ms": None})
+        out[dimension] = _ranked(rows, direction=direction, alpha=alpha)
+    tools = figures.per_release("kind").get(("tool", ""), {})
+    out["totals"] = {
+        r: {"steps_per_task": task_totals[r]["steps"] / n[r],
+            "tool_calls_per_task": (_column(tools[r], "calls") if r in tools else 0) / n[r],
+            "tokens_per_task": task_totals[r]["tokens"] / n[r],
+            "step_error_rate": _ratio(task_totals[r]["errors"], task_totals[r]["steps"])}
+        for r in (a, b)}
+    out["within_delta_ms"] = within_delta
+    out["mix_ms"] = overall_delta - within_delta
+    return out
 
-    def release_figures(dimension: str, kind: str, key: str, per: dict[str, np.ndarray]) -> dict[str, dict]:
-        out = {}
-        for r, values in per.items():
-            count = _column(values, "calls")
-            p50, p95 = _per_call_quantiles(figures, r, dimension, kind, key, float(values[-1]))
-            out[r] = {"count": int(count), "self_ms": _column(values, "sum_ms"),
-                      "self_squares": _column(values, "call_sq"), "p50_ms": p50, "p95_ms": p95,
-                      "error_rate": _column(values, "errors") / count if count else None,
-                      "tokens": int(_column(values, "tokens"))}
-        return out
 
-    def row(key: str, labels: dict, fa: dict, fb: dict, calls: dict[str, list[float]], contribution, se,
+@dataclass
+class _Strata:
+    """Both releases' tasks by task name, the strata the contributions are computed within: per
+    release and name the tasks (`tasks`), their summed duration (`duration_sums`) and the Σ and
+    Σ² of their time outside steps (`rest`); the names both releases ran (`common`) and their
+    pooled share of those releases' tasks (`weights`)."""
+
+    tasks: dict[str, dict[str, int]]
+    duration_sums: dict[str, dict[str, float]]
+    rest: dict[str, dict[str, tuple[float, float]]]
+    common: set[str]
+    weights: dict[str, float]
+
+    @classmethod
+    def of(cls, figures: GroupFigures, a: str, b: str) -> _Strata:
+        strata: dict[str, dict[str, int]] = {a: {}, b: {}}
+        duration_sums: dict[str, dict[str, float]] = {a: {}, b: {}}
+        rest: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
+        for (release, task_name), values in figures.of("task").get(("", ""), {}).items():
+            if release in strata and _column(values, "tasks"):
+                strata[release][task_name] = int(_column(values, "tasks"))
+                duration_sums[release][task_name] = _column(values, "other_ms")
+                rest[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
+        common = set(strata[a]) & set(strata[b])
+        pooled = sum(strata[a][t] + strata[b][t] for t in common)
+        weights = {t: (strata[a][t] + strata[b][t]) / pooled for t in common} if pooled else {}
+        return cls(strata, duration_sums, rest, common, weights)
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """Releases a and b as every attribution row compares them: tasks per release (at least 1),
+    their totals, and the change in mean duration within task names."""
+
+    a: str
+    b: str
+    n: dict[str, int]
+    task_totals: dict[str, dict]
+    within_delta: float
+
+    def row(self, key: str, labels: dict, fa: dict, fb: dict, calls: dict[str, list[float]], contribution, se,
             p_value) -> dict:
+        """One group's row: its contribution, the split into slower and more calls, and its
+        figures per task and per call in each release (`fa`, `fb`: from `_release_figures`)."""
+        a, b, n, task_totals = self.a, self.b, self.n, self.task_totals
         effects = _effects(fa, fb, calls.get(a, [0.0, 0.0]), calls.get(b, [0.0, 0.0]), n[a], n[b])
         return {
             "key": key, **labels,
             "contribution_ms": contribution, "contribution_se_ms": se, **effects,
-            "contribution_share": (contribution / within_delta) if within_delta else None,
+            "contribution_share": (contribution / self.within_delta) if self.within_delta else None,
             "mean_a_ms": fa.get("self_ms", 0.0) / n[a], "mean_b_ms": fb.get("self_ms", 0.0) / n[b],
             "share_a": _ratio(fa.get("self_ms", 0.0), task_totals[a]["sum_ms"]),
             "share_b": _ratio(fb.get("self_ms", 0.0), task_totals[b]["sum_ms"]),
@@ -365,41 +410,43 @@ def _step_attribution(figures: GroupFigures, a: str, b: str, task_totals: dict[s
             "per_call_p_value": p_value,
         }
 
-    out: dict[str, list[dict]] = {}
-    for dimension, stored in _DIMENSIONS.items():
-        rows = []
-        per_release = figures.per_release(stored)
-        for (kind, key), cells in figures.of(stored).items():
-            moments: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
-            calls: dict[str, list[float]] = {a: [0.0, 0.0], b: [0.0, 0.0]}
-            for (release, task_name), values in cells.items():
-                if release not in moments:
-                    continue
-                if task_name in common:
-                    moments[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
-                calls[release][0] += _column(values, "calls")
-                calls[release][1] += _column(values, "calls_sq")
-            per = release_figures(stored, kind, key, per_release[(kind, key)])
-            contribution, se = _stratified(moments, strata, weights, a, b)
-            labels = {"kind": kind if dimension in ("steps", "kinds") else "",
-                      "name": key if dimension == "steps" else ""}
-            rows.append(row(_display_key(dimension, kind, key), labels, per.get(a, {}), per.get(b, {}), calls,
-                            contribution, se, _per_call_test(figures, stored, kind, key, a, b)))
-        if dimension == "steps":
-            contribution, se = _stratified(rest, strata, weights, a, b)
-            outside = {r: {"self_ms": sum(m[0] for m in rest[r].values())} for r in (a, b)}
-            rows.append(row(REST_KEY, {"kind": "", "name": REST_KEY}, outside[a], outside[b], {}, contribution,
-                            se, None) | {"frequency_effect_ms": None, "frequency_effect_se_ms": None})
-        out[dimension] = _ranked(rows, direction=direction, alpha=alpha)
-    tools = figures.per_release("kind").get(("tool", ""), {})
-    out["totals"] = {
-        r: {"steps_per_task": task_totals[r]["steps"] / n[r],
-            "tool_calls_per_task": (_column(tools[r], "calls") if r in tools else 0) / n[r],
-            "tokens_per_task": task_totals[r]["tokens"] / n[r],
-            "step_error_rate": _ratio(task_totals[r]["errors"], task_totals[r]["steps"])}
-        for r in (a, b)}
-    out["within_delta_ms"] = within_delta
-    out["mix_ms"] = overall_delta - within_delta
+
+def _group_rows(figures: GroupFigures, dimension: str, stored: str, strata: _Strata, sides: _Sides) -> list[dict]:
+    """A row per group of one dimension (`stored`: its name in the rollups), unranked: its
+    contribution within task names, its per-call test and figures."""
+    a, b = sides.a, sides.b
+    rows = []
+    per_release = figures.per_release(stored)
+    for (kind, key), cells in figures.of(stored).items():
+        moments: dict[str, dict[str, tuple[float, float]]] = {a: {}, b: {}}
+        calls: dict[str, list[float]] = {a: [0.0, 0.0], b: [0.0, 0.0]}
+        for (release, task_name), values in cells.items():
+            if release not in moments:
+                continue
+            if task_name in strata.common:
+                moments[release][task_name] = (_column(values, "sum_ms"), _column(values, "sum_sq"))
+            calls[release][0] += _column(values, "calls")
+            calls[release][1] += _column(values, "calls_sq")
+        per = _release_figures(figures, stored, kind, key, per_release[(kind, key)])
+        contribution, se = _stratified(moments, strata.tasks, strata.weights, a, b)
+        labels = {"kind": kind if dimension in ("steps", "kinds") else "",
+                  "name": key if dimension == "steps" else ""}
+        rows.append(sides.row(_display_key(dimension, kind, key), labels, per.get(a, {}), per.get(b, {}), calls,
+                              contribution, se, _per_call_test(figures, stored, kind, key, a, b)))
+    return rows
+
+
+def _release_figures(figures: GroupFigures, dimension: str, kind: str, key: str,
+                     per: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Per release, a group's calls, Σ and Σ² of self time per call, p50/p95, error rate, tokens."""
+    out = {}
+    for r, values in per.items():
+        count = _column(values, "calls")
+        p50, p95 = _per_call_quantiles(figures, r, dimension, kind, key, float(values[-1]))
+        out[r] = {"count": int(count), "self_ms": _column(values, "sum_ms"),
+                  "self_squares": _column(values, "call_sq"), "p50_ms": p50, "p95_ms": p95,
+                  "error_rate": _column(values, "errors") / count if count else None,
+                  "tokens": int(_column(values, "tokens"))}
     return out
 
 
