@@ -25,8 +25,6 @@ from ingest.records import (
     tool_result_text,
 )
 
-_SAMPLE_VENDORS_KNOWN = ("dmatrix", "groq", "nvidia")
-
 
 def parse_time(value: object, *, path: str) -> datetime:
     """RFC 3339 string or integer Unix nanoseconds → aware UTC datetime."""

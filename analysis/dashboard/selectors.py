@@ -166,33 +166,3 @@ def latency_percentiles(*, project: Project, filters: TaskFilters, group_by: str
     from analysis.dashboard.reads import duration_percentiles
 
     return duration_percentiles(project=project, filters=filters, group_by=group_by, limit=limit)
-
-
-def whatif_by_release(*, project: Project, filters: TaskFilters) -> list[dict]:
-    """Mean actual and projected task duration per release for each what-if scenario, over the
-    analysed tasks matching the filters."""
-    tasks = task_queryset(project=project, filters=filters)
-    rows = (TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"), analyzed_at__isnull=False)
-            .values_list("task__release", "whatif").iterator(chunk_size=2000))
-    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    counts: dict[str, int] = defaultdict(int)
-    for release, whatif in rows:
-        if not whatif or "actual_ms" not in whatif:
-            continue
-        counts[release] += 1
-        acc = sums[release]
-        for key in ("actual_ms", "parallel_ms", "cached_ms", "parallel_cached_ms"):
-            acc[key] += whatif.get(key, whatif["actual_ms"])
-        for family, projected in (whatif.get("hardware") or {}).items():
-            acc[f"hardware.{family}.ms"] += projected["ms"]
-            acc[f"hardware.{family}.with_fixes_ms"] += projected["with_fixes_ms"]
-    out = []
-    for release in sorted(counts):
-        n = counts[release]
-        means = {k: round(v / n, 1) for k, v in sums[release].items()}
-        hardware: dict[str, dict[str, float]] = defaultdict(dict)
-        for key in [k for k in means if k.startswith("hardware.")]:
-            _, family, field = key.split(".")
-            hardware[family][field] = means.pop(key)
-        out.append({"release": release, "tasks": n, **means, "hardware": dict(hardware)})
-    return out
