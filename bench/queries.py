@@ -62,7 +62,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     """Queries from the analysis, releases and alerts code, when present."""
     out: dict[str, Callable[[], object]] = {}
     try:
-        from analysis.dashboard.selectors import latency_percentiles
+        from analysis.dashboard.reads import duration_percentiles as latency_percentiles
     except ImportError:
         latency_percentiles = None
     if latency_percentiles is not None:
@@ -70,7 +70,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
 
         for group in ("task", "kind", "model"):
             out[f"latency percentiles by {group}"] = (
-                lambda g=group: latency_percentiles(project=project, group_by=g, filters=TaskFilters()))
+                lambda g=group: latency_percentiles(project=project, group_by=g, filters=TaskFilters(), limit=100))
     try:
         from analysis.releases.compare import release_compare
     except ImportError:

@@ -1,6 +1,7 @@
-"""Reads behind "why was this one slow": a task's steps as `diff.DStep` rows, the recent runs its
+"""Reads behind "why was this one slow": a task's steps as `runs.DStep` rows, the recent runs its
 typical profile is built from (cached), the hardware verdicts of its findings, and the two
-comparisons the API and the pages serve (`task_diff`). The maths is in analysis/comparison/diff.py.
+comparisons the API and the pages serve (`task_diff`). The maths is in runs.py,
+alignment.py, typical_run.py and explanation.py (pure).
 
 Which runs make the typical run of a task name: its newest TYPICAL_RUNS ended, successful
 runs of the same release; when the release has fewer than MIN_RUNS of them (a new release),
@@ -37,7 +38,7 @@ BASELINE_WINDOW = timedelta(days=7)
 CACHE_SECONDS = 600
 # Part of the cache key: bump it when the profile's method changes, so no process reads a
 # profile an older method built.
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3  # 3: the profile's classes moved to analysis/comparison/typical_run.py
 # Bounds on a step's start around its task's start and end, so the step reads skip the weekly
 # partitions no run touches (a step may start a little before its task's reported start).
 STEP_SLACK = timedelta(days=1)

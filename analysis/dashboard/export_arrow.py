@@ -1,9 +1,11 @@
-"""The Arrow side of the exports (analysis/dashboard/exports.py says what is exported): rows streamed out
+"""The Arrow side of the exports (exports.py says what is exported): rows streamed out
 of Postgres by COPY into typed Arrow tables, and those tables written as Parquet, CSV or JSON
 Lines. Imported only when an export runs: pyarrow and pandas are heavy."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 
 import pandas as pd
@@ -21,6 +23,8 @@ from analysis.dashboard.exports import (
     Export,
     export_sql,
 )
+
+log = logging.getLogger("agentops.analysis")
 
 ARROW_TYPES = {"text": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
                "ts": pa.timestamp("us", tz="UTC"), "json": pa.string()}
@@ -161,3 +165,24 @@ def encode(export: Export, tables: Iterator[pa.Table]) -> Iterator[bytes]:
         first = False
     if first and export.format == "csv":  # no rows: the header still says what the columns are
         yield (",".join(c.name for c in COLUMNS[export.entity]) + "\n").encode()
+
+
+def stream(export: Export, *, progress: Callable[[int, float], None] | None = None,
+           fetch_rows: int = FETCH_ROWS) -> Iterator[bytes]:
+    """The whole export as byte chunks; `progress(rows, seconds)` after each batch."""
+    started = time.monotonic()
+    count = 0
+
+    def counted() -> Iterator[pa.Table]:
+        nonlocal count
+        for table in batches(export, fetch_rows=fetch_rows):
+            count += table.num_rows
+            yield table
+            if progress:
+                progress(count, time.monotonic() - started)
+
+    for chunk in encode(export, counted()):
+        if chunk:
+            yield chunk
+    log.info("analysis.exported project=%s entity=%s format=%s rows=%s seconds=%.1f", export.project.pk,
+             export.entity, export.format, count, time.monotonic() - started)

@@ -6,8 +6,9 @@ Bounded memory whatever the size: one SQL statement per export, streamed by Post
 FETCH_ROWS rows; each block is parsed into an Arrow table with fixed column types by pyarrow's
 CSV reader, then written as one Parquet row group (pyarrow), CSV (pyarrow) or JSON Lines
 (pandas), and handed on before the next block is read. Nothing holds more than one block, and
-no Python object is made per value. That Arrow side is analysis/dashboard/export_arrow.py, loaded on the
-first export only.
+no Python object is made per value. That Arrow side, and `stream`, the whole export as bytes, are in
+analysis/dashboard/export_arrow.py, imported on the first export only (pyarrow and pandas weigh
+~100 MB in every process that imports them).
 
 The filters are the task list's (`parse_task_filters` + `task_queryset`: one
 definition), plus `kind` and `model` of a step; cost columns come from analysis.costs."""
@@ -16,19 +17,14 @@ from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
 from django.db.models import Exists, OuterRef
 
 from analysis import costs
 from analysis.filters import FilterError, TaskFilters, parse_task_filters, task_queryset
 from ingest.models import Project, Step
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 log = logging.getLogger("agentops.analysis")
 
@@ -208,28 +204,3 @@ def export_sql(export: Export) -> tuple[str, list]:
             params.append(value)
     return (f"SELECT {select} FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id{costs.price_join()}"
             f" WHERE {' AND '.join(where)}", params)
-
-
-def stream(export: Export, *, progress: Callable[[int, float], None] | None = None,
-           fetch_rows: int = FETCH_ROWS) -> Iterator[bytes]:
-    """The whole export as byte chunks; `progress(rows, seconds)` after each batch."""
-    # pyarrow and pandas weigh ~100 MB in every process that imports them: a web worker loads
-    # them on its first export, not at start (the memory flood in tests/reliability counts this).
-    from analysis.dashboard.export_arrow import batches, encode
-
-    started = time.monotonic()
-    count = 0
-
-    def counted() -> Iterator[pa.Table]:
-        nonlocal count
-        for table in batches(export, fetch_rows=fetch_rows):
-            count += table.num_rows
-            yield table
-            if progress:
-                progress(count, time.monotonic() - started)
-
-    for chunk in encode(export, counted()):
-        if chunk:
-            yield chunk
-    log.info("analysis.exported project=%s entity=%s format=%s rows=%s seconds=%.1f", export.project.pk,
-             export.entity, export.format, count, time.monotonic() - started)

@@ -157,12 +157,3 @@ def finding_page(*, project: Project, kind: str = "", task_id: str = "", release
         rows = rows[:limit]
         next_cursor = encode_cursor(rows[-1].task_started_at, rows[-1].pk)
     return rows, next_cursor
-
-
-def latency_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
-                        limit: int = 100) -> list[dict]:
-    """count, p50/p90/p95/p99, max of durations per group (tasks or steps by kind, name, model,
-    device), with percentile_cont in Postgres; the Latency page reads the same numbers."""
-    from analysis.dashboard.reads import duration_percentiles
-
-    return duration_percentiles(project=project, filters=filters, group_by=group_by, limit=limit)

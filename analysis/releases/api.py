@@ -12,14 +12,8 @@ from rest_framework.views import APIView
 from analysis.access import request_project
 from analysis.costs import release_costs_cached
 from analysis.filters import FilterError
-from analysis.releases.compare import (
-    UnknownRelease,
-    compared_tasks,
-    parse_compare_filters,
-    parse_threshold,
-    release_compare,
-    release_list,
-)
+from analysis.releases.compare import UnknownRelease, parse_threshold, release_compare, release_list
+from analysis.releases.scope import compared_tasks, parse_compare_filters
 from analysis.releases.serializers import ReleaseComparisonSerializer, ReleaseListSerializer
 
 FILTER_PARAMETERS = [

@@ -45,9 +45,6 @@ from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
 from analysis.releases.db import FAILED_SQL, fetch, set_repeatable_read, set_work_mem
 from analysis.releases.scope import CompareFilters, compared_tasks
-
-# Re-exported: the pages, the API and compare_releases import it from here.
-from analysis.releases.scope import parse_compare_filters as parse_compare_filters
 from ingest.models import Project, Release, Task
 
 log = logging.getLogger("agentops.analysis")

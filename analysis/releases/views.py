@@ -16,15 +16,13 @@ from analysis.access import project_for_user
 from analysis.filters import FilterError
 from analysis.releases import charts, stats
 from analysis.releases.compare import (
-    CompareFilters,
     UnknownRelease,
-    compared_tasks,
-    parse_compare_filters,
     parse_threshold,
     release_compare,
     release_list,
     release_names,
 )
+from analysis.releases.scope import CompareFilters, compared_tasks, parse_compare_filters
 from analysis.releases.stats import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
 from ingest.models import Device
 

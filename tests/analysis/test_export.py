@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from analysis.dashboard import exports
+from analysis.dashboard import export_arrow, exports
 from analysis.models import Finding, ModelPrice
 from ingest.models import Device, ResourceSample, Step, Task
 from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
@@ -197,7 +197,7 @@ def test_csv_export_neutralises_formulas(data, read_key):
 
 def test_an_export_streams_in_batches_and_still_equals_the_rows(data, read_key, monkeypatch):
     monkeypatch.setattr(exports, "FETCH_ROWS", 4)
-    monkeypatch.setattr(exports.stream, "__kwdefaults__", {"progress": None, "fetch_rows": 4})
+    monkeypatch.setattr(export_arrow.stream, "__kwdefaults__", {"progress": None, "fetch_rows": 4})
     status, body, response = export(read_key, "steps", format="parquet")
     assert status == 200 and response.streaming
     assert response["Content-Type"] == "application/vnd.apache.parquet"

@@ -14,12 +14,8 @@ from django.utils import timezone
 from analysis import rollups
 from analysis.models import Finding, TaskAnalysis
 from analysis.releases.attribution import REST_KEY
-from analysis.releases.compare import (
-    CompareFilters,
-    UnknownRelease,
-    release_compare,
-    release_list,
-)
+from analysis.releases.compare import UnknownRelease, release_compare, release_list
+from analysis.releases.scope import CompareFilters
 from ingest.models import Device, Step, Task
 from tests.releases.conftest import T0, make_release
 

@@ -10,12 +10,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from analysis.filters import FilterError
-from analysis.releases.compare import (
-    UnknownRelease,
-    parse_compare_filters,
-    parse_threshold,
-    release_compare,
-)
+from analysis.releases.compare import UnknownRelease, parse_threshold, release_compare
+from analysis.releases.scope import parse_compare_filters
 from analysis.releases.stats import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
 from ingest.models import Project
 

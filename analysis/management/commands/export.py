@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analysis.dashboard import exports
+from analysis.dashboard import export_arrow, exports
 from analysis.filters import FilterError
 from ingest.models import Project
 
@@ -57,7 +57,7 @@ class Command(BaseCommand):
             progress(r, s)
 
         try:
-            for chunk in exports.stream(export, progress=counted):
+            for chunk in export_arrow.stream(export, progress=counted):
                 target.write(chunk)
         finally:
             if target is not sys.stdout.buffer:
