@@ -21,6 +21,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 
+from ingest import records
+
 
 class Project(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -76,10 +78,10 @@ class Task(models.Model):
     """One agent run. `reported` is true once a task event (or an OTLP root span) arrived;
     until then name and bounds are derived from the steps."""
 
-    STATUS_OK = "ok"
-    STATUS_ERROR = "error"
-    STATUS_TIMEOUT = "timeout"
-    STATUSES = [STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT]
+    STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT = records.STATUSES
+    # Statuses are defined with the records (ingest/records.py), which the decoders check without Django.
+    STATUSES = records.STATUSES
+    FAILED_STATUSES = records.FAILED_STATUSES
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
     task_id = models.CharField(max_length=128)

@@ -16,6 +16,8 @@ from ingest import limits
 
 STEP_KINDS = ("llm", "tool", "retrieval", "agent", "framework", "queue", "other")
 STATUSES = ("ok", "error", "timeout")
+# The statuses of a task or step that failed: what every error count and error rate counts.
+FAILED_STATUSES = ("error", "timeout")
 
 # Timestamps outside this range are refused: 0 (the OTLP "unset") and typos that land in
 # 1970 or the far future would otherwise wreck every time axis.
