@@ -27,6 +27,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from analysis.measures import baseline_key_sql, tpot_sql
 from analysis.models import Baseline
 from ingest.models import Project, Step
 
@@ -35,15 +36,13 @@ log = logging.getLogger("agentops.analysis")
 WINDOW_DAYS = 7
 DEVICE = "device"
 
-_STEP_KEY = ("CASE WHEN s.kind = 'llm' THEN coalesce(nullif(s.model, ''), s.name) "
-             "WHEN s.kind = 'tool' THEN coalesce(nullif(s.tool_name, ''), s.name) ELSE s.name END")
+_STEP_KEY = baseline_key_sql("s")
 
 _STEP_SQL = f"""
 WITH base AS (
     SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
            s.input_tokens::float8 AS input_tokens, s.output_tokens::float8 AS output_tokens,
-           CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1
-                THEN greatest(s.duration_ms - s.ttft_ms, 0) / (s.output_tokens - 1) END AS tpot
+           {tpot_sql("s")} AS tpot
     FROM ingest_step s
     WHERE s.project_id = %(project)s AND s.status = 'ok' {{filter}}
 ), expanded AS (

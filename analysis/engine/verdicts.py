@@ -54,6 +54,7 @@ from analysis.engine.detectors.base import (
     log_z,
     robust_z,
 )
+from analysis.measures import tpot_ms
 
 MIN_EXCESS_MS = 100.0
 # With device evidence the question is no longer "is this step worth a look on its own" but
@@ -77,8 +78,8 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
         expected = stats.ttft_median + stats.tpot_median * out
         ttft_z = log_z(step.ttft_ms, stats.ttft_median, stats.spread("ttft"))
-        if out > 0:
-            tpot = max(step.duration_ms - step.ttft_ms, 0.0) / out
+        tpot = tpot_ms(duration_ms=step.duration_ms, ttft_ms=step.ttft_ms, output_tokens=step.output_tokens)
+        if tpot is not None:
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
         outlier = ttft_z > z_cut or (tpot_z is not None and tpot_z > z_cut)
     elif step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:

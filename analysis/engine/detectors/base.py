@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from analysis.measures import baseline_key
 from analysis.models import CONFIDENCE_HIGH, CONFIDENCE_LOW, CONFIDENCE_MEDIUM  # noqa: F401  (the detectors take them from here)
 
 Z_OUTLIER = 3.5
@@ -93,11 +94,7 @@ class StepData:
     @property
     def key(self) -> str:
         """The baseline key: model for LLM steps, tool name for tools, else the name."""
-        if self.kind == "llm":
-            return self.model or self.name
-        if self.kind == "tool":
-            return self.tool_name or self.name
-        return self.name
+        return baseline_key(self)
 
     @property
     def label(self) -> str:
