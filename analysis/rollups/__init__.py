@@ -34,7 +34,6 @@ from analysis.rollups.sql import (
     RELEASE_TABLE,
     STEP_GROUPS,
     TABLES,
-    TPOT_SQL,
     day_floor,
     group_rows_sql,
     hour_floor,
@@ -42,7 +41,7 @@ from analysis.rollups.sql import (
 
 __all__ = [
     "DAY", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "NBINS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
-    "STEP_GROUPS", "TABLES", "TASK_FILTERS", "TPOT_SQL", "Summary", "bin_sql", "budget_sums", "covered_hours",
+    "STEP_GROUPS", "TABLES", "TASK_FILTERS", "Summary", "bin_sql", "budget_sums", "covered_hours",
     "day_floor", "edge", "group_rows_sql", "hour_floor", "hours_recompute", "project_rebuild", "rollup_where",
     "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "watermark",
 ]

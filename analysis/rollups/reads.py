@@ -13,12 +13,11 @@ from django.db import connection
 from django.db.models import Q
 
 from analysis.filters import TaskFilters, task_queryset
+from analysis.measures import FAILED_SQL
 from analysis.rollups.histograms import Summary, bin_sql
 from analysis.rollups.refresh import watermark
 from analysis.rollups.sql import (
     DAY,
-    FAILED_SQL,
-    NUMBER_PATTERN,
     ORIGIN,
     STEP_GROUPS,
     STEP_HISTOGRAMS,
@@ -258,8 +257,8 @@ def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[in
     for release, n in _fetch(f"SELECT q.task__release, count(*) FROM ({sql}) q GROUP BY 1", raw_params):
         counts[release] += n
     for release, key, total in _fetch(
-            f"SELECT q.task__release, e.key, sum(e.value::float8) FROM ({sql}) q,"
-            f" jsonb_each_text(CASE WHEN jsonb_typeof(q.budget) = 'object' THEN q.budget ELSE '{{}}'::jsonb END) e"
-            f" WHERE e.value ~ {NUMBER_PATTERN} GROUP BY 1, 2", raw_params):
+            f"SELECT q.task__release, e.key, sum((e.value)::float8) FROM ({sql}) q,"
+            f" jsonb_each(CASE WHEN jsonb_typeof(q.budget) = 'object' THEN q.budget ELSE '{{}}'::jsonb END) e"
+            f" WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2", raw_params):
         sums[release][key] += total
     return {release: (n, dict(sums[release])) for release, n in counts.items() if n}

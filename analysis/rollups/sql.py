@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from analysis.measures import FAILED_SQL, tpot_sql
 from analysis.models import COUNTED_FINDING_SQL
 from analysis.rollups.histograms import bin_sql
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
-FAILED_SQL = "IN ('error', 'timeout')"
 
 TASK_DIMENSIONS = ("release", "environment", "name")
 STEP_DIMENSIONS = ("release", "environment", "kind", "name", "tool_name", "model", "device")
@@ -41,11 +41,8 @@ def task_rollup_sql(where: str) -> str:
         GROUP BY 1, 2, 3, 4, 5"""
 
 
-# Time per output token of an LLM step with a first token, as the Devices page computes it.
-TPOT_SQL = ("CASE WHEN s.ttft_ms IS NOT NULL AND s.output_tokens > 1"
-            " THEN (s.duration_ms - s.ttft_ms) / (s.output_tokens - 1)::float8 END")
-# The step rollup's histograms: column prefix → the value binned.
-STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": TPOT_SQL}
+# The step rollup's histograms: column prefix → the value binned (steps aliased s).
+STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": tpot_sql("s")}
 
 
 def step_rollup_sql(where: str) -> str:
@@ -69,14 +66,11 @@ def step_rollup_sql(where: str) -> str:
               FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
                            t.release, t.environment, {dims}, s.status {FAILED_SQL} AS failed,
                            s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
-                           {bin_sql(f"({TPOT_SQL})")} AS pb
+                           {bin_sql(f"({STEP_HISTOGRAMS['tpot_']})")} AS pb
                     FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
                     WHERE {where}) x
               GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
         GROUP BY {keys}"""
-
-
-NUMBER_PATTERN = "'^-?[0-9.eE+-]+$'"
 
 
 def budget_rollup_sql(where: str) -> str:
@@ -90,10 +84,10 @@ def budget_rollup_sql(where: str) -> str:
                    WHERE {where} AND x.budget <> '{{}}'::jsonb),
              n AS (SELECT {dims}, count(*) AS n FROM a GROUP BY 1, 2, 3, 4),
              k AS (SELECT {dims}, jsonb_object_agg(key, total) AS sums
-                   FROM (SELECT {dims}, e.key, sum(e.value::float8) AS total
-                         FROM a, jsonb_each_text(CASE WHEN jsonb_typeof(a.budget) = 'object'
-                                                      THEN a.budget ELSE '{{}}'::jsonb END) e
-                         WHERE e.value ~ {NUMBER_PATTERN} GROUP BY 1, 2, 3, 4, 5) s
+                   FROM (SELECT {dims}, e.key, sum((e.value)::float8) AS total
+                         FROM a, jsonb_each(CASE WHEN jsonb_typeof(a.budget) = 'object'
+                                                 THEN a.budget ELSE '{{}}'::jsonb END) e
+                         WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5) s
                    GROUP BY 1, 2, 3, 4)
         UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
         FROM n LEFT JOIN k USING (hour, release, environment, name)
