@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Aggregate, Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum
-from django.db.models.functions import Cast
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 
+from analysis.measures import PercentileCont, Tpot
 from analysis.models import Finding
 from ingest.models import Project, Step, Task
 
@@ -45,19 +45,6 @@ LATENCY_METRICS = {name for name, (_, q, _) in METRICS.items() if q is not None}
 FINDING_METRICS = {"finding_rate", "wasted_share"}
 TASK_FILTERS = {"task_name": "name", "release": "release", "environment": "environment"}
 STEP_FILTERS = {"step_kind": "kind", "step_name": "name", "model": "model", "device": "device"}
-
-
-class PercentileCont(Aggregate):
-    """percentile_cont(q) WITHIN GROUP (ORDER BY expr): the interpolated percentile."""
-
-    function = "percentile_cont"
-    output_field = FloatField()
-
-    def __init__(self, expression, *, fraction: float, **extra):
-        # The fraction comes from METRICS, never from a request: safe to inline.
-        super().__init__(expression, fraction=float(fraction), **extra)
-
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
 
 
 @dataclass(frozen=True)
@@ -110,9 +97,8 @@ def _percentile_source(project, spec, start, end, source):
         return steps, F("duration_ms")
     if source == "ttft":
         return steps.filter(ttft_ms__isnull=False), F("ttft_ms")
-    # tpot: decode time per generated token, (duration − ttft) / output_tokens.
-    return (steps.filter(ttft_ms__isnull=False, output_tokens__gt=0),
-            (F("duration_ms") - F("ttft_ms")) / Cast("output_tokens", FloatField()))
+    # tpot: the steps whose TPOT is defined (analysis.measures), so the count is of those.
+    return steps.annotate(tpot=Tpot()).filter(tpot__isnull=False), F("tpot")
 
 
 def _rate(numerator: int, denominator: int) -> float | None:
@@ -128,8 +114,7 @@ def measure_rolled_up(*, project: Project, spec: MetricSpec, start: datetime, en
     latency rollups, within their 1.93 % (analysis/rollups.py); None when
     the metric or the filters need the raw rows. Whole hours of the rollups count by their tasks'
     start, so a step of a task that started before `start` may be left out at the window's edge.
-    TPOT stays raw: the rollups' TPOT divides by output_tokens − 1 (the Devices page's), this
-    metric by output_tokens."""
+    TPOT is read raw for now, though the rollups hold the same definition (analysis.measures)."""
     from analysis import rollups
     from analysis.filters import TaskFilters
 
@@ -164,11 +149,11 @@ def measure(*, project: Project, spec: MetricSpec, start: datetime, end: datetim
     source, fraction, _ = METRICS[spec.metric]
     if fraction is not None:
         qs, expression = _percentile_source(project, spec, start, end, source)
-        row = qs.aggregate(n=Count("pk"), value=PercentileCont(expression, fraction=fraction))
-        return Measurement(row["value"], row["n"], start, end)
+        row = qs.aggregate(n=Count("pk"), value=PercentileCont(expression, (fraction,)))
+        return Measurement(row["value"][0] if row["value"] else None, row["n"], start, end)
     tasks = _tasks(project, spec, start, end)
     if source == "error":
-        row = tasks.aggregate(n=Count("pk"), bad=Count("pk", filter=Q(status__in=["error", "timeout"])))
+        row = tasks.aggregate(n=Count("pk"), bad=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES)))
         return Measurement(_rate(row["bad"], row["n"]), row["n"], start, end)
     # Low-confidence findings are guesses: they raise no alert and count in no wasted time.
     findings = Finding.objects.counted().filter(project=project, task_started_at__gte=start, task_started_at__lt=end)

@@ -21,15 +21,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import connection
 from django.db.models import (
-    Aggregate,
     Avg,
     Count,
     DateTimeField,
     F,
-    FloatField,
     Func,
     Max,
     Min,
@@ -37,35 +34,21 @@ from django.db.models import (
     QuerySet,
     Sum,
 )
-from django.db.models.functions import Cast
 
 from analysis import rollups
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
 from analysis.filters import TaskFilters, task_queryset
+from analysis.measures import PercentileCont, Tpot
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Device, Project, Release, ResourceSample, Step, Task
 
 BUCKETS_TARGET = 60
 BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
-FAILED = [Task.STATUS_ERROR, Task.STATUS_TIMEOUT]
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
-GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
 HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling"]
 LANE_PAD = timedelta(seconds=30)
-
-
-class PercentileCont(Aggregate):
-    """percentile_cont(ARRAY[fractions]) WITHIN GROUP (ORDER BY expr) → an array of floats.
-    The fractions are our own constants, formatted as numbers, never user input."""
-
-    function = "percentile_cont"
-    template = "%(function)s(ARRAY[%(fractions)s]::float8[]) WITHIN GROUP (ORDER BY %(expressions)s)"
-
-    def __init__(self, expression, fractions: Sequence[float], **extra):
-        text = ",".join(repr(float(f)) for f in fractions)
-        super().__init__(expression, fractions=text, output_field=ArrayField(FloatField()), **extra)
 
 
 class DateBin(Func):
@@ -177,7 +160,7 @@ def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
             total.merge(summary)
         return {"count": total.count, "errors": total.errors, **_percentiles(total.quantiles(PERCENTILES))}
     qs = task_queryset(project=project, filters=filters)
-    row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+    row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES)),
                        pcts=PercentileCont("duration_ms", PERCENTILES))
     return {"count": row["count"], "errors": row["errors"], **_percentiles(row["pcts"])}
 
@@ -224,7 +207,7 @@ def _series_rows(*, project: Project, filters: TaskFilters, seconds: int) -> lis
     return list(task_queryset(project=project, filters=filters)
                 .annotate(bucket=DateBin("started_at", seconds=seconds))
                 .values("bucket", "release")
-                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=FAILED)),
+                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES)),
                           pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
                 .order_by("bucket", "release"))
 
@@ -271,10 +254,10 @@ def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8)
             f"WITH a AS ({sql}),"
             f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id"
             f"         WHERE a.budget <> '{{}}'::jsonb GROUP BY t.release ORDER BY n DESC LIMIT {int(limit)})"
-            f" SELECT t.release, b.key, sum(b.value::float8) / per.n"
+            f" SELECT t.release, b.key, sum((b.value)::float8) / per.n"
             f" FROM a JOIN ingest_task t ON t.id = a.task_id JOIN per ON per.release = t.release,"
-            f" jsonb_each_text(a.budget) b"
-            f" WHERE jsonb_typeof(a.budget) = 'object' AND b.value ~ '^-?[0-9.eE+-]+$'"
+            f" jsonb_each(CASE WHEN jsonb_typeof(a.budget) = 'object' THEN a.budget ELSE '{{}}'::jsonb END) b"
+            f" WHERE jsonb_typeof(b.value) = 'number'"
             f" GROUP BY t.release, b.key, per.n ORDER BY t.release", params)
         out: dict[str, dict[str, float]] = defaultdict(dict)
         for release, key, mean in cur.fetchall():
@@ -294,7 +277,7 @@ def _group_queryset(*, project: Project, filters: TaskFilters, group_by: str, gr
     """(queryset, column) of the durations a latency chart shows: tasks, or steps of a group."""
     if group_by == "task":
         return task_queryset(project=project, filters=filters).filter(duration_ms__isnull=False), None
-    column = GROUPS[group_by]
+    column = rollups.STEP_GROUPS[group_by]
     qs = _step_queryset(project=project, filters=filters).exclude(**{column: ""})
     if group_by == "tool":
         qs = qs.filter(kind="tool")
@@ -385,10 +368,6 @@ def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str 
 # --- devices ---------------------------------------------------------------------------------
 
 
-# Time per output token of an LLM step (rollups.TPOT_SQL in SQL).
-_TPOT = (F("duration_ms") - F("ttft_ms")) / Cast(F("output_tokens") - 1, FloatField())
-
-
 def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "") -> list[dict]:
     """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range."""
     devices = {d.name: d for d in project_devices(project=project)
@@ -399,7 +378,7 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
         rows = {r["device"]: r for r in steps.values("device").annotate(
             steps=Count("pk"),
             ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
-            tpot=PercentileCont(_TPOT, (0.5, 0.95), filter=Q(ttft_ms__isnull=False, output_tokens__gt=1)),
+            tpot=PercentileCont(Tpot(), (0.5, 0.95)),
         )}
     hardware = hardware_finding_counts(project=project, filters=filters)
     out = []
@@ -449,11 +428,7 @@ def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, dev
         found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
         return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
     steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices), ttft_ms__isnull=False)
-    if metric == "tpot":
-        steps = steps.filter(output_tokens__gt=1)
-        value = _TPOT
-    else:
-        value = F("ttft_ms")
+    value = Tpot() if metric == "tpot" else F("ttft_ms")
     found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}
     return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
 

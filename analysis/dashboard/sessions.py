@@ -20,15 +20,15 @@ from django.db.models import Count, F, FloatField, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from analysis.dashboard.charts import log_edges
-from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES, PercentileCont
+from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES
 from analysis.filters import FilterError, TaskFilters, task_is_running, task_queryset
+from analysis.measures import PercentileCont
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Project, Task
 
 SORTS = {"-last_started": "last_started", "last_started": "last_started", "-turns": "turns", "turns": "turns",
          "-total_ms": "total_ms", "total_ms": "total_ms", "-slowest_ms": "slowest_ms", "slowest_ms": "slowest_ms"}
 MAX_TURNS = 1000  # a session page draws at most this many turns
-FAILED = [Task.STATUS_ERROR, Task.STATUS_TIMEOUT]
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def _page_extras(*, project: Project, filters: TaskFilters, session_ids: list[st
     tasks = task_queryset(project=project, filters=filters).filter(session_id__in=session_ids)
     out: dict[str, dict] = {s: {"names": set(), "wasted_ms": 0.0, "findings": 0} for s in session_ids}
     for row in tasks.values("session_id").annotate(first_started=Min("started_at"),
-                                                   errors=Count("pk", filter=Q(status__in=FAILED))):
+                                                   errors=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES))):
         out[row["session_id"]].update(first_started=row["first_started"], errors=row["errors"])
     for session_id, name in tasks.values_list("session_id", "name").distinct():
         out[session_id]["names"].add(name)

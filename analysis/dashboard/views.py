@@ -26,7 +26,7 @@ from analysis.dashboard import charts, reads, selectors, sessions, status
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
-from ingest.models import IngestKey
+from ingest.models import IngestKey, Task
 from ingest.services import key_authenticate
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
@@ -214,7 +214,7 @@ def task_list(request):
         sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
         sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
         export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
-        values=params, statuses=["ok", "error", "timeout"], finding_kinds=reads.finding_kinds(),
+        values=params, statuses=Task.STATUSES, finding_kinds=reads.finding_kinds(),
         devices=reads.project_devices(project=project) if project else [],
     )
 
