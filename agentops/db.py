@@ -14,8 +14,10 @@ stays on the primary:
   must work on the very next request, whatever the replica's lag;
 - reads inside a transaction on the primary (they must see that transaction's writes).
 
-Only ORM queries are routed. Selectors that open `django.db.connection.cursor()` for raw SQL
-talk to the primary; `read_connection()` is the replica-aware connection for them to use.
+ORM queries are routed by the router; every raw-SQL reader (rollups, sessions, the task diff, the
+release comparison, status) opens `read_connection()`, the replica-aware connection, so a page
+never mixes the replica's snapshot with the primary's (tests/scale/test_replica.py visits every
+page and read endpoint). A streamed response (CSV, exports) reads from the replica as it is sent.
 """
 
 from __future__ import annotations
@@ -92,5 +94,13 @@ class ReplicaReadsMiddleware:
     def __call__(self, request):
         if request.method in ("GET", "HEAD") and not request.path.startswith("/admin/"):
             with replica_reads():
-                return self.get_response(request)
+                response = self.get_response(request)
+            if response.streaming:  # a CSV or an export reads as it is sent, after the view returned
+                response.streaming_content = _replica_reads_while(response.streaming_content)
+            return response
         return self.get_response(request)
+
+
+def _replica_reads_while(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    with replica_reads():
+        yield from chunks

@@ -235,9 +235,9 @@ def task_names_containing(*, project: Project, text: str) -> list[str] | None:
     """The project's task names that contain `text` (case-insensitive), read from the (project,
     name) index one distinct name at a time (a loose index scan: a few index probes, where
     `name ILIKE` reads every task). None when the project has more than MAX_NAMES names."""
-    from django.db import connection
+    from agentops.db import read_connection
 
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             "WITH RECURSIVE n AS ("
             " (SELECT name FROM ingest_task WHERE project_id = %s ORDER BY name LIMIT 1)"

@@ -22,8 +22,8 @@ import hashlib
 from datetime import timedelta
 
 from django.core.cache import cache
-from django.db import connection
 
+from agentops.db import read_connection
 from analysis.comparison import typical_run
 from analysis.comparison.explanation import Explanation, explain
 from analysis.comparison.runs import DStep, Run
@@ -65,7 +65,7 @@ def _runs(tasks: list[Task]) -> dict[int, Run]:
     low = min(t.started_at for t in tasks) - STEP_SLACK
     high = max(t.ended_at or t.last_event_at or t.started_at for t in tasks) + STEP_SLACK
     steps: dict[int, list[DStep]] = {t.pk: [] for t in tasks}
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(_STEP_SQL, [[t.pk for t in tasks], low, high])
         for row in cur.fetchall():
             steps[row[0]].append(DStep._make(row[1:]))

@@ -21,7 +21,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import (
     Avg,
     Count,
@@ -35,6 +34,7 @@ from django.db.models import (
     Sum,
 )
 
+from agentops.db import read_connection
 from analysis import rollups
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
@@ -96,7 +96,7 @@ def project_releases(*, project: Project) -> list[str]:
 
 def project_environments(*, project: Project) -> list[str]:
     """Environments seen in the latest tasks: an index scan, not a DISTINCT over millions."""
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             "SELECT DISTINCT environment FROM (SELECT environment FROM ingest_task WHERE project_id = %s"
             " AND started_at IS NOT NULL ORDER BY started_at DESC LIMIT 5000) recent WHERE environment <> ''"
@@ -249,7 +249,7 @@ def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8)
     tasks = task_queryset(project=project, filters=filters)
     analyses = TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
     sql, params = analyses.values("task_id", "budget").query.sql_with_params()
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"WITH a AS ({sql}),"
             f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id"
@@ -313,7 +313,7 @@ def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str 
     else:
         qs, _ = _group_queryset(project=project, filters=filters, group_by=group_by, group=group)
         sql, params = qs.values("duration_ms").query.sql_with_params()
-        with connection.cursor() as cur:
+        with read_connection().cursor() as cur:
             cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
                         f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
             counts = dict(cur.fetchall())
@@ -408,7 +408,7 @@ def hardware_finding_counts(*, project: Project, filters: TaskFilters) -> dict[s
     """Hardware findings per device of the step they were raised on."""
     findings = _finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
     sql, params = findings.values("task_id", "step_ids").query.sql_with_params()
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(f"SELECT s.device, count(*) FROM ({sql}) f JOIN ingest_step s"
                     f" ON s.task_id = f.task_id AND s.step_id = ANY(f.step_ids)"
                     f" WHERE s.device <> '' GROUP BY s.device", params)
@@ -477,7 +477,7 @@ def task_waterfall_rows(*, task: Task) -> list[StepRow]:
     key = (task.pk, task.last_event_at, task.step_count)
     if key in _ROWS_CACHE:
         return _ROWS_CACHE[key]
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             "SELECT step_id, parent_step_id, 0, kind, name,"
             " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"

@@ -15,10 +15,10 @@ import binascii
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connection
 from django.db.models import Count, F, FloatField, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
+from agentops.db import read_connection
 from analysis.dashboard.charts import log_edges
 from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES
 from analysis.filters import FilterError, TaskFilters, task_is_running, task_queryset
@@ -240,7 +240,7 @@ def session_histogram(*, project: Project, filters: TaskFilters, session_id: str
     edges = log_edges()
     sql, params = _turns(project=project, filters=filters, session_id=session_id).values(
         "duration_ms").query.sql_with_params()
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
                     f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
         counts = cur.fetchall()

@@ -19,9 +19,9 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
+from agentops.db import read_connection
 from analysis import rollups
 from analysis.engine import pipeline
 from ingest.models import Project
@@ -39,7 +39,7 @@ def analysis_lag(*, project: Project, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     quiet = timedelta(seconds=settings.ANALYSIS_QUIET_SECONDS)
     abandon = timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(f"""
             SELECT count(*), min(due) FROM (
                 SELECT CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.last_event_at + %(quiet)s

@@ -41,9 +41,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db import connection
 from scipy import stats as scipy_stats
 
+from agentops.db import read_connection
 from analysis import rollups
 from analysis.releases import stats
 from analysis.releases.db import fetch
@@ -97,12 +97,12 @@ class GroupFigures:
     def add_raw(self, where: str, params: list | tuple) -> None:
         """Compute the rows of the tasks matching `where` (alias t) from raw steps, then merge."""
         rows = rollups.group_rows_sql(where, hour=_ALL_HOURS, lookup=True)
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
             cursor.execute(f"CREATE TEMPORARY TABLE {RAW_TABLE} ({', '.join(rollups.GROUP_COLUMNS)}) ON COMMIT DROP AS"
                            f" {rows}", params)
         self.add(RAW_TABLE, "true", [])
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             cursor.execute(f"DROP TABLE {RAW_TABLE}")
 
     def of(self, dimension: str) -> dict[tuple, dict[tuple[str, str], np.ndarray]]:
@@ -171,7 +171,7 @@ def _sample(base: tuple[str, tuple], a: str, b: str, n: dict[str, int]) -> bool:
     """Draws a uniform random sample of at most ATTRIBUTION_TASKS tasks per release of `base`
     into a session-private temporary table; True when some task was left out."""
     probs = [min(1.0, ATTRIBUTION_TASKS / n[r]) if n.get(r) else 0.0 for r in (a, b)]
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {SAMPLE_TABLE}")
         cursor.execute(f"""
             CREATE TEMPORARY TABLE {SAMPLE_TABLE} ON COMMIT DROP AS

@@ -36,14 +36,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from agentops.db import read_alias
 from analysis import rollups
 from analysis.filters import FilterError
+from analysis.measures import FAILED_SQL
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
-from analysis.releases.db import FAILED_SQL, fetch, set_repeatable_read, set_work_mem
+from analysis.releases.db import fetch, set_repeatable_read, set_work_mem
 from analysis.releases.scope import CompareFilters, compared_tasks
 from ingest.models import Project, Release, Task
 
@@ -221,8 +223,11 @@ def release_compare(*, project: Project, a: str, b: str, filters: CompareFilters
         raise FilterError("b: must be a different release from a")
     started = time.monotonic()
     params = (filters, threshold_pct, alpha, seed)
-    outermost = not transaction.get_connection().in_atomic_block
-    with transaction.atomic():
+    # The replica when the request reads from it (agentops/db.py): every query of the comparison,
+    # ORM and raw, then runs in this one transaction there.
+    alias = read_alias()
+    outermost = not connections[alias].in_atomic_block
+    with transaction.atomic(using=alias):
         if outermost:  # one snapshot for every query: tasks, rollups and their watermark agree
             set_repeatable_read()
         set_work_mem()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import connection
-
-from analysis.measures import FAILED_SQL as FAILED_SQL  # the comparison's modules take it from here
+from agentops.db import read_connection
 
 # Per sort, for the comparison's transaction only: 2 × 1M durations sort in memory.
 WORK_MEM = "256MB"
@@ -12,19 +10,19 @@ WORK_MEM = "256MB"
 
 def fetch(sql: str, params=None) -> list[tuple]:
     """Rows of a query; `params` None means the SQL has no placeholders (and may hold a %)."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
 def set_repeatable_read() -> None:
     """The current transaction sees one snapshot in all its queries. Must come first in it."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def set_work_mem() -> None:
     """Grouped percentiles sort up to millions of durations: in memory, not in temp files.
     SET LOCAL: for the current transaction only."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")

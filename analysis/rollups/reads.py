@@ -9,9 +9,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Q
 
+from agentops.db import read_connection
 from analysis.filters import TaskFilters, task_queryset
 from analysis.measures import FAILED_SQL
 from analysis.rollups.histograms import Summary, bin_sql
@@ -106,7 +106,7 @@ def edge(lo: datetime | None, hi: datetime) -> Q:
 
 
 def _fetch(sql: str, params) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 

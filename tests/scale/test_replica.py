@@ -6,6 +6,7 @@ is what the tests look at."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -129,3 +130,53 @@ def test_database_replica_url_adds_the_replica_database_router_and_middleware():
     assert with_replica["middleware"] == "agentops.db.ReplicaReadsMiddleware"
     without = _settings_in_subprocess()
     assert list(without["dbs"]) == ["default"] and without["routers"] == []
+
+
+# The tables a dashboard read may touch and a replica holds: traces, analysis results, rollups.
+REPLICATED = ("ingest_task", "ingest_step", "ingest_resourcesample", "analysis_finding", "analysis_taskanalysis",
+              "analysis_baseline", "analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
+
+
+def test_every_dashboard_page_and_read_api_reads_traces_and_rollups_from_the_replica_only(
+        replica, project, make_key, django_user_model):
+    """Raw SQL included (rollups, sessions, the task diff, the release comparison, status): one
+    page never mixes the replica's snapshot with the primary's."""
+    from django.core.management import call_command
+
+    from analysis import rollups
+
+    call_command("simulate", project=project.name, tasks=60, seed=5, since="2d", stdout=io.StringIO(),
+                 stderr=io.StringIO())
+    call_command("analyze", all=True, project=project.name, stdout=io.StringIO())
+    rollups.rollups_refresh()
+    task = Task.objects.filter(project=project, ended_at__isnull=False).order_by("-duration_ms").first()
+    step = task.steps.order_by("started_at").first()
+    other = Task.objects.filter(project=project, name=task.name, ended_at__isnull=False).exclude(pk=task.pk).first()
+    releases = sorted(Task.objects.filter(project=project).values_list("release", flat=True).distinct())
+    user = django_user_model.objects.create_user("ann", password="pw-pw-pw-1")
+    project.members.add(user)
+    client = Client()
+    client.force_login(user)
+    api = {"HTTP_AUTHORIZATION": f"Bearer {make_key(project, IngestKey.SCOPE_READ)}"}
+    p = {"project": project.name}
+    pages = [("/", p), ("/charts/overview.json", p), ("/charts/overview-cost.json", p), ("/tasks", p),
+             ("/tasks.csv", p), ("/findings.csv", p), (f"/tasks/{task.task_id}", p),
+             (f"/tasks/{task.task_id}/waterfall.json", p), (f"/tasks/{task.task_id}/steps/{step.step_id}.json", p),
+             (f"/tasks/{task.task_id}/compare", {**p, "against": other.task_id}),
+             (f"/tasks/{task.task_id}/compare.json", {**p, "against": other.task_id}),
+             ("/charts/turn-time.json", p), ("/sessions", p), ("/latency", p), ("/charts/latency.json", p),
+             ("/devices", p), ("/charts/devices.json", p), ("/releases", p),
+             ("/releases/compare", {**p, "a": releases[0], "b": releases[-1]})]
+    reads = [("/api/v1/tasks", {}), (f"/api/v1/tasks/{task.task_id}", {}), (f"/api/v1/tasks/{task.task_id}/diff", {"against": other.task_id}),
+             ("/api/v1/sessions", {}), ("/api/v1/findings", {}), ("/api/v1/latency", {}), ("/api/v1/status", {}),
+             ("/api/v1/latency", {"group_by": "model"}), ("/api/v1/releases", {}),
+             ("/api/v1/releases/compare", {"a": releases[0], "b": releases[-1]})]
+    for path, params, headers in [(u, q, {}) for u, q in pages] + [(u, q, api) for u, q in reads]:
+        with CaptureQueriesContext(connections["default"]) as primary, CaptureQueriesContext(replica) as copy:
+            response = client.get(path, params, **headers)
+            if getattr(response, "streaming", False):
+                b"".join(response.streaming_content)
+        assert response.status_code == 200, (path, response.content[:300])
+        on_primary = [t for t in REPLICATED if t in _tables(primary.captured_queries)]
+        assert not on_primary, f"{path} read {on_primary} from the primary"
+        assert any(t in _tables(copy.captured_queries) for t in REPLICATED), f"{path} read nothing from the replica"
