@@ -41,7 +41,6 @@ METRICS: dict[str, tuple[str, float | None, str]] = {
     "finding_rate": ("finding", None, "tasks with a finding of the kind (%)"),
     "wasted_share": ("wasted", None, "wasted time as a share of task time (%)"),
 }
-LATENCY_METRICS = {name for name, (_, q, _) in METRICS.items() if q is not None}
 FINDING_METRICS = {"finding_rate", "wasted_share"}
 TASK_FILTERS = {"task_name": "name", "release": "release", "environment": "environment"}
 STEP_FILTERS = {"step_kind": "kind", "step_name": "name", "model": "model", "device": "device"}

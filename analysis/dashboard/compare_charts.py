@@ -19,6 +19,7 @@ from analysis.dashboard.charts import (
     fmt_ms,
     truncate,
 )
+from ingest.models import Task
 
 STATUS_COLORS = {"same": "#3556d8", "slower": "#c4320a", "faster": "#0f9d76", "extra": "#e07b00",
                  "missing": "#b0b7c3"}
@@ -96,7 +97,7 @@ def session_figure(turns: Sequence) -> dict:
     turns = [t for t in turns if t.task.started_at is not None]
     if not turns:
         return empty_figure("This session has no turns in range")
-    colors = ["#c4320a" if t.task.status in ("error", "timeout") else ("#7a4cc2" if t.running else "#3556d8")
+    colors = ["#c4320a" if t.task.status in Task.FAILED_STATUSES else ("#7a4cc2" if t.running else "#3556d8")
               for t in turns]
     hover = []
     for t in turns:

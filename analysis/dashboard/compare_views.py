@@ -29,7 +29,7 @@ from analysis.dashboard.views import (
     keep,
 )
 from analysis.filters import FilterError, parse_task_filters, task_is_running
-from ingest.models import Step
+from ingest.models import Step, Task
 
 SESSION_PAGE_SIZE = 50
 STEP_MATCHES = 500
@@ -161,7 +161,7 @@ def session_list(request):
                  next_query=urlencode({**params, "cursor": next_cursor}) if next_cursor else "",
                  first_query=urlencode(params) if request.GET.get("cursor") else "",
                  sort_queries={f: sort_query(f) for f in ("last_started", "turns", "total_ms", "slowest_ms")},
-                 hidden=keep(request.GET, GLOBAL_PARAMS), values=params, statuses=["ok", "error", "timeout"],
+                 hidden=keep(request.GET, GLOBAL_PARAMS), values=params, statuses=Task.STATUSES,
                  detail_query=urlencode(keep(request.GET, GLOBAL_PARAMS)))
 
 

@@ -60,7 +60,7 @@ def test_step_ttft_and_tpot_percentiles_match_numpy(db, project, store):
     llm = {"step_kind": "llm", "device": "groq-lpu-01"}
     assert value(project, "step_duration_p99", filters=llm).value == pytest.approx(np.percentile(llm_durations, 99))
     assert value(project, "ttft_p99", filters={"device": "groq-lpu-01"}).value == pytest.approx(np.percentile(ttfts, 99))
-    tpot = (llm_durations - ttfts) / tokens
+    tpot = np.maximum(llm_durations - ttfts, 0) / (tokens - 1)  # docs/analysis.md, "TPOT"
     m = value(project, "tpot_p95", filters={"model": "llama-3-70b"})
     assert m.sample_count == n
     assert m.value == pytest.approx(np.percentile(tpot, 95))
