@@ -139,28 +139,39 @@ _WHATIF_SCENARIOS = r"""
     WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(hw.value -> suffix.field) = 'number'"""
 
 
-def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
-    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the ended tasks matching
-    `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
-    the hour of the task's start; a constant such as "'-infinity'::timestamptz" merges all hours). `lookup`: fetch
-    steps task by task through the index (a few thousand tasks) instead of letting the planner
-    join (a refresh's hours)."""
-    hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+# A group rollup row's figures, each named, with what a row that does not have it holds.
+_ZERO = "0::float8"
+_FIGURES = {"tasks": "0", "calls": "0", "calls_sq": _ZERO, "sum_ms": _ZERO, "sum_sq": _ZERO, "call_sq": _ZERO,
+            "errors": "0", "tokens": "0", "other_ms": _ZERO, "analysed": "0", "max_ms": "NULL",
+            "bins": "'{}'::smallint[]", "counts": "'{}'::integer[]"}
+# Byte order for every text key: the grouping sorts compare millions of keys, and the
+# database's linguistic collation costs several times more per comparison than memcmp.
+_C = 'COLLATE "C"'
+_TASK_KEYS = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
+
+
+def _row(keys: str, **figures: str) -> str:
+    """A SELECT list in GROUP_COLUMNS order: the eight key columns (`keys`), then the figures this
+    kind of row has, by name; every other figure is zero, or empty for a histogram."""
+    assert set(figures) <= set(_FIGURES), set(figures) - set(_FIGURES)
+    return ", ".join([keys, *(figures.get(name, default) for name, default in _FIGURES.items())])
+
+
+def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
+    """tk (the tasks), st (their steps), calls (each step's self time), per_task (sums per task and
+    grouping set), moments (sums over tasks per group), hist (self time per call, bucketed), and
+    whatif (the what-if projections, one row per task and scenario)."""
     columns = "task_id, step_id, parent_step_id, kind, name, tool_name, model, duration_ms, status, input_tokens, output_tokens"
     steps = (f"CROSS JOIN LATERAL (SELECT {columns} FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
              else "JOIN ingest_step s ON s.task_id = tk.id")
     h = "project_id, hour, release, environment, task_name"
     hh = "project_id, hour, release, environment"  # histograms: across task names
-    head = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
     dimension = "CASE g " + " ".join(f"WHEN {g} THEN '{d}'" for g, d in _GROUPINGS.items()) + " END"
     labelled = (f"{dimension} AS dimension, CASE WHEN g IN (3, 7) THEN kind ELSE '' END AS kind,"
                 " CASE g WHEN 3 THEN name WHEN 13 THEN tool_name WHEN 14 THEN model ELSE '' END AS key")
     wanted = "g IN (3, 7) OR (g = 13 AND tool_name <> '') OR (g = 14 AND model <> '')"
     sets = "({k}, kind, name{b}), ({k}, kind{b}), ({k}, tool_name{b}), ({k}, model{b})"
-    zero = "0::float8"
-    # Byte order for every text key: the grouping sorts compare millions of keys, and the
-    # database's linguistic collation costs several times more per comparison than memcmp.
-    C = 'COLLATE "C"'
+    C = _C
     return f"""
         WITH tk AS MATERIALIZED (
             SELECT t.id, t.project_id, {hour} AS hour, t.release {C} AS release,
@@ -193,45 +204,66 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
             FROM (SELECT {hh}, {labelled}, b, n FROM (
                       SELECT {hh}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
                              b, count(*) AS n
-                      FROM (SELECT {head}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
+                      FROM (SELECT {_TASK_KEYS}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
                             FROM calls c JOIN tk ON tk.id = c.task_id) c
                       GROUP BY GROUPING SETS ({sets.format(k=hh, b=", b")})) x
                   WHERE {wanted}) y
             GROUP BY 1, 2, 3, 4, 5, 6, 7
-        ), whatif AS ({_WHATIF_SCENARIOS})
-        SELECT m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key,
-               m.tasks, m.calls, m.calls_sq, m.sum_ms, m.sum_sq, m.call_sq, m.errors, m.tokens, {zero}, 0,
-               m.max_ms, '{{}}'::smallint[], '{{}}'::integer[]
-        FROM moments m
+        ), whatif AS ({_WHATIF_SCENARIOS})"""
+
+
+def _group_rows(*, C: str = _C) -> str:
+    """The rows themselves, one SELECT per kind of row (docs/releases.md, "Where it changed"): a
+    step group's sums over tasks, its histogram of self time per call, a task name's own time
+    and counts, its findings, its time budget and its what-if projections."""
+    moments = _row("m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key",
+                   tasks="m.tasks", calls="m.calls", calls_sq="m.calls_sq", sum_ms="m.sum_ms", sum_sq="m.sum_sq",
+                   call_sq="m.call_sq", errors="m.errors", tokens="m.tokens", max_ms="m.max_ms")
+    hist = _row("project_id, hour, release, environment, '', 'h_' || dimension, kind, key", bins="bins",
+                counts="counts")
+    own = "tk.duration_ms - coalesce(a.sm, 0)"  # a task's time outside its steps' self time
+    task = _row(f"{_TASK_KEYS}, 'task', '', ''", tasks="count(*)", calls="coalesce(sum(a.c), 0)",
+                calls_sq="coalesce(sum(a.c * a.c), 0)::float8", sum_ms=f"sum({own})", sum_sq=f"sum(({own}) ^ 2)",
+                errors="coalesce(sum(a.e), 0)", tokens="coalesce(sum(a.tok), 0)", other_ms="sum(tk.duration_ms)",
+                analysed="count(ta.task_id)", max_ms="max(tk.duration_ms)")
+    finding = _row(f"{_TASK_KEYS}, 'finding', '', f.kind {C}", tasks="count(DISTINCT f.task_id)",
+                   sum_ms="sum(f.wasted_ms)")
+    budget = _row(f"{_TASK_KEYS}, 'budget', '', e.key {C}", tasks="count(*)", sum_ms="sum((e.value)::text::float8)")
+    actual = ("CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'"
+              " THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END")
+    whatif = _row(f"{_TASK_KEYS}, 'whatif', '', w.scenario {C}", tasks="count(*)", sum_ms="sum(w.projected)",
+                  other_ms=f"sum({actual} - w.projected)")
+    return f"""
+        SELECT {moments} FROM moments m
         UNION ALL
-        SELECT project_id, hour, release, environment, '', 'h_' || dimension, kind, key, 0, 0, {zero}, {zero},
-               {zero}, {zero}, 0, 0, {zero}, 0, NULL, bins, counts
-        FROM hist
+        SELECT {hist} FROM hist
         UNION ALL
-        SELECT {head}, 'task', '', '', count(*), coalesce(sum(a.c), 0), coalesce(sum(a.c * a.c), 0)::float8,
-               sum(tk.duration_ms - coalesce(a.sm, 0)), sum((tk.duration_ms - coalesce(a.sm, 0)) ^ 2), {zero},
-               coalesce(sum(a.e), 0), coalesce(sum(a.tok), 0), sum(tk.duration_ms), count(ta.task_id),
-               max(tk.duration_ms), '{{}}', '{{}}'
+        SELECT {task}
         FROM tk LEFT JOIN per_task a ON a.task_id = tk.id AND a.g = 15
                 LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
         GROUP BY 1, 2, 3, 4, 5
         UNION ALL
-        SELECT {head}, 'finding', '', f.kind {C}, count(DISTINCT f.task_id), 0, {zero}, sum(f.wasted_ms), {zero},
-               {zero}, 0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
+        SELECT {finding}
         FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
-        SELECT {head}, 'budget', '', e.key {C}, count(*), 0, {zero}, sum((e.value)::text::float8), {zero}, {zero},
-               0, 0, {zero}, 0, NULL, '{{}}', '{{}}'
+        SELECT {budget}
         FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
              jsonb_each(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
         WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
-        SELECT {head}, 'whatif', '', w.scenario {C}, count(*), 0, {zero}, sum(w.projected), {zero}, {zero}, 0, 0,
-               sum(CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'
-                   THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END - w.projected), 0, NULL,
-               '{{}}', '{{}}'
+        SELECT {whatif}
         FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
         GROUP BY 1, 2, 3, 4, 5, 8"""
+
+
+def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
+    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the ended tasks matching
+    `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
+    the hour of the task's start; a constant such as "'-infinity'::timestamptz" merges all hours).
+    `lookup`: fetch steps task by task through the index (a few thousand tasks) instead of letting
+    the planner join (a refresh's hours)."""
+    hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+    return _group_ctes(where, hour=hour, lookup=lookup) + _group_rows()
 
 
 def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,
