@@ -79,7 +79,7 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> 
     raw_params = [project_id, lo, hi]
     cursor.execute(task_rollup_sql(where), raw_params)
     cursor.execute(step_rollup_sql(where), raw_params)
-    cursor.execute(budget_rollup_sql(where).replace("t_project", str(int(project_id))), raw_params)
+    cursor.execute(budget_rollup_sql(where), [*raw_params, project_id])
     cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where)}",
                    raw_params)
     days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)

@@ -75,7 +75,8 @@ def step_rollup_sql(where: str) -> str:
 
 def budget_rollup_sql(where: str) -> str:
     """UPDATE of the task rollup rows' budget figures from the analyses of the tasks matching
-    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category."""
+    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category.
+    Parameters: those of `where`, then the project's id."""
     dims = "hour, release, environment, name"
     return f"""
         WITH a AS (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
@@ -91,7 +92,7 @@ def budget_rollup_sql(where: str) -> str:
                    GROUP BY 1, 2, 3, 4)
         UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
         FROM n LEFT JOIN k USING (hour, release, environment, name)
-        WHERE r.project_id = t_project AND r.hour = n.hour AND r.release = n.release
+        WHERE r.project_id = %s AND r.hour = n.hour AND r.release = n.release
           AND r.environment = n.environment AND r.name = n.name"""
 
 
