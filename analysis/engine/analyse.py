@@ -185,7 +185,7 @@ def analyse(ctx: TaskContext) -> dict:
         "critical_path": path_step_ids(segments),
         "budget": latency_budget(segments, queue_wait_ms=queue_wait),
         # A possible (low-confidence) waste is no saving to promise.
-        "whatif": whatif_module.project(ctx, segments, counted(findings)),
+        "whatif": whatif_module.projections(ctx, segments, counted(findings)),
         "wasted_ms": total_wasted(ctx, findings),
     }
 

@@ -59,7 +59,9 @@ def _removed_on_path(segments: list[Segment], findings: list[Finding], kinds: tu
     return total
 
 
-def project(ctx: TaskContext, segments: list[Segment], findings: list[Finding]) -> dict:
+def projections(ctx: TaskContext, segments: list[Segment], findings: list[Finding]) -> dict:
+    """The task's what-if document: its actual critical-path time, that time with each kind of fix
+    applied, and on each hardware family (docs/analysis.md, "Critical path, budget, what-if")."""
     actual = sum(seg.length for seg in segments)
     result = {"actual_ms": round(actual, 1)}
     for name, kinds in _FIX_KINDS.items():

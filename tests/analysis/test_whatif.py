@@ -6,7 +6,7 @@ import pytest
 
 from analysis.engine.analyse import analyse, analyse_task
 from analysis.engine.critical_path import critical_path
-from analysis.engine.whatif import model_params_b, project
+from analysis.engine.whatif import model_params_b, projections
 from analysis.hardware import PROFILES
 from analysis.models import TaskAnalysis
 from ingest.models import Task
@@ -60,7 +60,7 @@ def test_hardware_profiles_replace_llm_time_on_the_path_by_their_model():
     llm = step("l", "llm", 0, 3, model="llama-3-70b", input_tokens=2000, output_tokens=200, ttft_ms=300)
     ctx = task([llm, step("t", "tool", 3, 4, tool_name="x")])
     segments = critical_path(ctx.steps, ctx.start_ms, ctx.end_ms)
-    w = project(ctx, segments, [])
+    w = projections(ctx, segments, [])
     assert set(w["hardware"]) == set(PROFILES)
     for family, model in PROFILES.items():
         expected = 1000 + model.step_ms(2000, 200, model_params_b=70)
