@@ -1,45 +1,7 @@
-"""Is it the chip? A hardware verdict for every slow LLM step.
-
-An LLM step is *slow* when its TTFT or its time per output token (TPOT) is an outlier
-against the baseline of its model on its device (log-scale modified z, see detectors.base)
-and the step as a whole took at least 20 % (and 100 ms) longer than expected. Expected
-duration is `TTFT_median + TPOT_median × (output_tokens − 1)`: a step that is long because
-it generated many tokens at the usual speed is not slow. Without TTFT (non-streaming
-clients) it is the baseline's resistant line over output tokens, compared as a whole. 20 % is about the smallest change
-in a duration people notice (Weber fraction for time intervals is 10–20 %).
-
-The outlier cut-off is z > 4 (`Z_SLOW`) when nothing else is known: every LLM step is
-tested, so the bar must keep false alarms rare (~3e-5 per component and step). When the step's device shows an anomaly
-of its own while the step ran (queue or throttling signals below), the hypothesis "this step
-was slowed by its device" is no longer a search over all steps but a test of the few steps
-that overlap a device incident, and the cut-off is z > 2 (one-sided p ≈ 0.02). Two
-independent pieces of evidence — device telemetry and the step's own latency — together.
-
-The verdict compares the device's samples over the step's interval (padded by half a
-sampling period each side: with regular sampling that always includes the nearest reading,
-without reaching into readings closer to other steps) with *that
-device's own* normal (median/MAD over its trailing window), never with a global constant:
-a Groq LPU and an H100 have different normal queue depths.
-
-- `throttling`: the device reports `throttled` ≥ 0.5 in the interval, or temperature is an
-  outlier upwards while tokens/s or power is an outlier downwards (the thermal signature),
-  or — for devices that report neither flag nor throughput — it is hot, not queued, and the
-  step's decode (TPOT) is the slow part. Heat alone is not enough: busy devices run hot. When both
-  queueing and throttling signals are present, throttling wins only if decode (TPOT) is the
-  slow part — throttling lowers clocks and so slows every token; queueing delays the start.
-- `queueing`: queue depth an outlier upwards (and at least one request above normal) or
-  utilisation an outlier upwards at ≥ 90 % (saturated) — unless the prompt was unusually
-  long and TTFT no more than 20 % above what prefill of that prompt takes (then the start
-  was slow because of the prompt, and the verdict is `prefill_bound`).
-- `prefill_bound`: the device was nominal but the prompt was unusually long (input tokens an
-  outlier against the model's normal, or twice its median) and TTFT is the slow part.
-- `nominal`: the chip was fine; look at the workflow. `evidence["telemetry"]` says
-  `"missing"` when the device sent no samples around the step.
-
-TTFT is split into queue wait and compute where possible: compute ≈ the baseline TTFT scaled
-by the prompt length relative to normal (prefill cost grows ~linearly with input tokens);
-under a `queueing` verdict the rest of TTFT is queue wait.
-"""
+"""Is it the chip? A hardware verdict for every slow LLM step: `throttling`, `queueing`,
+`prefill_bound` or `nominal`, from the device's samples over the step's interval against that
+device's own normal, and the step's TTFT split into queue wait and compute. The method (when a
+step is slow, the cut-offs, each verdict's rule) is docs/analysis.md, "Hardware verdict"."""
 
 from __future__ import annotations
 
