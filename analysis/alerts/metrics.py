@@ -110,7 +110,7 @@ _ROLLUP_STEP_GROUPS = {"step_kind": "kind", "step_name": "name", "model": "model
 
 def measure_rolled_up(*, project: Project, spec: MetricSpec, start: datetime, end: datetime) -> Measurement | None:
     """A latency percentile over a long window (a release baseline: its last 7 days) from the
-    latency rollups, within their 1.93 % (analysis/rollups.py); None when
+    latency rollups, within their 1.93 % (analysis/rollups/); None when
     the metric or the filters need the raw rows. Whole hours of the rollups count by their tasks'
     start, so a step of a task that started before `start` may be left out at the window's edge.
     TPOT is read raw for now, though the rollups hold the same definition (analysis.measures)."""

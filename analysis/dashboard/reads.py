@@ -6,7 +6,7 @@ page, in the API and in the CSV export, and one project's rows never reach anoth
 Aggregation happens in Postgres (percentile_cont, date_bin, width_bucket) so a page costs one
 scan of the filtered rows whatever their number, and only a few hundred numbers come back.
 
-Long ranges read the latency rollups (analysis/rollups.py): whole hours from pre-aggregated
+Long ranges read the latency rollups (analysis/rollups/): whole hours from pre-aggregated
 histograms, only the edges and the fresh tail from raw rows, percentiles within 1.93 % of
 percentile_cont. Filters the rollups cannot answer (status, duration bounds, finding, device,
 search; task name for steps) and overview buckets shorter than an hour use the exact raw query.

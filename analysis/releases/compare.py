@@ -10,7 +10,7 @@ How it stays fast on millions of tasks (see docs/releases.md for measured figure
   durations per (release, task name), drawn uniformly with the comparison's seed (every task
   below the cap). The interval is centred on the exact difference and scaled to the true counts
   (see stats.py).
-- The releases list reads the latency rollups (analysis/rollups.py) unless filtered by vendor:
+- The releases list reads the latency rollups (analysis/rollups/) unless filtered by vendor:
   whole hours pre-aggregated, p50/p95 within 1.93 %.
 - "Where it changed" reads per-group sums and histograms from the group rollups (every task,
   exact; raw steps only for the tasks outside the rolled-up hours), or, under filters the
@@ -392,7 +392,7 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
 
 def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
                                ) -> tuple[dict[str, dict], dict[str, list]] | None:
-    """The list's figures from the latency rollups (analysis/rollups.py): p50/p95 within 1.93 %,
+    """The list's figures from the latency rollups (analysis/rollups/): p50/p95 within 1.93 %,
     sparkline slices at hour granularity; None when the filters need raw rows."""
     task_filters = filters.task_filters()
     summaries = rollups.task_summaries(project=project, filters=task_filters, group="release")

@@ -1,6 +1,6 @@
 """The rollups' histogram: fixed log buckets (BINS_PER_DECADE per decade from 0.01 ms to 10^9 ms),
 stored sparse, merged by addition, read as percentiles within RELATIVE_ERROR of the exact
-percentile_cont (docs/rollups.md, "The histogram" and "Error bound"). Pure maths and one SQL
+percentile_cont (docs/rollups.md, "What is stored": the histogram and its error bound). Pure maths and one SQL
 expression: no database access."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading the rollups: whole hours from the rollup tables, the edges and the fresh tail from raw
 rows binned the same way, so new data shows at once and a range boundary is exact to the row
-(docs/rollups.md, "Reading"). A filter the rollups have no dimension for returns None: the
+(docs/rollups.md, "What reads them"). A filter the rollups have no dimension for returns None: the
 caller runs its exact raw query."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """slow_step: a step far above its own baseline.
 
 Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 4 (Z_SLOW)
-(see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see hardware_correlation for why); wasted = duration −
-median. LLM steps use the token-aware expectation of `hardware_correlation.llm_slowness`
+(see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see verdicts for why); wasted = duration −
+median. LLM steps use the token-aware expectation of `verdicts.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
 No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent).

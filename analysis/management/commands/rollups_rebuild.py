@@ -13,7 +13,7 @@ from ingest.models import Project
 
 
 class Command(BaseCommand):
-    help = "Recompute the latency rollups (analysis/rollups.py) from the raw tasks and steps."
+    help = "Recompute the latency rollups (docs/rollups.md) from the raw tasks and steps."
 
     def add_arguments(self, parser):
         parser.add_argument("--project", help="project name (default: every project)")
