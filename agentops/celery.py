@@ -36,6 +36,6 @@ app.conf.beat_schedule = {
     "analysis-sweep": {"task": "analysis.sweep", "schedule": 5.0, "options": {"expires": 5}},
     "analysis-baselines": {"task": "analysis.refresh_baselines", "schedule": 300.0,
                            "options": {"expires": 290}},
-    # Latency rollups: recompute the hours that changed (analysis/rollups.py).
+    # Latency rollups: recompute the hours that changed (analysis/rollups/).
     "analysis-rollups": {"task": "analysis.refresh_rollups", "schedule": 60.0, "options": {"expires": 55}},
 }
