@@ -180,3 +180,56 @@ def test_every_dashboard_page_and_read_api_reads_traces_and_rollups_from_the_rep
         on_primary = [t for t in REPLICATED if t in _tables(primary.captured_queries)]
         assert not on_primary, f"{path} read {on_primary} from the primary"
         assert any(t in _tables(copy.captured_queries) for t in REPLICATED), f"{path} read nothing from the replica"
+
+
+def test_a_replica_that_is_a_second_database_serves_the_pages_and_never_receives_a_write(
+        transactional_db, settings, project, make_key, django_user_model):
+    """The replica is a real second database here: a copy of the primary taken after t-1 was
+    stored, like a streaming replica that has not yet replayed t-2. Pages and the read API show
+    what the copy holds; ingest writes only the primary."""
+    import psycopg
+
+    client = Client()
+    ingest_key = make_key(project, IngestKey.SCOPE_INGEST)
+    read_key = make_key(project, IngestKey.SCOPE_READ)
+    _ingest(client, ingest_key)
+    user = django_user_model.objects.create_user("ann", password="pw-pw-pw-1")
+    project.members.add(user)
+
+    primary = {**connections["default"].settings_dict}
+    copy_name = f"{primary['NAME']}_replica"
+    admin = psycopg.connect(dbname="postgres", host=primary["HOST"], port=primary["PORT"] or None,
+                            user=primary["USER"], password=primary["PASSWORD"] or None, autocommit=True)
+    connections.close_all()  # a template must have no other sessions
+    admin.execute(f'DROP DATABASE IF EXISTS "{copy_name}"')
+    admin.execute(f'CREATE DATABASE "{copy_name}" TEMPLATE "{primary["NAME"]}"')
+    alias = {**primary, "NAME": copy_name}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        settings.DATABASES = {**settings.DATABASES, "replica": alias}
+    settings.DATABASE_ROUTERS = ["agentops.db.ReplicaRouter"]
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "agentops.db.ReplicaReadsMiddleware"]
+    connections["replica"] = load_backend(alias["ENGINE"]).DatabaseWrapper(alias, "replica")
+    try:
+        later = [{"type": "task", "task_id": "t-2", "name": "refund", "release": "v1", "started_at": T0.isoformat(),
+                  "ended_at": (T0 + timedelta(seconds=1)).isoformat()}]
+        response = client.post("/api/v1/ingest", data=json.dumps({"events": later}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {ingest_key}")
+        assert response.status_code == 200, response.content
+        assert sorted(Task.objects.using("default").values_list("task_id", flat=True)) == ["t-1", "t-2"]
+        assert list(Task.objects.using("replica").values_list("task_id", flat=True)) == ["t-1"]
+
+        client = Client()  # a client loads its middleware once: this one has the replica's
+        client.force_login(user)
+        page = client.get("/tasks", {"project": project.name})
+        assert page.status_code == 200
+        assert b"t-1" in page.content
+        assert b"t-2" not in page.content
+        listed = client.get("/api/v1/tasks", HTTP_AUTHORIZATION=f"Bearer {read_key}")
+        assert [t["task_id"] for t in listed.json()["results"]] == ["t-1"]
+        assert client.get("/api/v1/tasks/t-2", HTTP_AUTHORIZATION=f"Bearer {read_key}").status_code == 404
+    finally:
+        connections["replica"].close()
+        del connections["replica"]
+        admin.execute(f'DROP DATABASE IF EXISTS "{copy_name}" WITH (FORCE)')
+        admin.close()
