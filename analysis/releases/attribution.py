@@ -15,24 +15,8 @@ through the same SQL (a mean from 4,000 tasks has a standard error of 1.6 % of t
 per-task values; every contribution carries its own standard error). The per-call percentiles
 and the per-call test use the histograms (60 log buckets a decade: percentiles within 1.93 %).
 
-Method: a task's duration splits into the self time of each of its steps (its duration minus
-its children's, floored at zero, so nested steps are not counted twice) plus the rest (idle gaps
-and framework time outside any step, minus overlap of parallel steps). For every group (step
-kind + name, step kind, tool, model):
-    contribution = Σ over task names t of w_t · (mean self time per task of t in B − in A)
-with w_t the pooled share of t's tasks in both releases. Comparing within task names keeps a
-different mix of task names (more research tasks in B, say) from being blamed on the steps those
-tasks happen to use; that mix effect is reported once, as `mix_ms`, so contributions over all
-steps plus the rest plus the mix add up to Δ(mean task duration). Each contribution has a
-standard error from the per-task variance and splits into slower calls and more calls.
-
-Ranking: rows that changed significantly come first — their per-call self times differ
-(Mann-Whitney on the per-call histograms, rank-based, so a few timeouts do not hide a tool whose
-every call doubled) or their contribution's interval excludes zero, both Bonferroni-corrected for
-the number of rows — then by contribution in the direction of the change (what made B slower,
-when it is slower). Sorting by contribution alone would let a noisy ±150 ms from LLM calls
-outrank a certain +70 ms from a tool that doubled; on the simulator's demo traffic the doubled
-tool is the top row (tests/releases/test_simulated_regression.py).
+The method (self time, contributions within task names, the mix effect) and the order of the
+rows are docs/releases.md, "Where it changed".
 """
 
 from __future__ import annotations
