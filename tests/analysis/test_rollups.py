@@ -237,9 +237,10 @@ def test_a_task_that_moves_to_another_hour_leaves_its_old_hour(project):
 def test_new_tasks_show_before_the_job_runs(project):
     fill(project, n=100)
     rollups.rollups_refresh()
+    now = datetime.now(tz=UTC)  # not NOW: the hour in progress, even when the suite began in the previous one
     batch_store(project=project, batch=Batch(tasks=[TaskRecord(
-        task_id="fresh", name="checkout", release="v1", environment="prod", started_at=NOW,
-        ended_at=NOW + timedelta(seconds=1), status="ok")]))
+        task_id="fresh", name="checkout", release="v1", environment="prod", started_at=now,
+        ended_at=now + timedelta(seconds=1), status="ok")]))
     totals = reads.overview_totals(project=project, filters=TaskFilters())
     assert totals["count"] == 101
 
@@ -446,9 +447,10 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
     raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
     assert rolled["v1"]["prefill"] == pytest.approx(raw["v1"]["prefill"]) and rolled["v1"]["prefill"] > 5000
     # a task of the fresh tail (after the last run) counts at once, from raw rows
-    fresh = Task.objects.create(project=project, task_id="fresh", release="v2", started_at=NOW, duration_ms=5.0,
-                                last_event_at=NOW)
-    TaskAnalysis.objects.create(task=fresh, project=project, analyzed_at=NOW, budget={"tool": 2e6})
+    now = datetime.now(tz=UTC)  # not NOW: the hour in progress, even when the suite began in the previous one
+    fresh = Task.objects.create(project=project, task_id="fresh", release="v2", started_at=now, duration_ms=5.0,
+                                last_event_at=now)
+    TaskAnalysis.objects.create(task=fresh, project=project, analyzed_at=now, budget={"tool": 2e6})
     rolled = dict(reads.budget_by_release(project=project, filters=f))
     raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
     assert rolled["v2"]["tool"] == pytest.approx(raw["v2"]["tool"]) and rolled["v2"]["tool"] > 10000
