@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
+from agentops.db import read_connection
 from ingest.models import STEP_SEARCH_TSVECTOR, Project, Step, Task
 from ingest.records import STATUSES
 
@@ -235,8 +236,6 @@ def task_names_containing(*, project: Project, text: str) -> list[str] | None:
     """The project's task names that contain `text` (case-insensitive), read from the (project,
     name) index one distinct name at a time (a loose index scan: a few index probes, where
     `name ILIKE` reads every task). None when the project has more than MAX_NAMES names."""
-    from agentops.db import read_connection
-
     with read_connection().cursor() as cur:
         cur.execute(
             "WITH RECURSIVE n AS ("

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from django.db.models import Q, QuerySet
 
+from agentops.db import read_connection
 from analysis.filters import TaskFilters, decode_cursor, encode_cursor, task_queryset
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Project, Step, Task
@@ -102,8 +103,6 @@ def task_steps_json(*, task: Task) -> list[str]:
     depth included. Postgres writes each step's JSON (jsonb columns pass through as they are
     stored, timestamps formatted as DRF does) and Python only orders the rows: a 50,000-step task
     costs no Python object per field, no datetime and no JSON decode/encode round trip."""
-    from agentops.db import read_connection
-
     with read_connection().cursor() as cur:
         cur.execute(_STEP_JSON_SQL, [task.pk])
         rows = [_StepJSON._make(row) for row in cur.fetchall()]
