@@ -110,6 +110,9 @@ def run(task_pk: int, *, force: bool = False) -> str:
     token = claim(task_pk)
     if token is None:
         return "claimed_elsewhere"
+    if not force and not is_due(task_pk):  # another worker analysed it between the check and the claim
+        release(task_pk, token)
+        return "not_due"
     try:
         analyse.analyse_task(task_pk, claim_token=token)
     except analyse.ClaimLost:

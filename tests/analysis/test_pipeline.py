@@ -64,6 +64,22 @@ def test_the_sweep_hands_out_a_due_task_once_and_the_worker_takes_it(ended):
     assert ended.pk not in pipeline.sweep()
 
 
+def test_a_task_another_worker_analysed_between_the_check_and_the_claim_is_not_analysed_again(ended,
+                                                                                                 monkeypatch):
+    claim, theirs = pipeline.claim, {}
+
+    def claim_after_another_worker(task_pk, **kwargs):
+        analyse_task(task_pk)  # the other worker analyses and releases the task meanwhile
+        theirs["analyzed_at"] = TaskAnalysis.objects.get(task_id=task_pk).analyzed_at
+        return claim(task_pk, **kwargs)
+
+    monkeypatch.setattr(pipeline, "claim", claim_after_another_worker)
+    assert pipeline.run(ended.pk) == "not_due"
+    row = TaskAnalysis.objects.get(task=ended)
+    assert row.analyzed_at == theirs["analyzed_at"]  # their analysis stands, not a second one
+    assert row.claim_token == "" and row.claimed_until is None
+
+
 def test_a_task_still_receiving_steps_is_not_due(project, settings):
     settings.ANALYSIS_QUIET_SECONDS = 60
     task, steps = problem_task("p1", 0)
