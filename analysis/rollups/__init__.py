@@ -20,17 +20,20 @@ from analysis.rollups.reads import (
     task_summaries,
 )
 from analysis.rollups.refresh import (
+    REBUILD_WORKERS,
     hours_recompute,
     project_rebuild,
     rollups_rebuild,
     rollups_refresh,
     watermark,
+    watermark_set,
 )
 from analysis.rollups.sql import (
     DAY,
     GROUP_COLUMNS,
     GROUP_SUMS,
     HOUR,
+    HOURLY_TABLES,
     RELEASE_TABLE,
     STEP_GROUPS,
     TABLES,
@@ -40,8 +43,9 @@ from analysis.rollups.sql import (
 )
 
 __all__ = [
-    "DAY", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "NBINS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
+    "DAY", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "HOURLY_TABLES", "NBINS", "REBUILD_WORKERS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
     "STEP_GROUPS", "TABLES", "TASK_FILTERS", "Summary", "bin_sql", "budget_sums", "covered_hours",
     "day_floor", "edge", "group_rows_sql", "hour_floor", "hours_recompute", "project_rebuild", "rollup_where",
     "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "watermark",
+    "watermark_set",
 ]

@@ -1,19 +1,23 @@
-"""Keeping the rollups true: the periodic refresh of the hours that changed, the rebuild, and
-retention (docs/rollups.md, "Maintenance"). Whole (project, hour) buckets are recomputed from raw
-rows in one transaction, never incremented on ingest."""
+"""Keeping the rollups true: the periodic refresh of what changed, the rebuild, and retention
+(docs/rollups.md, "Maintenance"). Rows are recomputed from raw rows in one transaction, in the
+narrowest unit that holds a change (an hour, an (hour, release, environment) group, or an
+analysis' slice), never incremented on ingest."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 
 from analysis.rollups.sql import (
+    ANALYSIS_DIMENSIONS,
     DAY,
     GROUP_COLUMNS,
     GROUP_DAYS_SQL,
@@ -25,6 +29,7 @@ from analysis.rollups.sql import (
     STEP_DAYS_SQL,
     TABLES,
     TASK_DAYS_SQL,
+    analysis_rows_sql,
     budget_rollup_sql,
     day_floor,
     group_rows_sql,
@@ -60,29 +65,109 @@ def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> in
     return len(hours)
 
 
-def days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
-    """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows."""
+_DAYS_SQL = {"analysis_task_rollup": TASK_DAYS_SQL, "analysis_step_rollup": STEP_DAYS_SQL,
+             "analysis_group_rollup": GROUP_DAYS_SQL}
+# (hour, release, environment) and (hour, release, environment, task name) keys, given as arrays.
+_IN_GROUPS = " IN (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[]))"
+_IN_SLICES = " IN (SELECT * FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]))"
+_TASK_HOUR = f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+
+
+def _columns(keys: Iterable[tuple]) -> list[list]:
+    """Keys as one array per position (the parameters of an unnest)."""
+    keys = sorted(set(keys))
+    return [list(column) for column in zip(*keys, strict=True)] if keys else []
+
+
+def days_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime, day_groups: Iterable[tuple] | None = None,
+                   tables: Sequence[str] = HOURLY_TABLES, dimensions: Sequence[str] | None = None) -> None:
+    """Rebuild the daily rows of the days [lo, hi) touches from their hourly rows: all of them, or
+    only those of these (day, release, environment) `day_groups` (and, of the group rollup, of
+    these `dimensions`)."""
     first, last = day_floor(lo), day_floor(hi - timedelta(microseconds=1)) + DAY
-    for table, sql in (("analysis_task_rollup", TASK_DAYS_SQL), ("analysis_step_rollup", STEP_DAYS_SQL),
-                       ("analysis_group_rollup", GROUP_DAYS_SQL)):
-        cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s",
-                       [project_id, first, last])
-        cursor.execute(sql, [project_id, first, last, project_id])
+    for table in tables:
+        clause, extra = "", []
+        if day_groups is not None:
+            clause = f" AND (date_bin(INTERVAL '1 day', hour, {ORIGIN}), release, environment){_IN_GROUPS}"
+            extra = _columns(day_groups)
+        if dimensions is not None and table == "analysis_group_rollup":
+            clause += " AND dimension = ANY(%s)"
+            extra.append(list(dimensions))
+        cursor.execute(f"DELETE FROM {table}_day WHERE project_id = %s AND hour >= %s AND hour < %s {clause}",
+                       [project_id, first, last, *extra])
+        cursor.execute(_DAYS_SQL[table].replace("/*filter*/", clause), [project_id, first, last, *extra, project_id])
 
 
-def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime) -> None:
-    """Recompute the whole hours [lo, hi) of a project, then the days they touch."""
+def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime, days: bool = True) -> None:
+    """Recompute the whole hours [lo, hi) of a project, then (with `days`) the days they touch."""
     for table in HOURLY_TABLES:
         cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s",
                        [project_id, lo, hi])
-    where = "t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
-    raw_params = [project_id, lo, hi]
-    cursor.execute(task_rollup_sql(where), raw_params)
-    cursor.execute(step_rollup_sql(where), raw_params)
-    cursor.execute(budget_rollup_sql(where), [*raw_params, project_id])
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where)}",
-                   raw_params)
-    days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
+    _rows_insert(cursor, project_id=project_id, where="t.project_id = %s AND t.started_at >= %s AND t.started_at < %s",
+                 params=[project_id, lo, hi])
+    if days:
+        days_recompute(cursor, project_id=project_id, lo=lo, hi=hi)
+
+
+def _rows_insert(cursor, *, project_id: int, where: str, params: list) -> None:
+    """Insert the hourly rows (task, step, group) of the tasks matching `where` (alias t)."""
+    cursor.execute(task_rollup_sql(where), params)
+    cursor.execute(step_rollup_sql(where), params)
+    cursor.execute(budget_rollup_sql(where), [*params, project_id])
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
+                   params)
+
+
+def _groups_recompute(cursor, *, project_id: int, groups: set[tuple[datetime, str, str]]) -> int:
+    """Recompute every row of these (hour, release, environment) groups, all in one set of
+    statements (late data scattered over many hours costs one pass, not one per hour), then the
+    daily rows of their (day, release, environment). Returns the number of groups."""
+    if not groups:
+        return 0
+    arrays = _columns(groups)
+    lo, hi = min(arrays[0]), max(arrays[0]) + HOUR
+    for table in HOURLY_TABLES:
+        cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s"
+                       f" AND (hour, release, environment){_IN_GROUPS}", [project_id, lo, hi, *arrays])
+    where = (f"t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
+             f" AND ({_TASK_HOUR}, t.release, t.environment){_IN_GROUPS}")
+    _rows_insert(cursor, project_id=project_id, where=where, params=[project_id, lo, hi, *arrays])
+    days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, day_groups={(day_floor(g[0]), g[1], g[2]) for g in groups})
+    return len(groups)
+
+
+def _analysis_recompute(cursor, *, project_id: int, slices: set[tuple[datetime, str, str, str]]) -> int:
+    """Recompute the figures analyses make (the task rows' analysed count and budget sums; the
+    group rollup's finding, budget and what-if rows and its task rows' analysed count) of these
+    (hour, release, environment, task name) slices from the slices' tasks and their analyses:
+    no step is read. Returns the number of slices."""
+    if not slices:
+        return 0
+    arrays = _columns(slices)
+    lo, hi = min(arrays[0]), max(arrays[0]) + HOUR
+    where = (f"t.project_id = %s AND t.started_at >= %s AND t.started_at < %s"
+             f" AND ({_TASK_HOUR}, t.release, t.environment, t.name){_IN_SLICES}")
+    params = [project_id, lo, hi, *arrays]
+    cursor.execute("UPDATE analysis_task_rollup SET analysed = 0, budget_ms = '{}'::jsonb WHERE project_id = %s"
+                   f" AND (hour, release, environment, name){_IN_SLICES}", [project_id, *arrays])
+    cursor.execute(budget_rollup_sql(where), [*params, project_id])
+    cursor.execute("DELETE FROM analysis_group_rollup WHERE project_id = %s AND dimension = ANY(%s)"
+                   f" AND (hour, release, environment, task_name){_IN_SLICES}",
+                   [project_id, list(ANALYSIS_DIMENSIONS), *arrays])
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {analysis_rows_sql(where)}", params)
+    cursor.execute(f"""
+        UPDATE analysis_group_rollup r SET analysed = coalesce(n.analysed, 0)
+        FROM (SELECT h.hour, h.release, h.environment, h.task_name, n.analysed
+              FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]) h(hour, release, environment, task_name)
+              LEFT JOIN (SELECT {_TASK_HOUR} AS hour, t.release, t.environment, t.name AS task_name, count(*) AS analysed
+                         FROM ingest_task t JOIN analysis_taskanalysis ta ON ta.task_id = t.id
+                         WHERE {where} AND ta.analyzed_at IS NOT NULL AND t.duration_ms IS NOT NULL
+                         GROUP BY 1, 2, 3, 4) n USING (hour, release, environment, task_name)) n
+        WHERE r.project_id = %s AND r.dimension = 'task' AND r.hour = n.hour AND r.release = n.release
+          AND r.environment = n.environment AND r.task_name = n.task_name""", [*arrays, *params, project_id])
+    days_recompute(cursor, project_id=project_id, lo=lo, hi=hi, day_groups={(day_floor(x[0]), x[1], x[2]) for x in slices},
+                   tables=("analysis_task_rollup", "analysis_group_rollup"), dimensions=("task", *ANALYSIS_DIMENSIONS))
+    return len(slices)
 
 
 def release_totals_recompute(cursor, *, project_id: int, hi: datetime, releases: Iterable[str] | None = None) -> None:
@@ -142,10 +227,76 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         return cursor.fetchone()[0]
 
 
-def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None) -> dict[str, int]:
+# Connections a rebuild outside a transaction uses at once (one per core, at most 4): a day each.
+REBUILD_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], None] | None, until: datetime | None,
+                              workers: int) -> int:
+    """project_rebuild on `workers` connections at once, a day per transaction: each day's rows
+    are replaced atomically (readers see a day's old figures or its new ones), rows beyond the
+    project's data are deleted at the end, then the release totals. The caller holds _LOCK."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT min(started_at), max(started_at) FROM ingest_task WHERE project_id = %s", [project.pk])
+        first, last = cursor.fetchone()
+    days: list[datetime] = []
+    if first is not None:
+        day = day_floor(first)
+        while day <= last:
+            days.append(day)
+            day += DAY
+
+    def one_day(lo: datetime) -> datetime:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL work_mem = '64MB'")
+                _range_recompute(cursor, project_id=project.pk, lo=lo, hi=lo + DAY)
+            return lo
+        finally:
+            connection.close()  # this thread's own connection
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done in as_completed([pool.submit(one_day, day) for day in days]):
+            day = done.result()
+            if progress:
+                progress(f"{project.name}: {day:%Y-%m-%d}")
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in TABLES:
+            if days and table != RELEASE_TABLE:
+                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND (hour < %s OR hour >= %s)",
+                               [project.pk, days[0], days[-1] + DAY])
+            else:
+                cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
+        until = until or watermark()
+        if until is not None and days:
+            release_totals_recompute(cursor, project_id=project.pk, hi=hour_floor(until))
+        cursor.execute("SELECT count(DISTINCT hour) FROM analysis_task_rollup WHERE project_id = %s", [project.pk])
+        return cursor.fetchone()[0]
+
+
+def rollups_rebuild(*, project: Project | None = None, progress=None, now: datetime | None = None,
+                    workers: int | None = None) -> dict[str, int]:
     """Recompute the rollups of one project, or of all projects and then set the watermark to
     the start of the rebuild (so the next refresh only looks at what arrived since). `now`: the
-    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset."""
+    time the rebuild stands for (default: the clock), e.g. the newest task of a loaded dataset.
+    Outside a transaction the days are recomputed on `workers` connections in parallel
+    (default REBUILD_WORKERS; 1: one transaction per project, as inside a transaction)."""
+    workers = REBUILD_WORKERS if workers is None else workers
+    if workers > 1 and not connection.in_atomic_block:
+        started = now or utc_now()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [_LOCK])  # for the whole rebuild: no refresh meanwhile
+        try:
+            projects = [project] if project is not None else list(Project.objects.order_by("pk"))
+            out = {p.name: _project_rebuild_parallel(project=p, progress=progress, workers=workers,
+                                                     until=None if project is not None else started)
+                   for p in projects}
+            if project is None:
+                watermark_set(started)
+            return out
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
     if project is not None:
         return {project.name: project_rebuild(project=project, progress=progress)}
     started = now or utc_now()
@@ -154,7 +305,7 @@ def rollups_rebuild(*, project: Project | None = None, progress=None, now: datet
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
         out = {p.name: project_rebuild(project=p, progress=progress, until=started)
                for p in Project.objects.order_by("pk")}
-        _watermark_set(started)
+        watermark_set(started)
     return out
 
 
@@ -171,63 +322,80 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         row = cursor.fetchone()
         if row is None or row[0] is None:
             hours = sum(project_rebuild(project=p, until=started) for p in Project.objects.order_by("pk"))
-            _watermark_set(started)
+            watermark_set(started)
             log.info("analysis.rollups_rebuilt hours=%d ms=%.0f", hours, 1000 * (time.monotonic() - clock))
             return {"hours": hours, "rebuilt": 1}
         # Only complete hours are rolled up: readers read the hour in progress raw (see
-        # covered_hours), so recomputing it every run would be wasted. Each hour is computed when
-        # it completes, and again when late data or an analysis changes it.
+        # covered_hours), so recomputing it every run would be wasted. What changed is recomputed
+        # in the narrowest unit that holds it (docs/rollups.md, "Maintenance"):
+        # - whole hours: those completed since the last run (every row is new);
+        # - (hour, release, environment) groups holding a task with a new event (late data), or
+        #   whose task count no longer matches the raw rows: every row of their tasks;
+        # - (hour, release, environment, task name) slices holding a task analysed since the last
+        #   run and nothing else: only the figures analyses make, no step read.
         prev_hi, hi = hour_floor(row[0]), hour_floor(started)
+        since = row[0] - OVERLAP
         hour = f"date_bin(INTERVAL '1 hour', started_at, {ORIGIN})"
-        cursor.execute(f"SELECT project_id, {hour} FROM ingest_task WHERE last_event_at > %s AND started_at < %s"
-                       " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
-        changed: dict[int, set[datetime]] = defaultdict(set)
-        for project_id, at in cursor.fetchall():
-            changed[project_id].add(at)
         projects = list(Project.objects.values_list("pk", flat=True))
-        for project_id in projects if prev_hi < hi else ():  # hours completed since the last run
+        whole: dict[int, set[datetime]] = defaultdict(set)
+        for project_id in projects if prev_hi < hi else ():
             cursor.execute(f"SELECT DISTINCT {hour} FROM ingest_task WHERE project_id = %s AND started_at >= %s"
                            " AND started_at < %s", [project_id, prev_hi, hi])
-            changed[project_id] |= {at for at, in cursor.fetchall()}
-        cursor.execute(
-            f"SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) FROM analysis_taskanalysis a"
-            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at < %s"
-            " GROUP BY 1, 2", [row[0] - OVERLAP, hi])
-        for project_id, at in cursor.fetchall():
-            changed[project_id].add(at)
+            whole[project_id] |= {at for at, in cursor.fetchall()}
+        groups: dict[int, set[tuple[datetime, str, str]]] = defaultdict(set)
+        cursor.execute(f"SELECT project_id, {hour}, release, environment FROM ingest_task WHERE last_event_at > %s"
+                       " AND started_at < %s GROUP BY 1, 2, 3, 4", [since, hi])
+        for project_id, *group in cursor.fetchall():
+            groups[project_id].add(tuple(group))
         for project_id in projects:
-            changed[project_id] |= _mismatched_hours(cursor, project_id=project_id, since=started)
+            groups[project_id] |= _mismatched_groups(cursor, project_id=project_id, since=started)
+        for project_id in list(groups):
+            groups[project_id] = {g for g in groups[project_id] if g[0] not in whole[project_id]}
+        slices: dict[int, set[tuple[datetime, str, str, str]]] = defaultdict(set)
+        cursor.execute(
+            f"SELECT t.project_id, {_TASK_HOUR}, t.release, t.environment, t.name FROM analysis_taskanalysis a"
+            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at < %s"
+            " GROUP BY 1, 2, 3, 4, 5", [since, hi])
+        for project_id, *key in cursor.fetchall():
+            if key[0] not in whole[project_id] and tuple(key[:3]) not in groups[project_id]:
+                slices[project_id].add(tuple(key))
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # Release totals to redo: releases in a recomputed hour (before and after: a task can
-        # leave a release's hour) or in an hour that became complete since the last run.
-        touched = {p: _releases_in(cursor, project_id=p, hours=h, lo=prev_hi, hi=hi) for p, h in changed.items()}
-        hours = sum(hours_recompute(cursor, project_id=p, hours=h) for p, h in changed.items() if h)
+        # leave a release's hour), of a recomputed group or slice, or in an hour that became
+        # complete since the last run.
+        changed = {p for p in (*whole, *groups, *slices) if whole[p] or groups[p] or slices[p]}
+        touched = {p: _releases_in(cursor, project_id=p, hours=whole[p], lo=prev_hi, hi=hi)
+                   | {g[1] for g in groups[p]} | {x[1] for x in slices[p]} for p in changed}
+        hours = sum(hours_recompute(cursor, project_id=p, hours=whole[p]) for p in changed)
+        partial = sum(_groups_recompute(cursor, project_id=p, groups=groups[p]) for p in changed)
+        analysed = sum(_analysis_recompute(cursor, project_id=p, slices=slices[p]) for p in changed)
         retained = _retention_delete(cursor, now=started)
-        for project_id, h in changed.items():
-            releases = None if retained else touched[project_id] | _releases_in(
-                cursor, project_id=project_id, hours=h, lo=prev_hi, hi=hi)
+        for project_id, releases in touched.items():
+            releases = None if retained else releases | _releases_in(
+                cursor, project_id=project_id, hours=whole[project_id], lo=prev_hi, hi=hi)
             release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
         deleted = retained + _orphans_delete(cursor)
-        _watermark_set(started)
-    log.info("analysis.rollups_refreshed hours=%d deleted=%d ms=%.0f", hours, deleted,
-             1000 * (time.monotonic() - clock))
-    return {"hours": hours, "deleted": deleted}
+        watermark_set(started)
+    log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d deleted=%d ms=%.0f", hours, partial, analysed,
+             deleted, 1000 * (time.monotonic() - clock))
+    return {"hours": hours, "groups": partial, "slices": analysed, "deleted": deleted}
 
 
-def _mismatched_hours(cursor, *, project_id: int, since: datetime) -> set[datetime]:
-    """Recent complete hours whose rolled-up task count differs from the raw rows' (a task that
-    moved to another hour, deleted tasks)."""
+def _mismatched_groups(cursor, *, project_id: int, since: datetime) -> set[tuple[datetime, str, str]]:
+    """(hour, release, environment) of recent complete hours whose rolled-up task count differs
+    from the raw rows' (a task that moved to another hour or release, deleted tasks)."""
     hi = hour_floor(since)
     lo = hi - timedelta(hours=RECONCILE_HOURS)
     cursor.execute(f"""
-        SELECT coalesce(a.hour, b.hour) FROM
-            (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, count(*) AS n
-             FROM ingest_task WHERE project_id = %s AND started_at >= %s AND started_at < %s GROUP BY 1) a
+        SELECT coalesce(a.hour, b.hour), coalesce(a.release, b.release), coalesce(a.environment, b.environment) FROM
+            (SELECT date_bin(INTERVAL '1 hour', started_at, {ORIGIN}) AS hour, release, environment, count(*) AS n
+             FROM ingest_task WHERE project_id = %s AND started_at >= %s AND started_at < %s GROUP BY 1, 2, 3) a
         FULL JOIN
-            (SELECT hour, sum(tasks) AS n FROM analysis_task_rollup
-             WHERE project_id = %s AND hour >= %s AND hour < %s GROUP BY 1) b ON a.hour = b.hour
+            (SELECT hour, release, environment, sum(tasks) AS n FROM analysis_task_rollup
+             WHERE project_id = %s AND hour >= %s AND hour < %s GROUP BY 1, 2, 3) b
+            ON a.hour = b.hour AND a.release = b.release AND a.environment = b.environment
         WHERE a.n IS DISTINCT FROM b.n""", [project_id, lo, hi, project_id, lo, hi])
-    return {row[0] for row in cursor.fetchall()}
+    return set(cursor.fetchall())
 
 
 def _orphans_delete(cursor) -> int:
@@ -262,7 +430,7 @@ def _retention_delete(cursor, *, now: datetime) -> int:
     return deleted
 
 
-def _watermark_set(value: datetime) -> None:
+def watermark_set(value: datetime) -> None:
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO analysis_rollup_state (name, watermark) VALUES ('rollups', %s)"
                        " ON CONFLICT (name) DO UPDATE SET watermark = EXCLUDED.watermark", [value])

@@ -19,7 +19,12 @@ TASK_DIMENSIONS = ("release", "environment", "name")
 STEP_DIMENSIONS = ("release", "environment", "kind", "name", "tool_name", "model", "device")
 # Dashboard group_by → step rollup column.
 STEP_GROUPS = {"kind": "kind", "name": "name", "tool": "tool_name", "model": "model", "device": "device"}
-
+# Byte order for every text key: the grouping sorts compare millions of keys, and the
+# database's linguistic collation costs several times more per comparison than memcmp. Equality,
+# hence every group, is the same.
+_C = 'COLLATE "C"'
+# Concatenates arrays across rows (migration 0011): merging histograms row by row.
+ARRAY_CAT_AGG = "agentops_array_cat_agg"
 
 
 def task_rollup_sql(where: str) -> str:
@@ -47,8 +52,10 @@ STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": tpot_sql(
 
 def step_rollup_sql(where: str) -> str:
     """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
-    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart)."""
-    dims = ", ".join(f"s.{d}" for d in STEP_DIMENSIONS[2:])
+    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart). The steps are fetched task
+    by task through the (task, step_id) index: a join would hash every step of every week (the
+    step partitions are by the step's own time, which the task's hour does not bound)."""
+    dims = ", ".join(f"s.{d} {_C} AS {d}" for d in STEP_DIMENSIONS[2:])
     keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
 
     def histogram(column: str, g: int) -> str:
@@ -64,10 +71,13 @@ def step_rollup_sql(where: str) -> str:
         FROM (SELECT {keys}, b, tb, pb, GROUPING(b, tb, pb) AS g, count(*) AS n,
                      count(*) FILTER (WHERE failed) AS e, sum(d) AS s, max(d) AS mx
               FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
-                           t.release, t.environment, {dims}, s.status {FAILED_SQL} AS failed,
+                           t.release {_C} AS release, t.environment {_C} AS environment, {dims},
+                           s.status {FAILED_SQL} AS failed,
                            s.duration_ms AS d, {bin_sql('s.duration_ms')} AS b, {bin_sql('s.ttft_ms')} AS tb,
                            {bin_sql(f"({STEP_HISTOGRAMS['tpot_']})")} AS pb
-                    FROM ingest_task t JOIN ingest_step s ON s.task_id = t.id
+                    FROM ingest_task t CROSS JOIN LATERAL (
+                        SELECT kind, name, tool_name, model, device, status, duration_ms, ttft_ms, output_tokens
+                        FROM ingest_step x WHERE x.task_id = t.id OFFSET 0) s
                     WHERE {where}) x
               GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
         GROUP BY {keys}"""
@@ -75,23 +85,24 @@ def step_rollup_sql(where: str) -> str:
 
 def budget_rollup_sql(where: str) -> str:
     """UPDATE of the task rollup rows' budget figures from the analyses of the tasks matching
-    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category.
-    Parameters: those of `where`, then the project's id."""
+    `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category, the
+    categories summed within each row (no join of per-category sums back to the rows: planned as
+    a nested loop, that join cost seconds). Parameters: those of `where`, then the project's id."""
     dims = "hour, release, environment, name"
     return f"""
-        WITH a AS (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
-                          t.environment, t.name, x.budget
-                   FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id
-                   WHERE {where} AND x.budget <> '{{}}'::jsonb),
-             n AS (SELECT {dims}, count(*) AS n FROM a GROUP BY 1, 2, 3, 4),
-             k AS (SELECT {dims}, jsonb_object_agg(key, total) AS sums
-                   FROM (SELECT {dims}, e.key, sum((e.value)::float8) AS total
-                         FROM a, jsonb_each(CASE WHEN jsonb_typeof(a.budget) = 'object'
-                                                 THEN a.budget ELSE '{{}}'::jsonb END) e
-                         WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5) s
+        WITH n AS (SELECT {dims}, count(*) AS n, jsonb_agg(x.budget) AS budgets
+                   FROM (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
+                                t.environment, t.name, x.budget
+                         FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id
+                         WHERE {where} AND x.budget <> '{{}}'::jsonb) x
                    GROUP BY 1, 2, 3, 4)
         UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
-        FROM n LEFT JOIN k USING (hour, release, environment, name)
+        FROM n CROSS JOIN LATERAL (
+            SELECT jsonb_object_agg(key, total) AS sums
+            FROM (SELECT e.key, sum((e.value)::float8) AS total
+                  FROM jsonb_array_elements(n.budgets) b,
+                       jsonb_each(CASE WHEN jsonb_typeof(b) = 'object' THEN b ELSE '{{}}'::jsonb END) e
+                  WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1) s) k
         WHERE r.project_id = %s AND r.hour = n.hour AND r.release = n.release
           AND r.environment = n.environment AND r.name = n.name"""
 
@@ -143,11 +154,8 @@ _WHATIF_SCENARIOS = r"""
 # A group rollup row's figures, each named, with what a row that does not have it holds.
 _ZERO = "0::float8"
 _FIGURES = {"tasks": "0", "calls": "0", "calls_sq": _ZERO, "sum_ms": _ZERO, "sum_sq": _ZERO, "call_sq": _ZERO,
-            "errors": "0", "tokens": "0", "other_ms": _ZERO, "analysed": "0", "max_ms": "NULL",
+            "errors": "0", "tokens": "0", "other_ms": _ZERO, "analysed": "0", "max_ms": "NULL::float8",
             "bins": "'{}'::smallint[]", "counts": "'{}'::integer[]"}
-# Byte order for every text key: the grouping sorts compare millions of keys, and the
-# database's linguistic collation costs several times more per comparison than memcmp.
-_C = 'COLLATE "C"'
 _TASK_KEYS = "tk.project_id, tk.hour, tk.release, tk.environment, tk.task_name"
 
 
@@ -174,11 +182,7 @@ def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
     sets = "({k}, kind, name{b}), ({k}, kind{b}), ({k}, tool_name{b}), ({k}, model{b})"
     C = _C
     return f"""
-        WITH tk AS MATERIALIZED (
-            SELECT t.id, t.project_id, {hour} AS hour, t.release {C} AS release,
-                   t.environment {C} AS environment, t.name {C} AS task_name, t.duration_ms
-            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
-        ), st AS MATERIALIZED (
+        WITH {_tasks_cte(where, hour=hour)}, st AS MATERIALIZED (
             SELECT s.task_id, s.step_id {C} AS step_id, s.parent_step_id {C} AS parent_step_id,
                    s.kind {C} AS kind, s.name {C} AS name, s.tool_name {C} AS tool_name, s.model {C} AS model,
                    s.duration_ms AS d, (s.status {FAILED_SQL}) AS failed,
@@ -213,10 +217,10 @@ def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
         ), whatif AS ({_WHATIF_SCENARIOS})"""
 
 
-def _group_rows(*, C: str = _C) -> str:
+def _group_rows() -> str:
     """The rows themselves, one SELECT per kind of row (docs/releases.md, "Where it changed"): a
     step group's sums over tasks, its histogram of self time per call, a task name's own time
-    and counts, its findings, its time budget and its what-if projections."""
+    and counts, then the rows analyses make (_analysis_rows)."""
     moments = _row("m.project_id, m.hour, m.release, m.environment, m.task_name, m.dimension, m.kind, m.key",
                    tasks="m.tasks", calls="m.calls", calls_sq="m.calls_sq", sum_ms="m.sum_ms", sum_sq="m.sum_sq",
                    call_sq="m.call_sq", errors="m.errors", tokens="m.tokens", max_ms="m.max_ms")
@@ -227,13 +231,6 @@ def _group_rows(*, C: str = _C) -> str:
                 calls_sq="coalesce(sum(a.c * a.c), 0)::float8", sum_ms=f"sum({own})", sum_sq=f"sum(({own}) ^ 2)",
                 errors="coalesce(sum(a.e), 0)", tokens="coalesce(sum(a.tok), 0)", other_ms="sum(tk.duration_ms)",
                 analysed="count(ta.task_id)", max_ms="max(tk.duration_ms)")
-    finding = _row(f"{_TASK_KEYS}, 'finding', '', f.kind {C}", tasks="count(DISTINCT f.task_id)",
-                   sum_ms="sum(f.wasted_ms)")
-    budget = _row(f"{_TASK_KEYS}, 'budget', '', e.key {C}", tasks="count(*)", sum_ms="sum((e.value)::text::float8)")
-    actual = ("CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'"
-              " THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END")
-    whatif = _row(f"{_TASK_KEYS}, 'whatif', '', w.scenario {C}", tasks="count(*)", sum_ms="sum(w.projected)",
-                  other_ms=f"sum({actual} - w.projected)")
     return f"""
         SELECT {moments} FROM moments m
         UNION ALL
@@ -243,7 +240,25 @@ def _group_rows(*, C: str = _C) -> str:
         FROM tk LEFT JOIN per_task a ON a.task_id = tk.id AND a.g = 15
                 LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
         GROUP BY 1, 2, 3, 4, 5
-        UNION ALL
+        UNION ALL{_analysis_rows()}"""
+
+
+# The group rollup rows an analysis alone makes (a late analysis recomputes just these, and the
+# task rows' analysed count): ANALYSIS_DIMENSIONS.
+ANALYSIS_DIMENSIONS = ("finding", "budget", "whatif")
+
+
+def _analysis_rows() -> str:
+    """SELECTs of a task name's findings, time budget and what-if projections, over the CTEs `tk`
+    (the tasks) and `whatif`."""
+    finding = _row(f"{_TASK_KEYS}, 'finding', '', f.kind {_C}", tasks="count(DISTINCT f.task_id)",
+                   sum_ms="sum(f.wasted_ms)")
+    budget = _row(f"{_TASK_KEYS}, 'budget', '', e.key {_C}", tasks="count(*)", sum_ms="sum((e.value)::text::float8)")
+    actual = ("CASE jsonb_typeof(ta.whatif -> 'actual_ms') WHEN 'number'"
+              " THEN (ta.whatif ->> 'actual_ms')::float8 ELSE tk.duration_ms END")
+    whatif = _row(f"{_TASK_KEYS}, 'whatif', '', w.scenario {_C}", tasks="count(*)", sum_ms="sum(w.projected)",
+                  other_ms=f"sum({actual} - w.projected)")
+    return f"""
         SELECT {finding}
         FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
@@ -255,6 +270,23 @@ def _group_rows(*, C: str = _C) -> str:
         SELECT {whatif}
         FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
         GROUP BY 1, 2, 3, 4, 5, 8"""
+
+
+def _tasks_cte(where: str, *, hour: str) -> str:
+    """The CTE `tk`: the ended tasks matching `where` (alias t), their row's keys in byte order."""
+    return f"""tk AS MATERIALIZED (
+            SELECT t.id, t.project_id, {hour} AS hour, t.release {_C} AS release,
+                   t.environment {_C} AS environment, t.name {_C} AS task_name, t.duration_ms
+            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
+        )"""
+
+
+def analysis_rows_sql(where: str) -> str:
+    """SELECT of the group rollup rows analyses make (ANALYSIS_DIMENSIONS) for the ended tasks
+    matching `where` (alias t): the part of group_rows_sql that reads no step."""
+    hour = f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+    return f"""
+        WITH {_tasks_cte(where, hour=hour)}, whatif AS ({_WHATIF_SCENARIOS}){_analysis_rows()}"""
 
 
 def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
@@ -270,37 +302,42 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
 def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,
               histograms: Sequence[str] = ("",)) -> str:
     """INSERT … SELECT of the daily rows of `table` from its hourly rows in a day range
-    (params: project, from, to): totals summed, each histogram (column prefix in `histograms`)
-    merged bucket by bucket."""
+    (params: project, from, to, those of a clause put in place of /*filter*/, project): totals
+    summed; each histogram (column prefix in `histograms`) merged bucket by bucket within its
+    row: a day's hourly arrays are concatenated (ARRAY_CAT_AGG) and the few dozen buckets summed,
+    rather than every (row, bucket) pair sorted across the range. A task row's budget (ms per
+    category) is summed per category the same way."""
     d = ", ".join(dims)
-    n = len(dims)
-    keys = ", ".join(str(i) for i in range(1, n + 2))
-    extra_cols = ", first_at, last_at, analysed, budget_ms" if task else ""
-    extra_sel = ", min(first_at), max(last_at), sum(analysed)" if task else ""
-    budget_join = f"""
-        LEFT JOIN (SELECT day, {d}, jsonb_object_agg(key, total) AS budget
-                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, e.key,
-                                sum(e.value::float8) AS total
-                         FROM h, jsonb_each_text(h.budget_ms) e GROUP BY {keys}, {n + 2}) k
-                   GROUP BY {keys}) bb USING (day, {d})""" if task else ""
-    budget_sel = ", coalesce(bb.budget, '{}'::jsonb)" if task else ""
-    hist_cols = ", ".join(f"{h}bins, {h}counts" for h in histograms)
-    hist_sel = ", ".join(f"coalesce(hh{i}.bins, '{{}}'), coalesce(hh{i}.counts, '{{}}')" for i in range(len(histograms)))
-    hist_joins = "".join(f"""
-        LEFT JOIN (SELECT day, {d}, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
-                   FROM (SELECT date_bin(INTERVAL '1 day', h.hour, {ORIGIN}) AS day, {d}, u.b, sum(u.n) AS n
-                         FROM h, unnest(h.{h}bins, h.{h}counts) AS u(b, n) GROUP BY {keys}, {n + 2}) x
-                   GROUP BY {keys}) hh{i} USING (day, {d})""" for i, h in enumerate(histograms))
+    # h: the hourly rows of the range, narrowed to what the merge reads, the day computed once and
+    # the text keys in byte order.
+    narrow = ", ".join([f"{x} {_C} AS {x}" for x in dims] + list(sums) + ["max_ms"]
+                       + (["first_at", "last_at", "analysed", "budget_ms"] if task else [])
+                       + [f"{h}bins, {h}counts" for h in histograms])
+    totals = [f"sum({x}) AS {x}" for x in sums] + ["max(max_ms) AS max_ms"]
+    totals += (["min(first_at) AS first_at", "max(last_at) AS last_at", "sum(analysed) AS analysed",
+                "jsonb_agg(budget_ms) AS budgets"] if task else [])
+    totals += [f"{ARRAY_CAT_AGG}({h}bins) AS {h}b, {ARRAY_CAT_AGG}({h}counts) AS {h}n" for h in histograms]
+    merges = "".join(f"""
+        CROSS JOIN LATERAL (SELECT array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
+                            FROM (SELECT u.b, sum(u.n) AS n FROM unnest(g.{h}b, g.{h}n) AS u(b, n) GROUP BY 1) x) m{i}"""
+                     for i, h in enumerate(histograms))
+    if task:
+        merges += """
+        CROSS JOIN LATERAL (SELECT jsonb_object_agg(key, total) AS budget
+                            FROM (SELECT e.key, sum(e.value::float8) AS total
+                                  FROM jsonb_array_elements(g.budgets) j, jsonb_each_text(j) e GROUP BY 1) x) k"""
+    columns = [d, ", ".join(sums), "max_ms"] + (["first_at, last_at, analysed, budget_ms"] if task else [])
+    columns += [f"{h}bins, {h}counts" for h in histograms]
+    values = [", ".join(f"g.{x}" for x in (*dims, *sums)), "g.max_ms"]
+    values += (["g.first_at, g.last_at, g.analysed, coalesce(k.budget, '{}'::jsonb)"] if task else [])
+    values += [f"coalesce(m{i}.bins, '{{}}'), coalesce(m{i}.counts, '{{}}')" for i in range(len(histograms))]
     return f"""
-        WITH h AS (SELECT * FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s)
-        INSERT INTO {table}_day (project_id, hour, {d}, {", ".join(sums)}, max_ms{extra_cols}, {hist_cols})
-        SELECT %s, tt.day, {", ".join(f"tt.{x}" for x in dims)}, {", ".join(f"tt.{x}" for x in sums)}, tt.max_ms
-               {", tt.first_at, tt.last_at, tt.analysed" + budget_sel if task else ""}, {hist_sel}
-        FROM (SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS day, {d},
-                     {", ".join(f"sum({x}) AS {x}" for x in sums)}, max(max_ms) AS max_ms
-                     {extra_sel.replace("min(first_at)", "min(first_at) AS first_at").replace(
-                         "max(last_at)", "max(last_at) AS last_at").replace("sum(analysed)", "sum(analysed) AS analysed")}
-              FROM h GROUP BY {keys}) tt{hist_joins}{budget_join}"""
+        WITH h AS MATERIALIZED (
+            SELECT date_bin(INTERVAL '1 day', hour, {ORIGIN}) AS day, {narrow}
+            FROM {table} WHERE project_id = %s AND hour >= %s AND hour < %s /*filter*/)
+        INSERT INTO {table}_day (project_id, hour, {", ".join(columns)})
+        SELECT %s, g.day, {", ".join(values)}
+        FROM (SELECT day, {d}, {", ".join(totals)} FROM h GROUP BY day, {d}) g{merges}"""
 
 
 TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
