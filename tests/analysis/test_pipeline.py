@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from analysis.engine import pipeline
 from analysis.engine.analyse import ClaimLost, analyse_task
+from analysis.engine.signals import TRIGGER_WINDOW_SECONDS
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
 from ingest.records import Batch, StepRecord
@@ -103,7 +104,35 @@ def test_ingest_enqueues_ended_tasks_after_the_quiet_period(project, django_capt
     with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
         with django_capture_on_commit_callbacks(execute=True):
             store(project, task, steps)
-    publish.assert_called_once_with(args=[[Task.objects.get(task_id="p1").pk]], countdown=7)
+    publish.assert_called_once()
+    assert publish.call_args.kwargs["args"] == [[Task.objects.get(task_id="p1").pk]]
+    # Due when the quiet period is over for every task of its trigger window (signals.py).
+    assert 7 < publish.call_args.kwargs["countdown"] <= 7 + TRIGGER_WINDOW_SECONDS
+
+
+def test_batches_stored_within_one_window_send_one_message_due_after_all_of_them(
+        project, django_capture_on_commit_callbacks, settings):
+    settings.ANALYSIS_QUIET_SECONDS = 5
+    with mock.patch("analysis.engine.signals.time") as clock, \
+            mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
+        clock.time.return_value, clock.monotonic.return_value = 1_000_000.25, 0.0
+        for i in range(5):
+            task, steps = problem_task(f"w{i}", i)
+            with django_capture_on_commit_callbacks(execute=True):
+                store(project, task, steps)
+    publish.assert_called_once()
+    assert publish.call_args.kwargs["countdown"] == pytest.approx(5.75)
+
+
+def test_a_message_whose_tasks_were_taken_analyses_the_other_due_tasks(ended):
+    from analysis.engine.tasks import analyse_tasks
+
+    task, steps = problem_task("p2", 0)
+    store(ended.project, task, steps)
+    other = Task.objects.get(task_id="p2")
+    pipeline.run(ended.pk)  # another worker's drain took this message's task
+    assert analyse_tasks([ended.pk])["analysed"] >= 1
+    assert TaskAnalysis.objects.get(task=other).analyzed_at is not None
 
 
 def test_one_message_carries_a_chunk_of_ended_tasks(project, django_capture_on_commit_callbacks):

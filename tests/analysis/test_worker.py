@@ -23,7 +23,7 @@ from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord
 from ingest.services import batch_store
 
-from .workload import at, history
+from .workload import at, history, problem_task, store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,6 +87,29 @@ def test_findings_appear_after_http_ingest_without_calling_analyze(live_server, 
         assert sum(analysis.budget.values()) == pytest.approx(6000, abs=0.01)
     finally:
         stop(worker)
+
+
+def test_every_task_of_a_stream_of_batches_is_analysed_soon_after_its_last_span(stack_env, project, settings):
+    """Ingest sends one message per trigger window (analysis/engine/signals.py): the tasks of the
+    batches it sent none for are analysed by the window's message all the same, and soon; no beat
+    runs here, so none of them waits for the sweep."""
+    settings.ANALYSIS_QUIET_SECONDS = 1
+    history(project, tasks=3)
+    worker = start_worker(stack_env)
+    try:
+        for i in range(12):  # ~3 windows of 4 batches
+            task, steps = problem_task(f"stream-{i}", i)
+            store(project, task, steps)
+            time.sleep(0.25)
+        last_span = timezone.now()
+        stream = Task.objects.filter(project=project, task_id__startswith="stream-")
+        wait_for(lambda: TaskAnalysis.objects.filter(task__in=stream, analyzed_at__isnull=False).count() == 12,
+                 timeout=60)
+    finally:
+        stop(worker)
+    # Generous: the quiet period (1 s) + the window (1 s) + a loaded machine. The sweep would be 5 s+.
+    slowest = max(TaskAnalysis.objects.filter(task__in=stream).values_list("analyzed_at", flat=True))
+    assert (slowest - last_span).total_seconds() < 15
 
 
 def big_task(project, n: int = 30000) -> Task:
