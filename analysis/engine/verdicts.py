@@ -158,11 +158,15 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
     for step in ctx.steps:
         if step.kind != "llm" or step.status != "ok":
             continue
+        stats = ctx.baseline(step)
+        # Not slow even at the corroborated cut-off (the lower one): no verdict whatever the
+        # device did, so its telemetry is not read (most steps; it was a tenth of a batch's CPU).
+        if llm_slowness(step, stats, z_cut=Z_CORROBORATED) is None:
+            continue
         if step.device and step.device not in times:
             times[step.device] = [s.ts_ms for s in ctx.samples.get(step.device, [])]
         signals = device_signals(ctx, step, times=times[step.device]) if step.device else {"samples": 0}
         corroborated = any(device_anomaly(signals)) or _hot(signals)
-        stats = ctx.baseline(step)
         slowness = llm_slowness(step, stats, z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
         if slowness is None:
             continue
