@@ -30,6 +30,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 
 from analysis.measures import baseline_key
 from analysis.models import CONFIDENCE_HIGH, CONFIDENCE_LOW, CONFIDENCE_MEDIUM  # noqa: F401  (the detectors take them from here)
@@ -168,6 +169,8 @@ class TaskContext:
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # per device, by time
     # Filled by the engine before detectors run: step_id → hardware verdict dict.
     verdicts: dict[str, dict] = field(default_factory=dict)
+    # canonical_args of the steps' arguments, computed once per task (see call_args).
+    _call_args: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def duration_ms(self) -> float:
@@ -181,7 +184,13 @@ class TaskContext:
                 return stats
         return None
 
-
+    def call_args(self, step: StepData) -> str:
+        """canonical_args(step.tool_args), once per step of the task: repeated_tool_call and
+        parallelizable_calls both group calls by it."""
+        key = id(step)  # the step lives in self.steps as long as this context does
+        if key not in self._call_args:
+            self._call_args[key] = canonical_args(step.tool_args)
+        return self._call_args[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +247,14 @@ MODULES = ("slow_step", "hardware_queueing", "hardware_throttling", "repeated_to
            "serial_gap", "parallelizable_calls", "context_growth")
 
 
-def all_detectors() -> dict[str, Detector]:
+@cache  # once per process: import_module on every task cost ~3 % of a batch's CPU
+def _import_detectors() -> None:
     for module in MODULES:
         importlib.import_module(f"analysis.engine.detectors.{module}")
+
+
+def all_detectors() -> dict[str, Detector]:
+    _import_detectors()
     return dict(REGISTRY)
 
 

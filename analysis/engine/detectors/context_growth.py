@@ -25,8 +25,6 @@ from bisect import bisect_left, insort
 from collections import Counter
 from statistics import median
 
-from scipy.stats import kendalltau
-
 from analysis.engine.detectors.base import Finding, StepData, TaskContext, fmt_ms, register
 
 MIN_TURNS = 4
@@ -49,6 +47,9 @@ def kendall_tau(values: list[float]) -> float:
     if n < 2 or len(set(values)) < 2:
         return 0.0
     if n > 5000:
+        # Imported here: scipy.stats takes seconds to import, and no usual task needs it.
+        from scipy.stats import kendalltau
+
         return float(kendalltau(range(n), values).statistic)
     seen: list[float] = []
     discordant = 0

@@ -42,6 +42,8 @@ STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", D
 # tokens ("Paris", "true", "en", "42") recur between unrelated calls by coincidence.
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./:@]*[A-Za-z0-9]")
 _SEPARATORS = frozenset("_-./:@")
+_DIGITS = frozenset("0123456789")  # a token is ASCII (_TOKEN), so these are all its digits
+_PARTS = re.compile(r"[:@/]")
 MIN_NUMBER = 10_000
 CALL_KINDS = ("tool", "retrieval")
 
@@ -53,9 +55,9 @@ def _distinctive(token: str) -> bool:
         # A number (or a version, 10.2.3), in text as in JSON: distinctive only as a whole
         # number of at least MIN_NUMBER.
         return int(token.split(".", 1)[0] or 0) >= MIN_NUMBER
-    if len(token) >= 6 and any(ch.isdigit() for ch in token):
+    if len(token) >= 6 and not _DIGITS.isdisjoint(token):
         return True
-    return len(token) >= 8 and any(ch in _SEPARATORS for ch in token)
+    return len(token) >= 8 and not _SEPARATORS.isdisjoint(token)
 
 
 def _strings(value: object, out: list[str], depth: int = 0) -> None:
@@ -87,7 +89,7 @@ def distinctive_values(value: object) -> set[str]:
             if _distinctive(token):
                 tokens.add(token)
             # "ord_8f3k2q:12" or "user@host" still carry their parts.
-            for part in re.split(r"[:@/]", token) if ("/" in token or ":" in token or "@" in token) else ():
+            for part in _PARTS.split(token) if ("/" in token or ":" in token or "@" in token) else ():
                 if _distinctive(part):
                     tokens.add(part)
     return tokens

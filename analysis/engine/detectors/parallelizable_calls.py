@@ -101,13 +101,14 @@ def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float
     return max(finish.values(), default=0.0)
 
 
-def distinct_calls(group: list[StepData]) -> list[StepData]:
+def distinct_calls(group: list[StepData], ctx: TaskContext | None = None) -> list[StepData]:
     """The group without repeats of an identical call (those are repeated_tool_call's: the
-    fix is a cache, not parallelism)."""
+    fix is a cache, not parallelism). With `ctx`, the arguments' canonical forms it holds."""
+    canonical = ctx.call_args if ctx is not None else (lambda step: canonical_args(step.tool_args))
     seen: set[tuple[str, str]] = set()
     out = []
     for s in group:
-        key = (s.label, canonical_args(s.tool_args)) if s.tool_args is not None else (s.step_id, "")
+        key = (s.label, canonical(s)) if s.tool_args is not None else (s.step_id, "")
         if key not in seen:
             seen.add(key)
             out.append(s)
@@ -124,7 +125,7 @@ def _weakest(links: list[Link]) -> str:
 def detect(ctx: TaskContext):
     evidence = Evidence(ctx.steps)
     for group in turn_groups(ctx.steps, evidence):
-        group = distinct_calls(group)
+        group = distinct_calls(group, ctx)
         if len(group) < 2:
             continue
         links = evidence.links(group)

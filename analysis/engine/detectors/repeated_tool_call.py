@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from analysis.engine.detectors.base import Finding, TaskContext, canonical_args, fmt_ms, register
+from analysis.engine.detectors.base import Finding, TaskContext, fmt_ms, register
 
 MIN_WASTED_MS = 1.0
 # Retrieval steps are tool calls too (a vector search with the same query is a repeat).
@@ -37,7 +37,7 @@ def detect(ctx: TaskContext):
     for step in sorted(ctx.steps, key=lambda s: (s.start_ms, s.step_id)):
         if step.kind not in CALL_KINDS or step.tool_args is None:
             continue
-        groups[(step.label, canonical_args(step.tool_args))].append(step)
+        groups[(step.label, ctx.call_args(step))].append(step)
     for (tool, args), calls in groups.items():
         first_ok = None
         repeats = []
