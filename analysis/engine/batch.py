@@ -190,13 +190,13 @@ def _steps_load(cursor, tasks: dict[int, _Task]) -> None:
             tool_call_ids=tuple(r[18] or ())))
 
 
-def _baselines_load(cursor, project_id: int, tasks: list[_Task]) -> tuple[dict, dict]:
+def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tuple[dict, dict]:
     """({(kind, key): {(kind, key, device): BaselineStats}}, {device: DeviceNormal}) for every
-    key and device of these tasks, computing the missing ones on demand as one task would."""
+    key and device these tasks need (their `baseline_keys`), computing the missing ones on
+    demand as one task would."""
     keys: set[tuple[str, str]] = set()
     devices: set[str] = set()
-    for task in tasks:
-        k, d = analyse.baseline_keys(task.steps)
+    for k, d in needs:
         keys |= k
         devices |= d
     if not keys and not devices:
@@ -227,11 +227,11 @@ def _baselines_load(cursor, project_id: int, tasks: list[_Task]) -> tuple[dict, 
 
 
 def _samples_load(cursor, project_id: int, windows: dict[int, tuple[datetime, datetime]],
-                  tasks: dict[int, _Task]) -> dict[str, tuple[list[int], list]]:
+                  devices_of: dict[int, set[str]]) -> dict[str, tuple[list[int], list]]:
     """Per device: (epoch µs of each sample, Samples) over the union of the tasks' windows."""
     spans: dict[str, list[list[datetime]]] = defaultdict(list)
     for pk, (lo, hi) in windows.items():
-        for device in {s.device for s in tasks[pk].steps if s.device}:
+        for device in devices_of[pk]:
             spans[device].append([lo, hi])
     devices, los, his = [], [], []
     for device, ranges in spans.items():
@@ -264,11 +264,12 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, object]:
         by_project[task.project_id].append(task)
     contexts = {}
     for project_id, group in by_project.items():
-        stats, normals = _baselines_load(cursor, project_id, group)
+        needs = {t.pk: analyse.baseline_keys(t.steps) for t in group}
+        stats, normals = _baselines_load(cursor, project_id, list(needs.values()))
         windows = {t.pk: w for t in group if (w := analyse.sample_window(t.steps)) is not None}
-        telemetry = _samples_load(cursor, project_id, windows, tasks)
+        telemetry = _samples_load(cursor, project_id, windows, {pk: devices for pk, (_, devices) in needs.items()})
         for task in group:
-            keys, devices = analyse.baseline_keys(task.steps)
+            keys, devices = needs[task.pk]
             baselines = {}
             for key in keys:
                 baselines.update(stats.get(key, ()))
