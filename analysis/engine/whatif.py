@@ -70,16 +70,20 @@ def projections(ctx: TaskContext, segments: list[Segment], findings: list[Findin
     llm_path = [(seg, seg.step) for seg in segments if seg.step is not None and seg.step.kind == "llm"]
     llm_ms = sum(seg.length for seg, _ in llm_path)
     result["llm_path_ms"] = round(llm_ms, 1)
+    # Per path step, once for all families: (its path time, None) when the model cannot project
+    # it, else (the share of the step on the path, its shape for _step_ms).
+    shapes = []
+    for seg, step in llm_path:
+        duration = step.duration_ms
+        if step.input_tokens is None or step.output_tokens is None or duration <= 0:
+            shapes.append((seg.length, None))
+        else:
+            shapes.append((seg.length / duration, (step.input_tokens, step.output_tokens, model_params_b(step.model))))
     hardware = {}
     for family in PROFILES:
         projected = 0.0
-        for seg, step in llm_path:
-            if step.input_tokens is None or step.output_tokens is None or step.duration_ms <= 0:
-                projected += seg.length
-                continue
-            share = seg.length / step.duration_ms
-            projected += share * _step_ms(family, step.input_tokens, step.output_tokens,
-                                          model_params_b(step.model))
+        for part, shape in shapes:
+            projected += part if shape is None else part * _step_ms(family, *shape)
         ms = actual - llm_ms + projected
         hardware[family] = {"ms": round(ms, 1), "llm_ms": round(projected, 1),
                             "with_fixes_ms": round(max(ms - fixes_saved, 0.0), 1)}
