@@ -50,26 +50,30 @@ def task_rollup_sql(where: str) -> str:
 STEP_HISTOGRAMS = {"": "s.duration_ms", "ttft_": "s.ttft_ms", "tpot_": tpot_sql("s")}
 
 
+def _counted(values: str, *, nulls: bool = False) -> str:
+    """A LATERAL subquery making (bins, counts) of an array of bucket numbers: each bucket once,
+    in order, with how many times it occurs (a NULL bucket, a value without one, kept with
+    `nulls`, else left out)."""
+    where = "" if nulls else " WHERE b IS NOT NULL"
+    return (f"(SELECT array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts"
+            f" FROM (SELECT b, count(*) AS n FROM unnest({values}) AS u(b){where} GROUP BY 1) y)")
+
+
 def step_rollup_sql(where: str) -> str:
-    """One pass over the steps: GROUPING SETS bin each step's duration, TTFT and TPOT at once
-    (GROUPING(b, tb, pb) = 3, 5, 6 tells the three histograms apart). The steps are fetched task
-    by task through the (task, step_id) index: a join would hash every step of every week (the
-    step partitions are by the step's own time, which the task's hour does not bound)."""
+    """One pass over the steps: grouped once by the row's keys, each step's duration, TTFT and
+    TPOT buckets gathered into arrays and counted within the row (rather than three groupings by
+    keys and bucket: each sorted every step again). The steps are fetched task by task through
+    the (task, step_id) index: a join would hash every step of every week (the step partitions
+    are by the step's own time, which the task's hour does not bound)."""
     dims = ", ".join(f"s.{d} {_C} AS {d}" for d in STEP_DIMENSIONS[2:])
     keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
-
-    def histogram(column: str, g: int) -> str:
-        return (f"coalesce(array_agg({column} ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}'),"
-                f" coalesce(array_agg(n ORDER BY {column}) FILTER (WHERE g = {g} AND {column} IS NOT NULL), '{{}}')")
     return f"""
         INSERT INTO analysis_step_rollup ({keys}, steps, errors, sum_ms, max_ms, bins, counts,
                                           ttft_bins, ttft_counts, tpot_bins, tpot_counts)
-        SELECT {keys}, sum(n) FILTER (WHERE g = 3), sum(e) FILTER (WHERE g = 3),
-               coalesce(sum(s) FILTER (WHERE g = 3), 0), max(mx) FILTER (WHERE g = 3),
-               array_agg(b ORDER BY b) FILTER (WHERE g = 3), array_agg(n ORDER BY b) FILTER (WHERE g = 3),
-               {histogram("tb", 5)}, {histogram("pb", 6)}
-        FROM (SELECT {keys}, b, tb, pb, GROUPING(b, tb, pb) AS g, count(*) AS n,
-                     count(*) FILTER (WHERE failed) AS e, sum(d) AS s, max(d) AS mx
+        SELECT {", ".join(f"g.{k}" for k in keys.split(", "))}, g.n, g.e, g.s, g.mx, d.bins, d.counts,
+               coalesce(f.bins, '{{}}'), coalesce(f.counts, '{{}}'), coalesce(p.bins, '{{}}'), coalesce(p.counts, '{{}}')
+        FROM (SELECT {keys}, count(*) AS n, count(*) FILTER (WHERE failed) AS e, coalesce(sum(d), 0) AS s,
+                     max(d) AS mx, array_agg(b) AS b, array_agg(tb) AS tb, array_agg(pb) AS pb
               FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
                            t.release {_C} AS release, t.environment {_C} AS environment, {dims},
                            s.status {FAILED_SQL} AS failed,
@@ -79,8 +83,10 @@ def step_rollup_sql(where: str) -> str:
                         SELECT kind, name, tool_name, model, device, status, duration_ms, ttft_ms, output_tokens
                         FROM ingest_step x WHERE x.task_id = t.id OFFSET 0) s
                     WHERE {where}) x
-              GROUP BY GROUPING SETS (({keys}, b), ({keys}, tb), ({keys}, pb))) g
-        GROUP BY {keys}"""
+              GROUP BY {keys}) g
+        CROSS JOIN LATERAL {_counted("g.b", nulls=True)} d
+        CROSS JOIN LATERAL {_counted("g.tb")} f
+        CROSS JOIN LATERAL {_counted("g.pb")} p"""
 
 
 def budget_rollup_sql(where: str) -> str:
@@ -205,15 +211,15 @@ def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
                    sum(tok) AS tokens, max(mx) AS max_ms
             FROM per_task JOIN tk ON tk.id = per_task.task_id WHERE {wanted} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
         ), hist AS (
-            SELECT {hh}, dimension, kind, key, array_agg(b ORDER BY b) AS bins, array_agg(n ORDER BY b) AS counts
-            FROM (SELECT {hh}, {labelled}, b, n FROM (
+            SELECT {hh}, dimension, kind, key, h.bins, h.counts
+            FROM (SELECT {hh}, {labelled}, bs FROM (
                       SELECT {hh}, kind, name, tool_name, model, GROUPING(kind, name, tool_name, model) AS g,
-                             b, count(*) AS n
+                             array_agg(b) AS bs
                       FROM (SELECT {_TASK_KEYS}, c.kind, c.name, c.tool_name, c.model, {bin_sql('c.self')} AS b
                             FROM calls c JOIN tk ON tk.id = c.task_id) c
-                      GROUP BY GROUPING SETS ({sets.format(k=hh, b=", b")})) x
+                      GROUP BY GROUPING SETS ({sets.format(k=hh, b="")})) x
                   WHERE {wanted}) y
-            GROUP BY 1, 2, 3, 4, 5, 6, 7
+            CROSS JOIN LATERAL {_counted("y.bs", nulls=True)} h
         ), whatif AS ({_WHATIF_SCENARIOS})"""
 
 
