@@ -899,7 +899,7 @@ def summary(results: dict) -> list[tuple[str, str, str]]:
           for stage, label in STAGE_LABELS],
         ("soak: lag from arrival (last span stored → findings) p50 / p95 / max (s)",
          f"{_f(soak['arrival_lag_p50_s'])} / {_f(soak['arrival_lag_p95_s'])} / {_f(soak['arrival_lag_max_s'])}", ""),
-        ("soak: tasks claimed after the sweep had queued them (not the ingest trigger)",
+        ("soak: tasks the sweep found due and unclaimed (queued) before a worker claimed them",
          f"{soak.get('claimed_after_sweep') or 0:,}", ""),
         ("soak: largest memory growth of a stack process over the last 5 min",
          max((f"{v['growth_pct']:+.1f} % ({k})" for k, v in soak["memory_growth_last_5min"].items()
