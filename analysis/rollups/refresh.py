@@ -231,6 +231,26 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
 REBUILD_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
+def _spans_recompute(spans: list[tuple[datetime, datetime]], *, project_id: int, workers: int, days: bool,
+                     done: Callable[[datetime], None] | None = None) -> None:
+    """_range_recompute of each [lo, hi) span of a project in a transaction of its own, on
+    `workers` connections at once (each thread's own; closed after)."""
+    def one(lo: datetime, hi: datetime) -> datetime:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL work_mem = '64MB'")
+                _range_recompute(cursor, project_id=project_id, lo=lo, hi=hi, days=days)
+            return lo
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for finished in as_completed([pool.submit(one, lo, hi) for lo, hi in spans]):
+            lo = finished.result()
+            if done:
+                done(lo)
+
+
 def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], None] | None, until: datetime | None,
                               workers: int) -> int:
     """project_rebuild on `workers` connections at once, a day per transaction: each day's rows
@@ -246,20 +266,8 @@ def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], Non
             days.append(day)
             day += DAY
 
-    def one_day(lo: datetime) -> datetime:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL work_mem = '64MB'")
-                _range_recompute(cursor, project_id=project.pk, lo=lo, hi=lo + DAY)
-            return lo
-        finally:
-            connection.close()  # this thread's own connection
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in as_completed([pool.submit(one_day, day) for day in days]):
-            day = done.result()
-            if progress:
-                progress(f"{project.name}: {day:%Y-%m-%d}")
+    _spans_recompute([(day, day + DAY) for day in days], project_id=project.pk, workers=workers, days=True,
+                     done=(lambda day: progress(f"{project.name}: {day:%Y-%m-%d}")) if progress else None)
     with transaction.atomic(), connection.cursor() as cursor:
         for table in TABLES:
             if days and table != RELEASE_TABLE:
@@ -314,6 +322,9 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
     {"skipped": 1}) when another refresh holds the lock; the first run rebuilds everything."""
     started = now or utc_now()
     clock = time.monotonic()
+    # Completed hours go on several connections when this is not inside a caller's transaction
+    # (their rows are new, and no reader looks past the watermark, which moves when this commits).
+    workers = 1 if connection.in_atomic_block else REBUILD_WORKERS
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_LOCK])
         if not cursor.fetchone()[0]:
@@ -366,7 +377,7 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         changed = {p for p in (*whole, *groups, *slices) if whole[p] or groups[p] or slices[p]}
         touched = {p: _releases_in(cursor, project_id=p, hours=whole[p], lo=prev_hi, hi=hi)
                    | {g[1] for g in groups[p]} | {x[1] for x in slices[p]} for p in changed}
-        hours = sum(hours_recompute(cursor, project_id=p, hours=whole[p]) for p in changed)
+        hours = sum(_completed_recompute(cursor, project_id=p, hours=whole[p], workers=workers) for p in changed)
         partial = sum(_groups_recompute(cursor, project_id=p, groups=groups[p]) for p in changed)
         analysed = sum(_analysis_recompute(cursor, project_id=p, slices=slices[p]) for p in changed)
         retained = _retention_delete(cursor, now=started)
@@ -379,6 +390,19 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
     log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d deleted=%d ms=%.0f", hours, partial, analysed,
              deleted, 1000 * (time.monotonic() - clock))
     return {"hours": hours, "groups": partial, "slices": analysed, "deleted": deleted}
+
+
+def _completed_recompute(cursor, *, project_id: int, hours: set[datetime], workers: int) -> int:
+    """Roll up hours that completed since the last refresh: with several `workers`, each hour's
+    rows in a transaction of its own on one of that many connections, then their days in the
+    caller's transaction (which moves the watermark: until it commits no reader looks at these
+    hours' rows; if it fails, the next refresh recomputes them). Returns the number of hours."""
+    if workers < 2 or len(hours) < 2:
+        return hours_recompute(cursor, project_id=project_id, hours=hours)
+    ordered = sorted(hours)
+    _spans_recompute([(hour, hour + HOUR) for hour in ordered], project_id=project_id, workers=workers, days=False)
+    days_recompute(cursor, project_id=project_id, lo=ordered[0], hi=ordered[-1] + HOUR)
+    return len(ordered)
 
 
 def _mismatched_groups(cursor, *, project_id: int, since: datetime) -> set[tuple[datetime, str, str]]:

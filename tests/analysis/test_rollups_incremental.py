@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from analysis import rollups
+from analysis.rollups import refresh
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Step, Task
 
@@ -39,8 +40,8 @@ def every_row() -> list:
     return out
 
 
-def rebuilt() -> list:
-    rollups.rollups_rebuild()
+def rebuilt(now: datetime | None = None) -> list:
+    rollups.rollups_rebuild(now=now)
     return every_row()
 
 
@@ -128,3 +129,18 @@ def test_a_parallel_rebuild_writes_the_rows_of_a_serial_one(project):
     rollups.rollups_rebuild(workers=1)
     assert parallel == every_row()
     assert not any(r[2] == "old" for r in parallel[0][2])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hours_completed_since_the_last_refresh_rolled_up_on_several_connections_equal_a_rebuild(project, monkeypatch):
+    tasks = fill(project, n=500, hours=20, steps_every=1)
+    analyse(tasks[:200], at=NOW - timedelta(hours=1))
+    with connection.cursor() as cur:  # as if 19 hours had completed since the last refresh, none rolled up
+        cur.execute("TRUNCATE " + ", ".join(rollups.TABLES))
+    rollups.watermark_set(BASE + timedelta(hours=1, minutes=1))
+    monkeypatch.setattr(refresh, "REBUILD_WORKERS", 2)
+    assert not connection.in_atomic_block
+    out = rollups.rollups_refresh(now=BASE + timedelta(hours=20, minutes=5))
+    assert out["hours"] == 19
+    refreshed = every_row()
+    assert refreshed == rebuilt(now=BASE + timedelta(hours=20, minutes=5))
