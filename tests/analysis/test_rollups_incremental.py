@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 from analysis import rollups
-from analysis.rollups import refresh
 from analysis.models import Finding, TaskAnalysis
+from analysis.rollups import refresh
 from ingest.models import Step, Task
 
 from .test_rollups import BASE, NOW, fill
