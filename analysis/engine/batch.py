@@ -472,28 +472,35 @@ def _add(total: dict[str, int], part: dict[str, int]) -> None:
 
 
 def run_ids(task_pks: list[int], *, force: bool = False, top_up: bool = True,
-            drain_seconds: float = DRAIN_SECONDS) -> dict[str, int]:
+            drain_seconds: float | None = None) -> dict[str, int]:
     """The batch path behind the ingest trigger, the sweep and `analyze`: claim these tasks
-    (the due ones unless `force`); when any was claimed and `top_up`, fill the batch up with
-    other due tasks and keep claiming full batches of due tasks for up to `drain_seconds`."""
-    deadline = time.monotonic() + drain_seconds
+    (the due ones unless `force`); with `top_up`, fill the batch up with other due tasks and keep
+    claiming full batches of due tasks for up to `drain_seconds`, whether or not these tasks
+    were still there to claim (the ingest trigger sends one message per window, so the tasks of
+    the window another worker did not reach have no message of their own). When the time is up
+    while batches were still being claimed, the outcome says `more_due`: the caller sends the
+    drain on, so due tasks never wait for the sweep behind a busy worker."""
+    deadline = time.monotonic() + (DRAIN_SECONDS if drain_seconds is None else drain_seconds)
     wanted = len(set(task_pks))
+    state = {"skipped": 0, "more_due": 0}
 
     def claims():
         token, claimed = claim_ids(task_pks, force=force)
-        wanted_claimed = len(claimed)
-        if claimed and top_up and len(claimed) < BATCH_TASKS:
+        state["skipped"] = wanted - len(claimed)
+        if top_up and len(claimed) < BATCH_TASKS:
             claimed += _claim_more(token=token, limit=BATCH_TASKS - len(claimed))
-        skipped["n"] = wanted - wanted_claimed
         yield token, claimed
-        while top_up and claimed and time.monotonic() < deadline:
+        while top_up and claimed:
+            if time.monotonic() >= deadline:
+                state["more_due"] = 1
+                return
             token = secrets.token_hex(8)
             claimed = _claim_more(token=token, limit=BATCH_TASKS)
             yield token, claimed
 
-    skipped = {"n": 0}
     outcome = analyse_pipelined(claims())
-    outcome["claimed_elsewhere_or_not_due"] = skipped["n"]
+    outcome["claimed_elsewhere_or_not_due"] = state["skipped"]
+    outcome["more_due"] = state["more_due"]
     return outcome
 
 

@@ -28,15 +28,15 @@ def analyse_task(task_pk: int) -> str:
 def analyse_tasks(task_pks: list[int]) -> dict[str, int]:
     """The batch path (analysis/engine/batch.py): claim these tasks if due, fill the batch up with other
     due tasks and keep going while tasks are due (bounded in time). A task whose analysis fails
-    is logged and left to the sweep; it never stops the rest of the batch.
-
-    When none of these tasks could be claimed (another message's worker took them), one batch of
-    whatever else is due is analysed instead: the ingest trigger sends one message per window
-    (signals.py), so tasks of the window that worker did not reach have no message of their own."""
+    is logged and left to the sweep; it never stops the rest of the batch. A drain whose time ran
+    out while tasks were still due sends itself on as a new message (behind the worker's other
+    messages), so a backlog is worked off without waiting for the sweep."""
     outcome = batch.run_ids(list(task_pks))
-    if not any(outcome.get(k) for k in ("analysed", "claim_lost", "failed")):
-        for key, value in batch.run_due().items():
-            outcome[key] = outcome.get(key, 0) + value
+    if outcome.get("more_due"):
+        try:
+            analyse_tasks.apply_async(args=[[]])
+        except Exception as exc:  # broker down: the sweep catches up
+            log.warning("analysis.drain_continue_failed error=%s", exc)
     return outcome
 
 

@@ -197,6 +197,36 @@ def test_an_ingest_message_tops_its_batch_up_with_other_due_tasks(project, quiet
     assert analyse_tasks([one.pk]).get("analysed", 0) == 0
 
 
+def test_a_message_whose_tasks_were_taken_drains_every_due_task_not_only_one_batch(project, quiet, monkeypatch):
+    # One ingest message per window: the window's other tasks have no message of their own, so the
+    # worker that finds its message's tasks gone must still work off everything due.
+    history(project, tasks=12)
+    monkeypatch.setattr(batch, "BATCH_TASKS", 5)
+    first = Task.objects.get(project=project, task_id="n3")
+    pipeline.run(first.pk)  # another worker's drain took this message's task
+    outcome = analyse_tasks([first.pk])
+    assert outcome["analysed"] == 11 and not outcome["more_due"]
+    assert not TaskAnalysis.objects.filter(project=project, analyzed_at__isnull=True).exists()
+
+
+def test_a_drain_cut_short_by_its_time_sends_itself_on_and_the_next_message_finishes(project, quiet, monkeypatch):
+    from unittest import mock
+
+    history(project, tasks=12)
+    monkeypatch.setattr(batch, "BATCH_TASKS", 5)
+    monkeypatch.setattr(batch, "DRAIN_SECONDS", 0.0)  # the time is up after the first batch
+    with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
+        outcome = analyse_tasks([])
+    assert outcome["analysed"] == 5 and outcome["more_due"] == 1
+    publish.assert_called_once_with(args=[[]])
+    monkeypatch.setattr(batch, "DRAIN_SECONDS", 20.0)
+    with mock.patch("analysis.engine.tasks.analyse_tasks.apply_async") as publish:
+        outcome = analyse_tasks([])  # the message it sent
+    assert outcome["analysed"] == 7 and not outcome["more_due"]
+    publish.assert_not_called()
+    assert not TaskAnalysis.objects.filter(project=project, analyzed_at__isnull=True).exists()
+
+
 def test_kendall_tau_is_scipys_bit_for_bit():
     rng = random.Random(17)
     for _ in range(3000):
