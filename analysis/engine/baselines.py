@@ -210,17 +210,50 @@ def baselines_refresh(*, project: Project, full: bool = False) -> int:
     started = timezone.now()
     last = None if full else (Baseline.objects.filter(project=project).order_by("-updated_at")
                               .values_list("updated_at", flat=True).first())
-    written = step_baselines_compute(project=project, since=last)
     if last is None:
-        written += device_normals_compute(project=project)
+        devices = None
     else:
         # Samples carry no ingest time: refresh the devices that steps of touched tasks ran on.
         devices = list(Step.objects.filter(project=project, task__last_event_at__gt=last)
                        .exclude(device="").values_list("device", flat=True).distinct())
-        written += device_normals_compute(project=project, devices=devices)
+    written = sum(_side_by_side(lambda: step_baselines_compute(project=project, since=last),
+                                lambda: device_normals_compute(project=project, devices=devices)))
     log.info("analysis.baselines_refreshed project=%s written=%d seconds=%.2f", project.pk, written,
              (timezone.now() - started).total_seconds())
     return written
+
+
+def _side_by_side(*calls) -> list:
+    """Run independent statements at once, each on a connection of its own (Postgres runs one
+    statement on one core: the step baselines and the device normals of a whole history each
+    take seconds). Inside a transaction, where other connections would not see its rows, one
+    after the other."""
+    if connection.in_atomic_block:
+        return [call() for call in calls]
+    import threading
+
+    results: list = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # raised in the caller's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, len(calls))]
+    for t in threads:
+        t.start()
+    try:
+        results[0] = calls[0]()
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: set[str]) -> None:

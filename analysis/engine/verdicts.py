@@ -151,18 +151,27 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     return out
 
 
+def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
+    """An LLM step slow at least at the corroborated cut-off (the lower one). Any other step gets
+    no verdict whatever its device did, so its telemetry is never read (most steps)."""
+    return (step.kind == "llm" and step.status == "ok"
+            and llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED) is not None)
+
+
+def telemetry_devices(ctx: TaskContext) -> set[str]:
+    """The devices whose samples `step_verdicts` reads for this task: a batch loads only theirs
+    (reading every task's telemetry was a seventh of a worker's CPU)."""
+    return {step.device for step in ctx.steps if step.device and _verdict_candidate(ctx, step)}
+
+
 def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
     """step_id → verdict for every slow LLM step of the task."""
     verdicts = {}
     times: dict[str, list[float]] = {}  # per device: its samples' times, listed once per task
     for step in ctx.steps:
-        if step.kind != "llm" or step.status != "ok":
+        if not _verdict_candidate(ctx, step):
             continue
         stats = ctx.baseline(step)
-        # Not slow even at the corroborated cut-off (the lower one): no verdict whatever the
-        # device did, so its telemetry is not read (most steps; it was a tenth of a batch's CPU).
-        if llm_slowness(step, stats, z_cut=Z_CORROBORATED) is None:
-            continue
         if step.device and step.device not in times:
             times[step.device] = [s.ts_ms for s in ctx.samples.get(step.device, [])]
         signals = device_signals(ctx, step, times=times[step.device]) if step.device else {"samples": 0}
