@@ -1,6 +1,12 @@
 """Rollup refresh and rebuild throughput: changed steps per second.
 
     .venv/bin/python -m bench.rollup_refresh [--tasks 50000] [--steps 20] [--reuse] [--days 3]
+    .venv/bin/python -m bench.rollup_refresh --dataset agentops_bench_queries:bench-queries   # 10M steps
+
+`--dataset DATABASE:PROJECT` runs on a dataset a previous benchmark left (the queries' 10M steps
+after `bench/run.py --scale 1`) instead of loading one: the refreshes below leave its rollups true
+(they recompute what they changed), and they change nothing else but the timestamps of `--changed`
+tasks' last event and analysis.
 
 On a scratch database (`agentops_bench_refresh`, bench/loader.py: `--tasks` × `--steps` over 30
 days, an analysis per task, findings on 5 %), after `rollups_rebuild` (timed: steps/s), three
@@ -31,8 +37,9 @@ from bench import harness  # noqa: E402
 DB_NAME = "agentops_bench_refresh"
 
 
-def dataset(*, tasks: int, steps: int, reuse: bool):
-    url = harness.bench_database_url(fresh=not reuse, name=DB_NAME)
+def dataset(*, tasks: int, steps: int, reuse: bool, existing: str | None = None):
+    name, project_name = existing.split(":", 1) if existing else (DB_NAME, "bench-refresh")
+    url = harness.bench_database_url(fresh=not (reuse or existing), name=name)
     harness.setup_django(url)
     harness.migrate()
     from django.db import connection
@@ -40,19 +47,24 @@ def dataset(*, tasks: int, steps: int, reuse: bool):
     from bench import loader
     from ingest.models import Project
 
-    project = Project.objects.filter(name="bench-refresh").first()
+    project = Project.objects.filter(name=project_name).first()
+    if project is None and existing:
+        raise SystemExit(f"no project {project_name!r} in {name}: run the benchmark that makes it first")
     if project is None:
         project = Project.objects.create(name="bench-refresh")
         with connection.cursor() as cursor:
             loader.load(cursor, project_id=project.pk, tasks=tasks, steps_per_task=steps, big_task_steps=1000)
             loader.decorate(cursor, project_id=project.pk)
             loader.catalog(cursor, project_id=project.pk)
-            # A live system's steady state: every task's last event and analysis shortly after
-            # it started, long before the refreshes below.
-            cursor.execute("UPDATE ingest_task SET last_event_at = started_at + interval '1 minute'"
-                           " WHERE project_id = %s", [project.pk])
-            cursor.execute("UPDATE analysis_taskanalysis a SET analyzed_at = t.started_at + interval '2 minutes'"
-                           " FROM ingest_task t WHERE t.id = a.task_id AND t.project_id = %s", [project.pk])
+    with connection.cursor() as cursor:
+        # A live system's steady state: every task's last event and analysis shortly after it
+        # started, long before the refreshes below (the loader stamps them all at load time).
+        cursor.execute("UPDATE ingest_task SET last_event_at = started_at + interval '1 minute'"
+                       " WHERE project_id = %s AND last_event_at IS DISTINCT FROM started_at + interval '1 minute'",
+                       [project.pk])
+        cursor.execute("UPDATE analysis_taskanalysis a SET analyzed_at = t.started_at + interval '2 minutes'"
+                       " FROM ingest_task t WHERE t.id = a.task_id AND t.project_id = %s"
+                       " AND a.analyzed_at IS DISTINCT FROM t.started_at + interval '2 minutes'", [project.pk])
     return project
 
 
@@ -61,8 +73,8 @@ def _one(cursor, sql, params=()):
     return cursor.fetchone()
 
 
-def run(*, tasks: int, steps: int, reuse: bool, days: float, changed: int) -> dict:
-    project = dataset(tasks=tasks, steps=steps, reuse=reuse)
+def run(*, tasks: int, steps: int, reuse: bool, days: float, changed: int, existing: str | None = None) -> dict:
+    project = dataset(tasks=tasks, steps=steps, reuse=reuse, existing=existing)
     from django.db import connection
 
     from analysis import rollups
@@ -115,9 +127,11 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the dataset of a previous run")
     parser.add_argument("--days", type=float, default=3, help="days of hours that completed since the last run")
     parser.add_argument("--changed", type=int, default=200, help="tasks with a late analysis (then late data)")
+    parser.add_argument("--dataset", metavar="DATABASE:PROJECT", help="a dataset a previous benchmark left")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out = run(tasks=args.tasks, steps=args.steps, reuse=args.reuse, days=args.days, changed=args.changed)
+    out = run(tasks=args.tasks, steps=args.steps, reuse=args.reuse, days=args.days, changed=args.changed,
+              existing=args.dataset)
     if args.json:
         print(json.dumps(out, default=str))
         return

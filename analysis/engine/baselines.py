@@ -22,6 +22,7 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -226,34 +227,19 @@ def baselines_refresh(*, project: Project, full: bool = False) -> int:
 def _side_by_side(*calls) -> list:
     """Run independent statements at once, each on a connection of its own (Postgres runs one
     statement on one core: the step baselines and the device normals of a whole history each
-    take seconds). Inside a transaction, where other connections would not see its rows, one
-    after the other."""
+    take seconds). Inside a transaction, whose rows other connections would not see, one after
+    the other."""
     if connection.in_atomic_block:
         return [call() for call in calls]
-    import threading
 
-    results: list = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
+    def run(call):
         try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # raised in the caller's thread
-            errors.append(exc)
+            return call()
         finally:
-            connection.close()
+            connection.close()  # the thread's own
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, len(calls))]
-    for t in threads:
-        t.start()
-    try:
-        results[0] = calls[0]()
-    finally:
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[0]
-    return results
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [future.result() for future in [pool.submit(run, call) for call in calls]]
 
 
 def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: set[str]) -> None:
