@@ -45,7 +45,7 @@ def install_in_background() -> subprocess.Popen | None:
                             start_new_session=True)
 
 
-def _installed(install: subprocess.Popen | None) -> str | None:
+def installed(install: subprocess.Popen | None) -> str | None:
     """None when Phoenix is ready, else why not."""
     if install is not None:
         try:
@@ -82,7 +82,7 @@ def run(*, spans: int, batch: int, senders: int, timeout: float, install: subpro
     from bench import harness
     from bench.otlp_ingest import encode, make_batches, sender
 
-    problem = _installed(install)
+    problem = installed(install)
     if problem:
         print(f"   peer skipped: {problem}", file=sys.stderr, flush=True)
         return {"error": problem}

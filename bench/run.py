@@ -399,7 +399,12 @@ def main() -> None:
     if "ingest" in only and not args.skip_peer:
         from bench import peer
 
-        peer_install = peer.install_in_background()  # big: overlaps with our own ingest run
+        peer_install = peer.install_in_background()  # big: minutes on a fresh machine
+        if peer_install is not None:
+            # Never beside our own ingest: pip on the same 2 cores took 35-45 % off its rate (a
+            # fresh machine's full run: 7,315 spans/s stored, 11,324 alone right after).
+            print("   waiting for the install before timing ingest", file=sys.stderr, flush=True)
+            peer.installed(peer_install)
     if "ingest" in only:
         ingest = results["ingest"] = {"otlp": run_child("otlp", params), "native": run_child("native", params)}
         if args.skip_peer:
