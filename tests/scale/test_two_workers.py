@@ -81,8 +81,9 @@ def test_two_workers_analyse_every_task_exactly_once(stack_env, settings, tmp_pa
     missed = list(ended.exclude(analysis__analyzed_at__isnull=False).values_list("task_id", flat=True)[:10])
     assert not missed, f"{len(missed)}+ ended tasks never analysed, e.g. {missed}"
     per_worker = [analysed_by(log) for log in logs]
-    # Both took part (two machines' worth of workers really share the queue) ...
-    assert all(n > 0 for n in per_worker), per_worker
+    # Both consumed messages of the one queue (a drain claims whatever is due, so when one worker
+    # keeps up with the simulator it may analyse every task while the other's claims find none) ...
+    assert all(RESULT.search(log.read_text()) for log in logs), per_worker
     # ... and between them analysed each task once: no task twice, none lost.
     assert sum(per_worker) == expected, (per_worker, expected)
     doubled = (Finding.objects.filter(task__project=project).values("task", "kind", "step_ids")
