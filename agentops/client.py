@@ -23,10 +23,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 from urllib.request import Request, urlopen
 
 import pandas as pd
+
+from ingest.ids import to_segment
 
 __all__ = ["AgentopsError", "AuthenticationError", "BadRequest", "Client", "NotFound", "PermissionDenied",
            "RateLimited", "Unavailable"]
@@ -246,9 +248,7 @@ class Client:
             task_id = params.pop("task_id", None)
             if not task_id:
                 raise ValueError("task_id: required for the waterfall")
-            from urllib.parse import quote
-
-            path = path.format(task_id=quote(str(task_id), safe=""))
+            path = path.format(task_id=_segment(task_id))
         data = self.get_json(path, **params)
         return {name: go.Figure(figure) for name, figure in data.items() if isinstance(figure, dict)
                 and "data" in figure}
@@ -293,3 +293,8 @@ def _compare_rows(report: dict, table: str) -> list[dict]:
     if table == "cost_steps":
         return cost.get("steps", [])
     return report[table]
+
+
+def _segment(value) -> str:
+    """An id as one path segment of the dashboard's URLs (any character, "/" included)."""
+    return quote(to_segment(str(value)), safe="")

@@ -1,13 +1,16 @@
-from django.urls import include, path
+from django.urls import include, path, register_converter
 
 from analysis.dashboard import api, compare_api, compare_views, views
+from ingest.ids import IdConverter
+
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("api/v1/tasks", api.TaskListView.as_view(), name="api-task-list"),
-    path("api/v1/tasks/<str:task_id>", api.TaskDetailView.as_view(), name="api-task-detail"),
-    path("api/v1/tasks/<str:task_id>/diff", compare_api.TaskDiffView.as_view(), name="api-task-diff"),
+    path("api/v1/tasks/<id:task_id>", api.TaskDetailView.as_view(), name="api-task-detail"),
+    path("api/v1/tasks/<id:task_id>/diff", compare_api.TaskDiffView.as_view(), name="api-task-diff"),
     path("api/v1/sessions", compare_api.SessionListView.as_view(), name="api-session-list"),
-    path("api/v1/sessions/<path:session_id>", compare_api.SessionDetailView.as_view(), name="api-session-detail"),
+    path("api/v1/sessions/<id:session_id>", compare_api.SessionDetailView.as_view(), name="api-session-detail"),
     path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),
     path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
     path("api/v1/status", api.StatusView.as_view(), name="api-status"),
@@ -18,17 +21,17 @@ urlpatterns = [
     path("tasks", views.task_list, name="tasks"),
     path("tasks.csv", views.tasks_csv, name="tasks-csv"),
     path("findings.csv", views.findings_csv, name="findings-csv"),
-    path("tasks/<str:task_id>", views.task_detail, name="task-detail"),
-    path("tasks/<str:task_id>/waterfall.json", views.task_waterfall, name="task-waterfall"),
-    path("tasks/<str:task_id>/steps/<str:step_id>.json", views.step_detail, name="step-detail"),
-    path("tasks/<str:task_id>/compare", compare_views.task_compare, name="task-compare"),
-    path("tasks/<str:task_id>/compare.json", compare_views.task_compare_json, name="task-compare-json"),
-    path("tasks/<str:task_id>/live.json", compare_views.task_live, name="task-live"),
-    path("tasks/<str:task_id>/search.json", compare_views.task_step_search, name="task-step-search"),
+    path("tasks/<id:task_id>", views.task_detail, name="task-detail"),
+    path("tasks/<id:task_id>/waterfall.json", views.task_waterfall, name="task-waterfall"),
+    path("tasks/<id:task_id>/steps/<id:step_id>.json", views.step_detail, name="step-detail"),
+    path("tasks/<id:task_id>/compare", compare_views.task_compare, name="task-compare"),
+    path("tasks/<id:task_id>/compare.json", compare_views.task_compare_json, name="task-compare-json"),
+    path("tasks/<id:task_id>/live.json", compare_views.task_live, name="task-live"),
+    path("tasks/<id:task_id>/search.json", compare_views.task_step_search, name="task-step-search"),
     path("compare", compare_views.compare_pick, name="compare"),
     path("charts/turn-time.json", compare_views.turn_time_json, name="turn-time"),
     path("sessions", compare_views.session_list, name="sessions"),
-    path("sessions/<path:session_id>", compare_views.session_detail, name="session-detail"),
+    path("sessions/<id:session_id>", compare_views.session_detail, name="session-detail"),
     path("latency", views.latency, name="latency"),
     path("charts/latency.json", views.latency_charts, name="latency-charts"),
     path("devices", views.devices, name="devices"),
