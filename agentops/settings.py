@@ -250,6 +250,10 @@ AGENTOPS_RETENTION_DAYS = env_int("AGENTOPS_RETENTION_DAYS", 0)
 # Where people reach this dashboard: links in alert notifications point here.
 AGENTOPS_BASE_URL = env_str("AGENTOPS_BASE_URL", "http://127.0.0.1:8000")
 
+# Alert webhooks reach public addresses only (analysis/alerts/targets.py); these host names, as
+# written in the URL, may also be loopback or private: on-prem receivers.
+AGENTOPS_WEBHOOK_ALLOWED_HOSTS = env_list("AGENTOPS_WEBHOOK_ALLOWED_HOSTS", [])
+
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentops@localhost")
 

@@ -13,3 +13,6 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # The cache is the product's shared Redis: this run's keys get a prefix of their own, so
 # concurrent runs (and a running demo) never see each other's lockouts or rate windows.
 CACHES["default"]["KEY_PREFIX"] = f"test-{os.environ['AGENTOPS_TEST_RUN']}"  # noqa: F405
+# The tests' webhook receivers listen on loopback, as an on-prem receiver would be allowed to;
+# tests/alerts/test_ssrf.py empties this to check the refusals.
+AGENTOPS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import time
 import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.mail import send_mail
 
+from analysis.alerts import targets
 from analysis.alerts.models import AlertEvent, Delivery
 
 log = logging.getLogger(__name__)
@@ -96,19 +97,18 @@ def webhook_send(*, url: str, body: bytes, secret: str = "", attempts: int = WEB
     out: list[Attempt] = []
     for n in range(1, attempts + 1):
         started = time.perf_counter()
-        status, error = None, ""
+        status, error, refused = None, "", False
         try:
-            request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http/https checked at validation)
-                status = response.status
+            status = targets.post(url, body=body, headers=headers, timeout=timeout)
         except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            error = str(getattr(exc, "reason", exc))[:500] or type(exc).__name__
+            status, error = exc.code, targets.error_class(exc)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            error = targets.error_class(exc)
+            refused = isinstance(getattr(exc, "reason", exc), targets.TargetRefused)
         ok = status is not None and 200 <= status < 300
         out.append(Attempt("webhook", url, n, ok, status, error,
                            (time.perf_counter() - started) * 1000, datetime.now(tz=UTC)))
-        if ok or not _retryable(status) or n == attempts:
+        if ok or refused or not _retryable(status) or n == attempts:
             break
         time.sleep(backoff * 2 ** (n - 1))
     return out
@@ -117,7 +117,8 @@ def webhook_send(*, url: str, body: bytes, secret: str = "", attempts: int = WEB
 def email_text(data: dict) -> tuple[str, str]:
     rule = data["rule"]
     verb = "FIRING" if data["state"] == "firing" else "RESOLVED"
-    subject = f"[agentops] {verb}: {rule['name']}"
+    # A header holds one line: a CR/LF in the rule's name would make every message unsendable.
+    subject = " ".join(f"[agentops] {verb}: {rule['name']}".split())
     value = "no data" if data["value"] is None else f"{data['value']:.4g}"
     op = ">" if rule["comparator"] == "gt" else "<"
     unit = " (% change vs baseline)" if rule["baseline"] != "none" else ""

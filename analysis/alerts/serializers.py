@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import EmailValidator
 from rest_framework import serializers
 
+from analysis.alerts import targets
 from analysis.alerts.metrics import FINDING_METRICS, METRICS
 from analysis.alerts.models import AlertEvent, AlertRule, Delivery
 from ingest.records import STEP_KINDS
@@ -101,6 +102,10 @@ def _channel(item, index: int, previous: dict) -> dict:
         url = item.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 2000:
             raise serializers.ValidationError(f"{where}.url: must be an http:// or https:// URL")
+        try:
+            targets.check(url, unresolved_ok=True)
+        except targets.TargetRefused as exc:
+            raise serializers.ValidationError(f"{where}.url: {exc}") from None
         secret = item.get("secret") or ""
         if not isinstance(secret, str) or len(secret) > 200:
             raise serializers.ValidationError(f"{where}.secret: must be a string of at most 200 characters")

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, statuses=(), *, delay: float = 0.0):
+    def __init__(self, statuses=(), *, delay: float = 0.0, location: str = ""):
         self.statuses = list(statuses)  # answered in order; 200 once they run out
         self.delay = delay
         self.requests: list[dict] = []
@@ -25,6 +25,8 @@ class Receiver:
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

@@ -109,3 +109,14 @@ def test_email_says_what_fired_and_where_to_look(db, project, store):
     assert message.to == ["a@example.com", "b@example.com"]
     assert "task_duration_p95 over the last 10 min = 9000" in message.body
     assert "/tasks?" in message.body
+
+
+def test_a_rule_name_with_line_breaks_still_sends_its_email(db, project, store):
+    """A CR/LF in a header is refused by Django's mail: the subject is kept on one line."""
+    store(project, [9000.0] * 10, start=NOW - timedelta(minutes=5))
+    rule = slow_rule(project, [{"type": "email", "to": ["a@example.com"]}], name="checkout\r\nBcc: x@evil.example")
+    rules_evaluate(now=NOW)
+    [message] = mail.outbox
+    assert message.subject == "[agentops] FIRING: checkout Bcc: x@evil.example"
+    assert message.to == ["a@example.com"] and not message.bcc
+    assert Delivery.objects.get(event__rule=rule).ok
