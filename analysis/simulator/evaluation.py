@@ -165,3 +165,76 @@ def format_table(result: Evaluation) -> str:
                  f"({result.verdict_correct} of {result.verdict_steps} labelled LLM steps right; "
                  f"{result.verdict_given} had a verdict)")
     return "\n".join(lines)
+
+
+# --- a labelled corpus from another generator (../shared/eval/ format) -------------------------
+# Scored at the task level, as that corpus's README says: precision over the findings the product
+# asserts (confidence not low), recall over every finding it surfaces (any confidence). A
+# slow_step on a task labelled with a kind that also slows a step down counts as right.
+
+SLOWING_KINDS = {"hardware_queueing", "hardware_throttling", "context_growth"}
+
+
+@dataclass(frozen=True)
+class CorpusScore:
+    kind: str
+    labels: int          # labelled tasks of the kind
+    asserted: int        # tasks with an asserted finding of the kind
+    asserted_right: int
+    surfaced_found: int  # labelled tasks with a finding of the kind at any confidence
+    low: int             # tasks whose findings of the kind are all low
+
+    @property
+    def precision(self) -> float:
+        return self.asserted_right / self.asserted if self.asserted else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.surfaced_found / self.labels if self.labels else 0.0
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion; (0, 1) when n is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def corpus_score(labels: list[dict], findings: list[tuple[str, str, str]]) -> list[CorpusScore]:
+    """labels: {"task_id", "kind"}; findings: (task_id, kind, confidence) of every finding."""
+    labelled: dict[str, set[str]] = {}
+    for label in labels:
+        labelled.setdefault(label["kind"], set()).add(label["task_id"])
+    asserted: dict[str, set[str]] = {}
+    surfaced: dict[str, set[str]] = {}
+    for task_id, kind, confidence in findings:
+        surfaced.setdefault(kind, set()).add(task_id)
+        if confidence != "low":
+            asserted.setdefault(kind, set()).add(task_id)
+    out = []
+    for kind in sorted(set(labelled) | set(surfaced)):
+        truth = set(labelled.get(kind, ()))
+        if kind == "slow_step":
+            accepted = truth | set().union(*(labelled.get(k, set()) for k in SLOWING_KINDS))
+        else:
+            accepted = truth
+        mine, seen = asserted.get(kind, set()), surfaced.get(kind, set())
+        out.append(CorpusScore(kind, len(truth), len(mine), len(mine & accepted), len(seen & truth),
+                               len(seen - mine)))
+    return out
+
+
+def format_corpus_table(scores: list[CorpusScore]) -> str:
+    header = (f"{'kind':<22} {'labels':>6} {'asserted':>8} {'right':>6} {'precision (95% CI)':>22} "
+              f"{'found':>6} {'recall (95% CI)':>20} {'low only':>8}")
+    lines = [header, "-" * len(header)]
+    for s in scores:
+        plo, phi = wilson(s.asserted_right, s.asserted)
+        rlo, rhi = wilson(s.surfaced_found, s.labels)
+        lines.append(f"{s.kind:<22} {s.labels:>6} {s.asserted:>8} {s.asserted_right:>6} "
+                     f"{s.precision:>7.3f} [{plo:.2f}, {phi:.2f}]     {s.surfaced_found:>6} "
+                     f"{s.recall:>7.3f} [{rlo:.2f}, {rhi:.2f}]   {s.low:>8}")
+    return "\n".join(lines)

@@ -130,3 +130,65 @@ def test_low_confidence_findings_are_not_scored_unless_asked(project, tmp_path):
     assert "1 findings scored (1 low-confidence not scored)" in lines[0]
     assert row(lines, "parallelizable_calls")[2] == "0"
     assert row(run(labels=labels, project=project.name, include_low=True), "parallelizable_calls")[2] == "1"
+
+
+# --- a corpus in ../shared/eval/ format ---------------------------------------------------------
+
+def test_corpus_scoring_is_per_task_asserted_for_precision_surfaced_for_recall():
+    from analysis.simulator.evaluation import corpus_score
+
+    labels = [{"task_id": "a", "kind": "parallelizable_calls"}, {"task_id": "b", "kind": "parallelizable_calls"},
+              {"task_id": "c", "kind": "hardware_queueing"}]
+    findings = [("a", "parallelizable_calls", "high"), ("a", "parallelizable_calls", "medium"),  # one task
+                ("b", "parallelizable_calls", "low"),       # surfaced: recall, not precision
+                ("d", "parallelizable_calls", "medium"),    # asserted, wrong
+                ("c", "slow_step", "high"),                 # slowed by queueing: right
+                ("e", "slow_step", "high")]                 # wrong
+    scores = {s.kind: s for s in corpus_score(labels, findings)}
+    par = scores["parallelizable_calls"]
+    assert (par.asserted, par.asserted_right, par.precision) == (2, 1, 0.5)
+    assert (par.labels, par.surfaced_found, par.recall, par.low) == (2, 2, 1.0, 1)
+    assert (scores["slow_step"].asserted_right, scores["slow_step"].asserted) == (1, 2)
+    assert scores["hardware_queueing"].recall == 0.0
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    from analysis.simulator.evaluation import wilson
+
+    low, high = wilson(8, 10)
+    assert (round(low, 3), round(high, 3)) == (0.49, 0.943)
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(50, 50)[1] == 1.0 and round(wilson(50, 50)[0], 3) == 0.929
+
+
+def test_corpus_is_posted_through_the_ingest_views_analysed_and_scored(db, tmp_path):
+    from tests.ingest.fixtures.otlp import span, trace_request
+
+    corpus = tmp_path / "corpus-x"
+    corpus.mkdir()
+    spans = []
+    for trace in range(1, 4):
+        spans.append(span(trace, 100 * trace, name="invoke_agent", end_ms=3000,
+                          attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "x"}))
+        for i in range(3):  # the same call three times: a repeat in every task
+            spans.append(span(trace, 100 * trace + 1 + i, parent=100 * trace, name="execute_tool",
+                              start_ms=100 + 900 * i, end_ms=900 + 900 * i,
+                              attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                                          "gen_ai.tool.call.arguments": '{"order": 42}'}))
+    (corpus / "traces-000.pb").write_bytes(trace_request(spans, resource={"service.name": "x"}).SerializeToString())
+    (corpus / "labels.jsonl").write_text("".join(
+        json.dumps({"task_id": f"{t:032x}", "kind": "repeated_tool_call", "step_ids": [f"{100 * t + 2:016x}"]}) + "\n"
+        for t in (1, 2)))
+    out = StringIO()
+    call_command("evaluate_detection", "--corpus", str(corpus), stdout=out)
+    text = out.getvalue()
+    assert "3 tasks stored and analysed" in text
+    row = next(line for line in text.splitlines() if line.startswith("repeated_tool_call"))
+    # Labelled 2 of the 3 tasks: the third task's repeat is asserted but unlabelled, so wrong.
+    assert row.split()[1:4] == ["2", "3", "2"], text
+    assert Task.objects.filter(project__name="corpus-corpus-x").count() == 3
+
+
+def test_a_folder_that_is_no_corpus_is_a_clear_error(tmp_path):
+    with pytest.raises(CommandError, match="labels.jsonl and traces"):
+        call_command("evaluate_detection", "--corpus", str(tmp_path))
