@@ -37,14 +37,16 @@ UNKNOWN = "no call ids, results or declared dependencies"
 STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
             INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low"}
 
-# A token worth treating as data flow: at least 6 characters with a digit (ord_8f3k2q, 48213x),
-# at least 8 with a separator (src/app.py, a-b-c-d), or 16 of anything. Shorter or plainer
-# tokens ("Paris", "true", "en", "42") recur between unrelated calls by coincidence.
+# A token worth treating as data flow (compared without case): letters and digits mixed
+# (c4821, h384, ord_8f3k2q), at least 8 characters with a separator (src/app.py, a-b-c-d), a
+# whole number of at least MIN_NUMBER, or 16 characters of anything. Plainer tokens ("Paris",
+# "true", "en", "42") recur between unrelated calls by coincidence.
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-./:@]*[A-Za-z0-9]")
 _SEPARATORS = frozenset("_-./:@")
 _DIGITS = frozenset("0123456789")  # a token is ASCII (_TOKEN), so these are all its digits
 _PARTS = re.compile(r"[:@/]")
-MIN_NUMBER = 10_000
+MIN_NUMBER = 1_000
+_ID_SHAPE = re.compile(r"(?=.*[a-z])(?=.*[0-9])[a-z0-9]{3,}")
 CALL_KINDS = ("tool", "retrieval")
 
 
@@ -55,7 +57,9 @@ def _distinctive(token: str) -> bool:
         # A number (or a version, 10.2.3), in text as in JSON: distinctive only as a whole
         # number of at least MIN_NUMBER.
         return int(token.split(".", 1)[0] or 0) >= MIN_NUMBER
-    if len(token) >= 6 and not _DIGITS.isdisjoint(token):
+    if not _DIGITS.isdisjoint(token) and (len(token) >= 6 or _ID_SHAPE.fullmatch(token)):
+        # Short identifiers mix letters and digits (customer c4821, account H384, ticket
+        # AB12): words and small numbers, which recur by coincidence, do not.
         return True
     return len(token) >= 8 and not _SEPARATORS.isdisjoint(token)
 
@@ -85,7 +89,9 @@ def distinctive_values(value: object) -> set[str]:
     _strings(value, texts)
     tokens = set()
     for text in texts:
-        for token in _TOKEN.findall(text):
+        # Case does not separate values: an id the agent upper-cases before passing it on
+        # is the same id.
+        for token in _TOKEN.findall(text.lower()):
             if _distinctive(token):
                 tokens.add(token)
             # "ord_8f3k2q:12" or "user@host" still carry their parts.

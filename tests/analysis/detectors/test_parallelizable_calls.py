@@ -1,3 +1,5 @@
+import pytest
+
 from analysis.engine.detectors import parallelizable_calls
 
 from .builders import step, task
@@ -204,5 +206,29 @@ def test_numbers_and_versions_are_evidence_only_as_large_whole_numbers():
                 call("a", 1, 1.5, "get_changelog", {"version": "10.2.3"}, '{"version": "10.2.3", "ok": true}'),
                 call("b", 1.5, 2.5, "get_docs", {"version": "10.2.3"}, '{"pages": 3}'),
                 chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b")
+
+
+@pytest.mark.parametrize("follow_up_args", [
+    {"sql": "select * from customers where id = 'c4622'"},   # a short id from the result
+    {"customer": "C4622"},                                      # upper-cased on the way
+    {"url": "https://crm.example/customers/c4622/log"},         # inside a URL
+])
+def test_a_short_id_from_a_result_in_the_next_arguments_is_a_dependency(follow_up_args):
+    """The orders -> customers lookup of an ordinary agent: not a parallelisation to advise."""
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.3, "run_query", {"sql": "select * from orders where id = 4622"},
+                     '{"rows": [{"id": "4622", "customer": "c4622"}]}'),
+                call("b", 1.31, 1.6, "run_query", follow_up_args, '{"rows": []}'),
+                chat("l2", 1.6, 2)])
+    assert detect(ctx) == []
+
+
+def test_words_and_small_numbers_two_calls_share_are_no_dependency():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.5, "get_weather", {"city": "Paris"}, '{"region": "EU", "temp": 17}'),
+                call("b", 1.5, 2.0, "get_news", {"region": "EU", "limit": 17}, '{"items": 3}'),
+                chat("l2", 2.0, 2.5)])
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b")
