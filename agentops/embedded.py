@@ -22,6 +22,8 @@ from pathlib import Path
 log = logging.getLogger("agentops.embedded")
 
 DATABASE_NAME = "agentops"
+# The services this process started (not merely found running): stop_started() stops these.
+_started: set[str] = set()
 # sun_path is 108 bytes on Linux; a socket deeper than this goes to a short path in /tmp.
 _MAX_SOCKET_PATH = 100
 
@@ -49,6 +51,8 @@ def postgres_url(data_dir: Path) -> str:
         pgdata = (data_dir / "postgres").resolve()
         # pgserver caches a handle per folder and would not notice a server that stopped.
         pgserver.PostgresServer._instances.pop(pgdata, None)
+        if not (pgdata / "postmaster.pid").exists():
+            _started.add("postgres")
         server = pgserver.get_server(pgdata, cleanup_mode=None)
         admin_url = server.get_uri()
         with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -97,6 +101,7 @@ def redis_url(data_dir: Path) -> str:
     with _file_lock(data_dir / ".redis.lock"):
         if not _redis_answers(sock):
             start_redis(data_dir, sock)
+            _started.add("redis")
     return f"redis+socket://{sock}"
 
 
@@ -131,7 +136,40 @@ def start_redis(data_dir: Path, sock: Path) -> None:
 
 
 def stop_redis(data_dir: Path) -> None:
+    """SIGTERM, then SHUTDOWN NOSAVE: a Redis whose folder was deleted cannot write its final
+    save and ignores SIGTERM for ever (seen after `make test` in a removed clone)."""
     pidfile = data_dir / "redis.pid"
-    if pidfile.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pidfile.read_text().strip()), 15)
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 15)
+        if _wait_gone(pid, 5.0):
+            return
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(2)
+            conn.connect(str(_redis_socket(data_dir)))
+            conn.sendall(b"SHUTDOWN NOSAVE FORCE\r\n")
+        if not _wait_gone(pid, 5.0):
+            os.kill(pid, 9)
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_started(data_dir: Path) -> None:
+    """Stop the embedded services this process started; those it found running stay."""
+    if "redis" in _started:
+        stop_redis(data_dir)
+    if "postgres" in _started:
+        stop_postgres(data_dir)
+    _started.clear()

@@ -20,6 +20,17 @@ hypothesis_settings.register_profile("explore", deadline=None)
 hypothesis_settings.load_profile("explore" if os.environ.get("AGENTOPS_FUZZ_RANDOM") == "1" else "reproducible")
 
 
+def pytest_unconfigure(config):
+    """The embedded PostgreSQL and Redis this run started stop with it (a running `make demo`
+    on the same folder keeps its own): nothing the suite started outlives it."""
+    from django.db import connections
+
+    from agentops import embedded
+
+    connections.close_all()
+    embedded.stop_started(settings.DATA_DIR)
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings():
     # One test database per run, so concurrent runs on one server never collide.
