@@ -39,6 +39,13 @@ DEVICE = "device"
 
 _STEP_KEY = baseline_key_sql("s")
 
+
+def _ln(expr: str, floor: str) -> str:
+    """ln of a value floored at `floor`, NULL where the value is missing: greatest() skips NULLs,
+    so ln(greatest(NULL, 0.001)) would count every step without a TTFT as a 1 µs one and widen
+    the MADs of a model with mixed streamed and non-streamed calls without bound."""
+    return f"ln(CASE WHEN ({expr}) IS NULL THEN NULL ELSE greatest({expr}, {floor}) END)"
+
 _STEP_SQL = f"""
 WITH base AS (
     SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
@@ -80,16 +87,16 @@ WITH base AS (
     -- Grouped by the key alone and joined to the medians afterwards: grouping the joined rows
     -- by every median column sorted each step's row by fourteen keys.
     SELECT w.kind, w.key, w.device,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.duration_ms, 0.001))
-           - ln(greatest(m.l_a + m.l_b * w.output_tokens, 1)))) AS l_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.duration_ms', '0.001')}
+           - {_ln('m.l_a + m.l_b * w.output_tokens', '1')})) AS l_lmad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.duration_ms - m.d_med)) AS d_mad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.ttft_ms - m.t_med)) AS t_mad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.tpot - m.p_med)) AS p_mad,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.input_tokens - m.i_med)) AS i_mad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.duration_ms, 0.001)) - ln(greatest(m.d_med, 0.001)))) AS d_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.ttft_ms, 0.001)) - ln(greatest(m.t_med, 0.001)))) AS t_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.tpot, 0.001)) - ln(greatest(m.p_med, 0.001)))) AS p_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(ln(greatest(w.input_tokens, 1)) - ln(greatest(m.i_med, 1)))) AS i_lmad
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.duration_ms', '0.001')} - {_ln('m.d_med', '0.001')})) AS d_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.t_med', '0.001')})) AS t_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.tpot', '0.001')} - {_ln('m.p_med', '0.001')})) AS p_lmad,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.input_tokens', '1')} - {_ln('m.i_med', '1')})) AS i_lmad
     FROM windowed w JOIN line m USING (kind, key, device)
     GROUP BY w.kind, w.key, w.device
 )

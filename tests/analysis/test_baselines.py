@@ -97,3 +97,23 @@ def test_llm_steps_without_ttft_get_a_line_over_output_tokens(project):
     assert stats["line_b"] == pytest.approx(20, rel=0.1)
     assert stats["line_a"] == pytest.approx(150, abs=150)
     assert stats["line_log_mad"] < 0.06
+
+
+def test_steps_without_ttft_leave_the_ttft_and_tpot_spread_of_a_model_alone(project):
+    """One model, called streamed (with TTFT) by one agent and non-streamed by another: missing
+    values are missing, not 1 ms (the log-MADs were 13.8 and 10.1, so no call could be slow)."""
+    rng = random.Random(7)
+    steps = []
+    for i in range(120):
+        out = rng.randint(80, 120)
+        ms = 300 + 20 * out * rng.uniform(0.95, 1.05)
+        streamed = i % 2 == 0
+        steps.append(StepRecord(f"s{i}", f"t{i}", at(i * 60), at(i * 60 + ms / 1000), kind="llm", name="chat",
+                                model="m", output_tokens=out, input_tokens=500,
+                                ttft_ms=300 * rng.uniform(0.95, 1.05) if streamed else None,
+                                streamed=streamed))
+    batch_store(project=project, batch=Batch(steps=steps))
+    baselines_refresh(project=project, full=True)
+    stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
+    assert stats["ttft_log_mad"] < 0.05
+    assert stats["tpot_log_mad"] < 0.05
