@@ -282,6 +282,23 @@ def _events(span) -> tuple[list[dict], float | None, str]:
     return events, ttft_ms, exception
 
 
+# A first token cannot come after its call ended; clocks of a span's start and its events may
+# disagree by a little.
+TTFT_SLACK_MS = 5.0
+
+
+def _plausible_ttft(ttft_ms: float | None, duration_ms: float) -> tuple[float | None, str]:
+    """A TTFT longer than its call is impossible. Read in seconds as the conventions say, such a
+    value that fits when read as milliseconds was sent in milliseconds (Strands sends
+    gen_ai.server.time_to_first_token = 132 for a 133 ms call); otherwise it is dropped. The
+    note says which, on the step."""
+    if ttft_ms is None or ttft_ms <= duration_ms + TTFT_SLACK_MS:
+        return ttft_ms, ""
+    if 1.0 <= ttft_ms / 1000.0 <= duration_ms + TTFT_SLACK_MS:  # no model answers within 1 ms
+        return ttft_ms / 1000.0, "TTFT read as milliseconds: in seconds it exceeded the call"
+    return None, f"TTFT dropped: {ttft_ms:.0f} ms is longer than the call ({duration_ms:.0f} ms)"
+
+
 def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepRecord]:
     """One span as a step, and as the task too when it is a root span. Raises RecordError."""
     if resource.error:
@@ -299,6 +316,9 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     if not parent_id and kind == "other":
         kind = "framework"  # an unclassified root span is the orchestration around the steps
     ttft_ms = facts.ttft_ms if facts.ttft_ms is not None else event_ttft_ms
+    ttft_ms, ttft_note = _plausible_ttft(ttft_ms, (ended_at - started_at).total_seconds() * 1000)
+    if ttft_note:
+        attributes["agentops.ttft_note"] = ttft_note
     # A time to first chunk, however recorded, means the response was streamed.
     streamed = facts.streamed if facts.streamed is not None else (True if ttft_ms is not None else None)
     failed = span.status.code == STATUS_CODE_ERROR

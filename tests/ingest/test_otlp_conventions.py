@@ -182,3 +182,22 @@ def test_a_langchain_callback_payload_gives_its_inputs_and_call_id():
                                     "gen_ai.tool.call.result": json.dumps(result)})
     assert (facts.tool_args, facts.tool_call_id, facts.tool_result) == (
         {"order_id": "ord_1"}, "call_9", '{"status": "shipped"}')
+
+
+@pytest.mark.parametrize("value, duration_ms, expected, note", [
+    (0.132, 133, 132.0, None),                   # seconds, as the conventions say
+    (132, 133, 132.0, "read as milliseconds"),   # Strands: milliseconds under a seconds name
+    (5000, 133, None, "dropped"),                # fits neither reading
+    (0.25, 100, None, "dropped"),                # 250 ms for a 100 ms call; 0.25 ms is no TTFT
+])
+def test_a_ttft_longer_than_its_call_is_read_in_milliseconds_or_dropped(value, duration_ms, expected, note):
+    from tests.ingest.fixtures.otlp import span, trace_request
+
+    request = trace_request([span(1, 2, name="chat", end_ms=duration_ms, attributes={
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.server.time_to_first_token": value})])
+    [step] = otlp.decode_traces(request.SerializeToString(), media=otlp.PROTOBUF).batch.steps
+    assert step.ttft_ms == (pytest.approx(expected) if expected is not None else None)
+    if note:
+        assert note in step.attributes["agentops.ttft_note"]
+    else:
+        assert "agentops.ttft_note" not in step.attributes
