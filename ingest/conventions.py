@@ -67,8 +67,11 @@ def step_kind(attributes: dict) -> str:
     if "llm.request.type" in attributes:
         return "llm"
     if isinstance(operation, str) and operation:
-        # A GenAI operation this table does not know yet is still model work.
-        return "llm"
+        # A GenAI operation this table does not know: model work if it names a model or counts
+        # tokens; otherwise orchestration (Strands' execute_event_loop_cycle, the AI SDK's
+        # "step N" spans wrap the chat call and its tools and carry neither).
+        model_work = any(key in attributes for key in (*MODEL_KEYS, *INPUT_TOKEN_KEYS, *OUTPUT_TOKEN_KEYS))
+        return "llm" if model_work else "framework"
     db_system = attributes.get("db.system.name", attributes.get("db.system"))
     if isinstance(db_system, str) and db_system.lower() in VECTOR_STORES:
         return "retrieval"

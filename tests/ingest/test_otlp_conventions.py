@@ -102,7 +102,8 @@ def test_openinference_trace_split_across_requests_root_last(live_server, projec
     ({"gen_ai.operation.name": "retrieval"}, "retrieval"),
     ({"gen_ai.operation.name": "create_agent"}, "agent"),
     ({"gen_ai.operation.name": "invoke_workflow"}, "framework"),
-    ({"gen_ai.operation.name": "some_future_operation"}, "llm"),
+    ({"gen_ai.operation.name": "some_future_operation", "gen_ai.request.model": "m"}, "llm"),
+    ({"gen_ai.operation.name": "some_future_operation"}, "framework"),
     ({"openinference.span.kind": "EMBEDDING"}, "llm"),
     ({"openinference.span.kind": "RERANKER"}, "retrieval"),
     ({"openinference.span.kind": "AGENT"}, "agent"),
@@ -201,3 +202,13 @@ def test_a_ttft_longer_than_its_call_is_read_in_milliseconds_or_dropped(value, d
         assert note in step.attributes["agentops.ttft_note"]
     else:
         assert "agentops.ttft_note" not in step.attributes
+
+
+@pytest.mark.parametrize("attributes, kind", [
+    ({"gen_ai.operation.name": "execute_event_loop_cycle"}, "framework"),   # Strands: wraps chat + tools
+    ({"gen_ai.operation.name": "step 1"}, "framework"),
+    ({"gen_ai.operation.name": "speech_to_text", "gen_ai.request.model": "whisper-1"}, "llm"),
+    ({"gen_ai.operation.name": "rerank_chat", "gen_ai.usage.input_tokens": 40}, "llm"),
+])
+def test_an_unknown_operation_is_model_work_only_with_a_model_or_tokens(attributes, kind):
+    assert conventions.span_facts(attributes).kind == kind
