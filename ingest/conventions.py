@@ -227,9 +227,10 @@ def _unwrap_arguments(parsed: object) -> tuple[object, str]:
         kwargs = parsed.get("kwargs")
         call_id = kwargs.get("tool_call_id") if isinstance(kwargs, dict) else None
         return parsed["inputs"], call_id if isinstance(call_id, str) else ""
-    if keys <= {"args", "kwargs", "inputs"}:
-        # OpenLLMetry wraps a Python call as {"args": [...], "kwargs": {...}}: keyword
-        # arguments alone are the arguments; positional ones are kept alongside.
+    if keys <= {"args", "kwargs", "inputs", "sanitize_inputs_outputs"} and keys & {"args", "kwargs", "inputs"}:
+        # OpenLLMetry wraps a Python call as {"args": [...], "kwargs": {...}}, and smolagents'
+        # OpenInference adds its own flag `sanitize_inputs_outputs`: keyword arguments alone are
+        # the arguments; positional ones are kept alongside.
         args, kwargs = parsed.get("args") or [], parsed.get("kwargs")
         if parsed.get("inputs") is not None and not args and not kwargs:
             return parsed["inputs"], ""

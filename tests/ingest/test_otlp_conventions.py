@@ -212,3 +212,12 @@ def test_a_ttft_longer_than_its_call_is_read_in_milliseconds_or_dropped(value, d
 ])
 def test_an_unknown_operation_is_model_work_only_with_a_model_or_tokens(attributes, kind):
     assert conventions.span_facts(attributes).kind == kind
+
+
+def test_smolagents_wrapped_tool_arguments_are_unwrapped():
+    """smolagents' OpenInference TOOL span: input.value = {"args": [], "sanitize_inputs_outputs":
+    true, "kwargs": {...}}; the arguments are the kwargs, so a repeat compares equal."""
+    wrapped = json.dumps({"args": [], "sanitize_inputs_outputs": True, "kwargs": {"city": "Paris"}})
+    facts = conventions.span_facts({"openinference.span.kind": "TOOL", "tool.name": "get_weather",
+                                     "input.value": wrapped})
+    assert facts.tool_args == {"city": "Paris"}
