@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.parse import quote, urlencode
-from urllib.request import Request, urlopen
+from urllib.parse import quote, urlencode, urlsplit
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 import pandas as pd
 
@@ -123,7 +123,7 @@ class Client:
                                         "User-Agent": "agentops.client"})
         for attempt in range(self.retries + 1):
             try:
-                response = urlopen(request, timeout=self.timeout)  # noqa: S310 (the caller's URL)
+                response = _opener.open(request, timeout=self.timeout)
             except HTTPError as exc:
                 error = self._error(exc, url)
                 if isinstance(error, RateLimited | Unavailable) and attempt < self.retries:
@@ -298,3 +298,20 @@ def _compare_rows(report: dict, table: str) -> list[dict]:
 def _segment(value) -> str:
     """An id as one path segment of the dashboard's URLs (any character, "/" included)."""
     return quote(to_segment(str(value)), safe="")
+
+
+class _SameOriginAuth(HTTPRedirectHandler):
+    """Follow a redirect, but carry the key only to the same scheme, host and port: urllib
+    sends every header on, so a redirect to another host (or down to http) would hand it over."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            before, after = urlsplit(req.full_url), urlsplit(new.full_url)
+            if (before.scheme, before.hostname, before.port) != (after.scheme, after.hostname, after.port):
+                new.headers.pop("Authorization", None)
+                new.unredirected_hdrs.pop("Authorization", None)
+        return new
+
+
+_opener = build_opener(_SameOriginAuth)

@@ -213,3 +213,44 @@ def test_the_client_reads_a_running_stack(stack_env, tmp_path, project, read_key
         assert isinstance(client.figure("latency", "task_ecdf"), go.Figure)
         assert client.latency(group_by="model").set_index("group").loc["mixtral", "count"] == 3
     assert stack.code == 0, stack.output()
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Redirects /away to `target`; records the Authorization header of every request."""
+
+    seen: list[tuple[str, str | None]] = []
+    target = ""
+
+    def do_GET(self):  # noqa: N802
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        if self.path.startswith("/api/v1/latency") and type(self).target:
+            self.send_response(302)
+            self.send_header("Location", type(self).target)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps({"group_by": "task", "results": []}).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("same_host", [True, False])
+def test_the_key_is_not_sent_on_to_another_host_on_redirect(same_host):
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    first, second = (s.server_address[1] for s in servers)
+    _Recorder.seen = []
+    # "localhost" is another host name than "127.0.0.1", as another origin would be.
+    _Recorder.target = (f"http://127.0.0.1:{first}/moved" if same_host else f"http://localhost:{second}/moved")
+    try:
+        assert Client(f"http://127.0.0.1:{first}", "secret-key").latency().empty
+    finally:
+        for server in servers:
+            server.shutdown()
+    [(_, first_auth), (path, redirected_auth)] = _Recorder.seen
+    assert first_auth == "Bearer secret-key" and path == "/moved"
+    assert redirected_auth == ("Bearer secret-key" if same_host else None)
