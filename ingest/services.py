@@ -376,15 +376,17 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
         WITH s AS (
             SELECT task_id,
                    count(*) AS n,
-                   coalesce(sum(input_tokens), 0) AS inp,
-                   coalesce(sum(output_tokens), 0) AS outp,
+                   -- Model calls' own usage; an agent or workflow span's usage is the total of
+                   -- the calls under it, counted only where no model call carries any.
+                   coalesce(sum(input_tokens) FILTER (WHERE kind = 'llm'), max(input_tokens), 0) AS inp,
+                   coalesce(sum(output_tokens) FILTER (WHERE kind = 'llm'), max(output_tokens), 0) AS outp,
                    count(*) FILTER (WHERE status <> 'ok') AS errs,
                    min(started_at) AS first,
                    max(ended_at) AS last,
                    (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name,
                    (array_agg(agent_name ORDER BY started_at)
                         FILTER (WHERE agent_name IS NOT NULL AND lower(agent_name) <> ALL(%s)))[1] AS agent_name
-            FROM (SELECT task_id, name, parent_step_id, started_at, ended_at, status, input_tokens,
+            FROM (SELECT task_id, kind, name, parent_step_id, started_at, ended_at, status, input_tokens,
                          output_tokens, CASE WHEN kind = 'agent' THEN coalesce(
                                 nullif(attributes->>'gen_ai.agent.name', ''), nullif(attributes->>'agent.name', ''),
                                 nullif(name, '')) END AS agent_name

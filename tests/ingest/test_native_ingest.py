@@ -261,3 +261,25 @@ def test_bad_call_ids_are_refused_by_name_and_spare_the_rest(post, project, inge
     assert r.status_code == 200 and body["accepted"] == 1
     [rejected] = body["rejected"]
     assert rejected["index"] == 1 and message in rejected["error"]
+
+
+def test_an_agent_spans_total_usage_is_not_added_to_its_model_calls(project):
+    """Strands' invoke_agent, smolagents' AGENT span and the AI SDK carry the run's total usage
+    on the root as well as on each model call: the task's tokens are the calls', once."""
+    from ingest.records import Batch, StepRecord, TaskRecord
+    from ingest.services import batch_store
+    from tests.analysis.workload import at
+
+    def steps(task_id, *, calls):
+        root = StepRecord(f"{task_id}-agent", task_id, at(0), at(3), kind="agent", name="invoke_agent",
+                          input_tokens=300, output_tokens=30)
+        chats = [StepRecord(f"{task_id}-c{i}", task_id, at(i), at(i + 1), kind="llm", name="chat", model="m",
+                            parent_step_id=root.step_id, input_tokens=100 * (i + 1), output_tokens=10 * (i + 1))
+                 for i in range(calls)]
+        return [root, *chats]
+
+    batch_store(project=project, batch=Batch(
+        tasks=[TaskRecord(t, name="a", started_at=at(0), ended_at=at(3), status="ok") for t in ("both", "root-only")],
+        steps=steps("both", calls=2) + steps("root-only", calls=0)))
+    totals = dict((t.task_id, (t.input_tokens, t.output_tokens)) for t in Task.objects.filter(project=project))
+    assert totals == {"both": (300, 30), "root-only": (300, 30)}
