@@ -1,8 +1,10 @@
 """agentops settings: one file, driven by environment variables.
 
 With no DATABASE_URL / CELERY_BROKER_URL the embedded PostgreSQL and Redis start under
-AGENTOPS_DATA_DIR (see agentops.embedded). DEBUG defaults to on only for that zero-setup
-default; a production deployment (DATABASE_URL set) must provide SECRET_KEY.
+AGENTOPS_DATA_DIR (see agentops.embedded). DEBUG is off unless DEBUG=1 asks for it, in the
+zero-setup default too (`make demo`, `runstack`): an error is a plain 500, never Django's debug
+page with settings and local variables. A production deployment (DATABASE_URL set) must provide
+SECRET_KEY.
 """
 
 import os
@@ -87,7 +89,8 @@ from agentops.cache import caches_setting  # noqa: E402
 CACHES = caches_setting(CELERY_BROKER_URL)
 
 PRODUCTION = not EMBEDDED_DATABASE
-DEBUG = env_bool("DEBUG", not PRODUCTION)
+# Off unless asked (DEBUG=1): whitenoise serves /static/ either way (WHITENOISE_USE_FINDERS).
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     if PRODUCTION and not DEBUG:

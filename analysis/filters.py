@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
@@ -161,12 +162,38 @@ def encode_cursor(sort_value: object, pk: int) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
+BIGINT_MAX = 2**63 - 1  # a value past PostgreSQL's bigint is an error there, not "no rows"
+
+
+def cursor_time(value: str) -> datetime:
+    """A cursor's time, in UTC: PostgreSQL refuses offsets past ±15:59 that Python accepts (one
+    near year 1 or 9999 may leave the range once converted: OverflowError)."""
+    parsed = datetime.fromisoformat(value)
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def cursor_number(value: str) -> float:
+    number = float(value)
+    if not math.isfinite(number):  # NaN / inf: never a value a list returned
+        raise ValueError("not finite")
+    return number
+
+
+def cursor_int(value: str) -> int:
+    number = int(value)
+    if not -BIGINT_MAX <= number <= BIGINT_MAX:
+        raise ValueError("out of range")
+    return number
+
+
 def decode_cursor(cursor: str, *, sort: str) -> tuple[object, int]:
+    """(sort value, pk) of a cursor `encode_cursor` made; FilterError naming `cursor` for anything
+    else, including values PostgreSQL would refuse (a 500 if they reached a query)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         value, _, pk = raw.rpartition("|")
-        parsed = datetime.fromisoformat(value).astimezone(UTC) if sort.endswith("started_at") else float(value)
-        return parsed, int(pk)
+        parsed = cursor_time(value) if sort.endswith("started_at") else cursor_number(value)
+        return parsed, cursor_int(pk)
     except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise FilterError("cursor: not a cursor this API returned") from None
 
@@ -202,11 +229,15 @@ def search_words(text: str) -> str:
 
 
 def _attr_values(value: str) -> list[object]:
-    """`attr=k:5` matches the string "5" and the number 5 (likewise true/false/null)."""
+    """`attr=k:5` matches the string "5" and the number 5 (likewise true/false/null). NaN,
+    Infinity, -Infinity and 1e999 (a float past the range) match the text only: jsonb holds no
+    such number (ingest stores a non-finite attribute as null), and the query would fail."""
     values: list[object] = [value]
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
+        return values
+    if isinstance(parsed, float) and not math.isfinite(parsed):
         return values
     if parsed is None or isinstance(parsed, bool | int | float):
         values.append(parsed)

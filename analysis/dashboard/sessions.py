@@ -21,7 +21,15 @@ from django.db.models.functions import Coalesce
 from agentops.db import read_connection
 from analysis.dashboard.charts import log_edges
 from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES
-from analysis.filters import FilterError, TaskFilters, task_is_running, task_queryset
+from analysis.filters import (
+    FilterError,
+    TaskFilters,
+    cursor_int,
+    cursor_number,
+    cursor_time,
+    task_is_running,
+    task_queryset,
+)
 from analysis.measures import PercentileCont
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Project, Task
@@ -66,13 +74,17 @@ def encode_cursor(value, session_id: str) -> str:
 
 
 def _decode_cursor(cursor: str, *, field: str):
+    """(sort value, session id) of a cursor `encode_cursor` made; FilterError naming `cursor` for
+    anything else, including values PostgreSQL would refuse (an offset past ±15:59 is converted
+    to UTC; a time out of range once converted, a count past bigint, NaN, a NUL byte: 400)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        value, _, session_id = raw.partition("|")
+        value, sep, session_id = raw.partition("|")
+        if not sep or "\x00" in session_id:
+            raise ValueError("no session id")
         if field == "last_started":
-            parsed = datetime.fromisoformat(value)
-            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)), session_id
-        return (int(value) if field == "turns" else float(value)), session_id
+            return cursor_time(value), session_id
+        return (cursor_int(value) if field == "turns" else cursor_number(value)), session_id
     except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise FilterError("cursor: not a cursor this list returned") from None
 

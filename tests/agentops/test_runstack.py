@@ -105,7 +105,7 @@ def test_runstack_on_the_embedded_default_stops_its_services_and_keeps_the_data(
 
     data = tmp_path_factory.mktemp("stack")  # short: Unix socket paths are limited
     env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}}
+           if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE", "DEBUG"}}
     env.update({"AGENTOPS_DATA_DIR": str(data), "DJANGO_SETTINGS_MODULE": "agentops.settings"})
 
     def manage(*args):
@@ -127,6 +127,10 @@ def test_runstack_on_the_embedded_default_stops_its_services_and_keeps_the_data(
         r = requests.post(f"http://127.0.0.1:{port}/api/v1/ingest", json={"events": [event]},
                           headers={"Authorization": f"Bearer {key}"}, timeout=10)
         assert r.json()["accepted"] == 1
+        # DEBUG is off unless asked: no debug page, and whitenoise still serves /static/.
+        assert requests.get(f"http://127.0.0.1:{port}/static/js/plotly.min.js", timeout=10).status_code == 200
+        missing = requests.get(f"http://localhost:{port}/no-such-page", timeout=10)
+        assert missing.status_code == 404 and "URLconf" not in missing.text
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
