@@ -224,9 +224,17 @@ SPECTACULAR_SETTINGS = {
 
 # Requests per key per web process ("N/second" or "N/minute"); 429 + Retry-After beyond it.
 AGENTOPS_KEY_RATE_LIMIT = env_str("AGENTOPS_KEY_RATE_LIMIT", "300/second")
-# Failed logins per username and client address before the login form refuses for a while.
+# Failed logins before the login form refuses for AGENTOPS_LOGIN_LOCKOUT_SECONDS: per username
+# (normalised as Django's auth does, from any address), and per client address (any usernames).
 AGENTOPS_LOGIN_FAILURES = env_int("AGENTOPS_LOGIN_FAILURES", 10)
+AGENTOPS_LOGIN_CLIENT_FAILURES = env_int("AGENTOPS_LOGIN_CLIENT_FAILURES", 50)
 AGENTOPS_LOGIN_LOCKOUT_SECONDS = env_int("AGENTOPS_LOGIN_LOCKOUT_SECONDS", 900)
+# The client address for those limits: REMOTE_ADDR, unless a reverse proxy in front sets a header
+# naming the client (e.g. "X-Forwarded-For"). Then the address counted is the one the proxy
+# added: the AGENTOPS_TRUSTED_PROXY_COUNT-th from the right (1 proxy: the right-most). Set it only
+# behind such a proxy: a client reaching agentops directly could otherwise forge the header.
+AGENTOPS_TRUSTED_PROXY_HEADER = env_str("AGENTOPS_TRUSTED_PROXY_HEADER", "")
+AGENTOPS_TRUSTED_PROXY_COUNT = env_int("AGENTOPS_TRUSTED_PROXY_COUNT", 1)
 
 # Celery: the broker is Redis (embedded or CELERY_BROKER_URL) or RabbitMQ. No result backend:
 # analysis results live in Postgres.

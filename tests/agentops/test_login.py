@@ -30,6 +30,111 @@ def test_repeated_failures_lock_the_account_for_a_while(client, user, settings):
     assert int(locked["Retry-After"]) > 0
 
 
+@pytest.mark.parametrize("spelling", ["\uff42ob",  # fullwidth b: NFKC makes it "bob"
+                                      "\uff42\uff4f\uff42",  # all fullwidth
+                                      "\u1d47ob",  # modifier letter small b
+                                      " bob ", "BOB"])
+def test_a_look_alike_username_is_locked_out_with_the_account(client, db, settings, spelling):
+    """Django's login normalises the name (NFKC) before looking the user up, so `ｂob` is bob:
+    once bob is locked out, no spelling of bob may get in with the right password."""
+    get_user_model().objects.create_user("bob", password="correct horse")
+    settings.AGENTOPS_LOGIN_FAILURES = 3
+    for _ in range(3):
+        assert client.post("/login/", {"username": "bob", "password": "guess"}).status_code == 200
+    assert client.post("/login/", {"username": spelling, "password": "correct horse"}).status_code == 429
+
+
+def test_failures_under_look_alike_spellings_count_together(client, db, settings):
+    get_user_model().objects.create_user("bob", password="correct horse")
+    settings.AGENTOPS_LOGIN_FAILURES = 3
+    for spelling in ("bob", "\uff42ob", "BOB"):
+        assert client.post("/login/", {"username": spelling, "password": "guess"}).status_code == 200
+    assert client.post("/login/", {"username": "bob", "password": "correct horse"}).status_code == 429
+
+
+def test_the_username_lockout_holds_whatever_the_client_address(client, user, settings):
+    """Guesses for one account spread over many addresses still lock it."""
+    settings.AGENTOPS_LOGIN_FAILURES = 3
+    for n in range(3):
+        response = client.post("/login/", {"username": "alice", "password": "guess"}, REMOTE_ADDR=f"192.0.2.{n + 1}")
+        assert response.status_code == 200
+    locked = client.post("/login/", {"username": "alice", "password": "correct horse"}, REMOTE_ADDR="192.0.2.99")
+    assert locked.status_code == 429
+
+
+def test_one_client_trying_many_usernames_is_locked_out(client, user, settings):
+    settings.AGENTOPS_LOGIN_FAILURES = 10
+    settings.AGENTOPS_LOGIN_CLIENT_FAILURES = 3
+    for name in ("carol", "dave", "erin"):
+        assert client.post("/login/", {"username": name, "password": "guess"}).status_code == 200
+    # A fresh username, even the right password of a real account: refused from this client...
+    locked = client.post("/login/", {"username": "alice", "password": "correct horse"})
+    assert locked.status_code == 429
+    assert int(locked["Retry-After"]) > 0
+    # ...but not from another client, and alice herself is not locked.
+    other = client.post("/login/", {"username": "alice", "password": "correct horse"}, REMOTE_ADDR="192.0.2.50")
+    assert other.status_code == 302
+
+
+def test_clients_behind_one_proxy_do_not_lock_each_other_out(client, user, settings):
+    """Behind the reverse proxy every request comes from its address: with the header setting,
+    each client is counted by the address the proxy added (the right-most), so one client
+    tripping the per-client limit leaves the others alone, even when it forges the header."""
+    settings.AGENTOPS_TRUSTED_PROXY_HEADER = "X-Forwarded-For"
+    settings.AGENTOPS_LOGIN_CLIENT_FAILURES = 3
+    proxy = {"REMOTE_ADDR": "10.0.0.2"}
+    # The attacker prepends the victim's address; the proxy appends the attacker's real one.
+    attacker = {"X-Forwarded-For": "198.51.100.7, 203.0.113.5"}
+    victim = {"X-Forwarded-For": "198.51.100.7"}
+    for name in ("carol", "dave", "erin"):
+        response = client.post("/login/", {"username": name, "password": "guess"}, headers=attacker, **proxy)
+        assert response.status_code == 200
+    assert client.post("/login/", {"username": "frank", "password": "guess"},
+                       headers=attacker, **proxy).status_code == 429
+    assert client.post("/login/", {"username": "frank", "password": "guess"},
+                       headers={"X-Forwarded-For": "203.0.113.5"}, **proxy).status_code == 429
+    # The other client behind the same proxy address logs in.
+    response = client.post("/login/", {"username": "alice", "password": "correct horse"}, headers=victim, **proxy)
+    assert response.status_code == 302
+
+
+def test_a_forged_forwarded_for_is_ignored_without_the_setting(client, user, settings):
+    """Not behind a configured proxy, X-Forwarded-For is whatever the client wrote: a new value
+    per attempt must not buy a new allowance."""
+    settings.AGENTOPS_TRUSTED_PROXY_HEADER = ""
+    settings.AGENTOPS_LOGIN_CLIENT_FAILURES = 3
+    for n, name in enumerate(("carol", "dave", "erin")):
+        response = client.post("/login/", {"username": name, "password": "guess"},
+                               headers={"X-Forwarded-For": f"198.51.100.{n + 1}"})
+        assert response.status_code == 200
+    locked = client.post("/login/", {"username": "alice", "password": "correct horse"},
+                         headers={"X-Forwarded-For": "198.51.100.200"})
+    assert locked.status_code == 429
+
+
+@pytest.mark.parametrize(("header", "count", "forwarded", "expected"), [
+    ("", 1, "198.51.100.7", "10.0.0.2"),  # no setting: the header is ignored
+    ("X-Forwarded-For", 1, "198.51.100.7, 203.0.113.5", "203.0.113.5"),  # right-most
+    ("X-Forwarded-For", 2, "198.51.100.7, 203.0.113.5, 10.0.0.9", "203.0.113.5"),  # two proxies
+    ("X-Forwarded-For", 2, "203.0.113.5", "10.0.0.2"),  # fewer hops than proxies: the connection
+    ("X-Forwarded-For", 1, None, "10.0.0.2"),  # not through the proxy
+    ("X-Forwarded-For", 1, "not-an-address", "10.0.0.2"),
+    ("X-Forwarded-For", 1, "203.0.113.5:4711", "203.0.113.5"),
+    ("X-Real-IP", 1, "203.0.113.5", "203.0.113.5"),
+    ("X-Forwarded-For", 1, "2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),  # an IPv6 client's /64
+    ("X-Forwarded-For", 1, "[2001:db8:1:2::5]:443", "2001:db8:1:2::/64"),
+    ("X-Forwarded-For", 1, "::ffff:203.0.113.5", "203.0.113.5"),
+])
+def test_the_client_address(rf, settings, header, count, forwarded, expected):
+    from agentops.login import client_address
+
+    settings.AGENTOPS_TRUSTED_PROXY_HEADER = header
+    settings.AGENTOPS_TRUSTED_PROXY_COUNT = count
+    headers = {header or "X-Forwarded-For": forwarded} if forwarded is not None else {}
+    request = rf.post("/login/", REMOTE_ADDR="10.0.0.2", headers=headers)
+    assert client_address(request) == expected
+
+
 def test_the_admin_login_goes_through_the_same_throttled_form(client):
     response = client.get("/admin/login/?next=/admin/")
     assert response.status_code == 302
