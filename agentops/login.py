@@ -26,6 +26,9 @@ import unicodedata
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
+from django.http import HttpResponseForbidden
+from django.shortcuts import redirect
+from django.urls import reverse
 
 
 def normalize_username(username: str) -> str:
@@ -119,3 +122,14 @@ class ThrottledLoginView(auth_views.LoginView):
         # clear its own count and go on guessing other accounts.
         cache.delete(_username_key(self.request))
         return super().form_valid(form)
+
+
+def admin_login(request):
+    """The admin's login is the site's one throttled login. A signed-in user the admin turned
+    away (not staff) is told so: sending them to the login page, which sends a signed-in user
+    straight back to ?next=/admin/, looped for ever."""
+    if request.user.is_authenticated:
+        return HttpResponseForbidden("Your account has no access to the admin: ask a superuser to make it staff.",
+                                     content_type="text/plain")
+    query = request.META.get("QUERY_STRING", "")
+    return redirect(reverse("login") + (f"?{query}" if query else ""))

@@ -1,16 +1,15 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
-from agentops.login import ThrottledLoginView
+from agentops.login import ThrottledLoginView, admin_login
 
 urlpatterns = [
     path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # One throttled login for the whole site, the admin included.
-    path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True)),
+    path("admin/login/", admin_login),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("ingest.urls")),

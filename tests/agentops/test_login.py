@@ -174,3 +174,12 @@ def test_the_lockout_counts_failures_across_web_workers(stack_env, tmp_path):
         # Locked out everywhere: were the count per worker, one of these would reach a worker
         # that has seen fewer than four failures and answer 200 or let the right password in.
         assert [attempt("correct horse") for _ in range(8)] == [429] * 8
+
+
+def test_a_signed_in_user_without_admin_access_is_told_so_not_sent_round_in_a_loop(client, django_user_model):
+    user = django_user_model.objects.create_user("plain", password="pw-plain-123")
+    client.force_login(user)
+    response = client.get("/admin/", follow=True)
+    assert len(response.redirect_chain) <= 2
+    assert response.status_code == 403
+    assert b"no access to the admin" in response.content

@@ -87,6 +87,8 @@ def test_runstack_serves_ingest_and_stops_cleanly(stack_env, tmp_path):
         detail = requests.get(f"{base}/api/v1/tasks/via-stack", headers=headers, timeout=10).json()
         assert (detail["name"], detail["duration_ms"]) == ("checkout", 2000.0)
         assert requests.get(f"{base}/static/js/plotly.min.js", timeout=10).status_code == 200
+        # gunicorn's control socket is the stack's own, beside its data (not ~/.gunicorn/).
+        assert (tmp_path / "gunicorn.ctl").is_socket()
     output = stack.output()
     code = stack.code
     assert code == 0, output

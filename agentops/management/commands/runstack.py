@@ -23,6 +23,13 @@ RESTART_LIMIT = 5  # deaths of one child within RESTART_WINDOW
 RESTART_WINDOW = 60.0
 
 
+def _control_socket() -> list[str]:
+    """gunicorn's control socket beside the stack's data, not in ~/.gunicorn/ where every
+    instance of every checkout shares one; none where the path is too long for a Unix socket."""
+    path = settings.DATA_DIR / "gunicorn.ctl"
+    return ["--control-socket", str(path)] if len(str(path)) <= 100 else ["--no-control-socket"]
+
+
 class Command(BaseCommand):
     help = "Run web, Celery worker and Celery beat (plus the embedded services when no URLs are set)."
 
@@ -43,6 +50,7 @@ class Command(BaseCommand):
                     # minutes is not killed as a hung worker after --timeout.
                     "--workers", str(web_workers), "--worker-class", "gthread", "--threads", "1",
                     "--timeout", "60", "--graceful-timeout", "20",
+                    *_control_socket(),
                     "--access-logfile", "-", "--access-logformat", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'],
             "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
                        "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h",
