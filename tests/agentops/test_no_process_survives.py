@@ -49,3 +49,24 @@ def test_the_embedded_services_a_run_starts_stop_with_it(tmp_path, node, code):
         time.sleep(0.2)
     assert processes_using(data) == []
     shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_simulate_over_http_leaves_no_embedded_service_running(live_server, transactional_db, tmp_path):
+    from ingest.models import IngestKey, Project, Task
+    from ingest.services import key_create
+
+    project = Project.objects.create(name="sim-http")
+    _, key = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST])
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(AGENTOPS_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="agentops.settings")
+    done = subprocess.run([sys.executable, "manage.py", "simulate", "--url", live_server.url, "--key", key,
+                           "--tasks", "5", "--seed", "3"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert Task.objects.filter(project=project).count() == 5
+    deadline = time.monotonic() + 10
+    while processes_using(data) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_using(data) == []

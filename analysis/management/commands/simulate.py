@@ -94,6 +94,21 @@ class Command(BaseCommand):
                                  "ids, as real agents send them; declared: every step lists them in depends_on")
 
     def handle(self, *args, **o):
+        try:
+            return self._simulate(**o)
+        finally:
+            if o["url"]:
+                # Sending over HTTP needs no local database: the embedded services that loading
+                # the settings started for this command stop with it (ones already running stay).
+                from django.conf import settings
+                from django.db import connections
+
+                from agentops import embedded
+
+                connections.close_all()
+                embedded.stop_started(settings.DATA_DIR)
+
+    def _simulate(self, **o):
         if o["tasks"] < 0:
             raise CommandError("--tasks: must be 0 or more")
         if not 0.0 <= o["anomaly_rate"] <= 1.0:
