@@ -25,7 +25,7 @@ browsers:
 
 demo: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py demo_setup
+	$(BIN)/python manage.py demo_setup --port $(PORT)
 	$(BIN)/python manage.py runstack --port $(PORT)
 
 test: $(STAMP) browsers

@@ -147,3 +147,15 @@ def test_runstack_on_the_embedded_default_stops_its_services_and_keeps_the_data(
     assert shell.stdout.strip().splitlines()[-1] == "1000.0", shell.stderr
     embedded.stop_redis(data)
     embedded.stop_postgres(data)
+
+
+def test_demo_setup_says_the_port_the_stack_will_serve_on(db, settings, tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.DATA_DIR = tmp_path
+    (tmp_path / "demo-seeded").write_text("ok\n")  # no simulated traffic: only the user and project
+    out = StringIO()
+    call_command("demo_setup", "--port", "8123", stdout=out)
+    assert "Log in at http://127.0.0.1:8123 as demo / demo." in out.getvalue()

@@ -14,6 +14,9 @@ from ingest.services import key_create
 class Command(BaseCommand):
     help = "Create the demo user, project and key, and seed demo data on first start."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000, help="the port runstack will serve on")
+
     def handle(self, *args, **options):
         User = get_user_model()
         user, created = User.objects.get_or_create(username="demo", defaults={"is_staff": True})
@@ -39,7 +42,7 @@ class Command(BaseCommand):
             if "analyze" in _commands():
                 call_command("analyze", all=True)
             seeded.write_text("ok\n")
-        self.stdout.write("Log in at http://127.0.0.1:8000 as demo / demo.")
+        self.stdout.write(f"Log in at http://127.0.0.1:{options['port']} as demo / demo.")
         self.stdout.write(f"Ingest key of project 'demo' (also in {key_file}):")
         self.stdout.write(key_file.read_text().strip())
 

@@ -43,6 +43,9 @@ class Command(BaseCommand):
     def handle(self, *args, port, host, web_workers, worker_concurrency, no_beat, **options):
         python = sys.executable
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        # Links in alert notifications point at this stack unless a public URL was configured.
+        public = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        os.environ.setdefault("AGENTOPS_BASE_URL", f"http://{public}:{port}")
         commands = {
             "web": [python, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"{host}:{port}",
                     # gthread, one thread: one request at a time per process as with sync workers,
