@@ -230,3 +230,14 @@ def test_a_rule_whose_query_fails_does_not_stop_the_others(db, project, store, r
 
 def run_result(minutes_after: int) -> dict:
     return rules_evaluate(now=NOW + MINUTE * minutes_after)
+
+
+def test_alert_drill_tasks_carry_the_name_asked_for(project):
+    """README's "see an alert fire" scopes its rule to a task name: the drill's tasks must have it."""
+    from django.core.management import call_command
+
+    from ingest.models import Task
+
+    call_command("alert_drill", "--project", project.name, "--name", "coding-agent", "--tasks", "3",
+                 stdout=open("/dev/null", "w"))
+    assert set(Task.objects.filter(project=project).values_list("name", flat=True)) == {"coding-agent"}

@@ -50,7 +50,8 @@ class Command(BaseCommand):
             task_id = f"drill-{run}-{i}"
             ended = began + timedelta(milliseconds=duration_ms)
             llm_end = began + timedelta(milliseconds=duration_ms * 0.7)
-            batch.tasks.append(TaskRecord(task_id=task_id, name=name, release=release, environment=environment,
+            batch.tasks.append(TaskRecord(task_id=task_id, name=name, name_given=True, release=release,
+                                          environment=environment,
                                           started_at=began, ended_at=ended, status="ok"))
             batch.steps.append(StepRecord(step_id="llm", task_id=task_id, started_at=began, ended_at=llm_end,
                                           kind="llm", name="chat", model="llama-3.1-8b", device=device,
