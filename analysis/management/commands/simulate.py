@@ -97,9 +97,11 @@ class Command(BaseCommand):
         try:
             return self._simulate(**o)
         finally:
-            if o["url"]:
+            if o["url"] and getattr(self, "_called_from_command_line", False):
                 # Sending over HTTP needs no local database: the embedded services that loading
                 # the settings started for this command stop with it (ones already running stay).
+                # Only as `manage.py simulate`: called from another program (call_command), the
+                # services this process started are that program's.
                 from django.conf import settings
                 from django.db import connections
 
