@@ -44,28 +44,33 @@ def _addresses(host: str, port: int) -> list[tuple]:
         raise TargetRefused(f"host {host!r} does not resolve") from exc
 
 
-def check(url: str, *, unresolved_ok: bool = False) -> None:
-    """Raise TargetRefused (saying why) unless the URL is http(s) to a host webhooks may reach.
-    unresolved_ok: a name that does not resolve (yet, or not from here) passes; saving a rule
-    uses it, and the delivery checks again."""
+def _host_port(url: str) -> tuple[str, int]:
+    """The URL's host and port; TargetRefused unless it is http(s) with a host and a valid port."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise TargetRefused("must be an http:// or https:// URL with a host")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise TargetRefused("port: not a number from 1 to 65535") from None
-    if _allowed_by_name(parts.hostname):
+
+
+def check(url: str, *, unresolved_ok: bool = False) -> None:
+    """Raise TargetRefused (saying why) unless the URL is http(s) to a host webhooks may reach.
+    unresolved_ok: a name that does not resolve (yet, or not from here) passes; saving a rule
+    uses it, and the delivery checks again."""
+    host, port = _host_port(url)
+    if _allowed_by_name(host):
         return
     try:
-        found = _addresses(parts.hostname, port)
+        found = _addresses(host, port)
     except TargetRefused:
         if unresolved_ok:
             return
         raise
     for *_, sockaddr in found:
         if not _public(sockaddr[0]):
-            raise TargetRefused(f"{parts.hostname} is a loopback, private or link-local address: "
+            raise TargetRefused(f"{host} is a loopback, private or link-local address: "
                                 "name it in AGENTOPS_WEBHOOK_ALLOWED_HOSTS to allow an on-prem receiver")
 
 
@@ -122,8 +127,9 @@ _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedire
 
 
 def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    """POST and return the HTTP status; raises urllib.error.HTTPError for >= 300 and OSError."""
-    check(url)
+    """POST and return the HTTP status; raises urllib.error.HTTPError for >= 300 and OSError.
+    The addresses are checked once, by the connection, on the address it connects to."""
+    _host_port(url)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     with _opener.open(request, timeout=timeout) as response:
         return response.status
