@@ -17,12 +17,25 @@ PERIODIC_TASKS = {"analysis.sweep", "analysis.refresh_baselines", "analysis.main
                   "analysis.alerts.tasks.evaluate_alerts", "analysis.refresh_rollups"}
 
 
+# Alert deliveries get another (its worker runs threads: the work is waiting on the network), so
+# a dead webhook never delays evaluation, the sweep or the rollups (analysis/alerts/delivery.py).
+DELIVERY_TASKS = {"analysis.alerts.deliver"}
+
+
 def periodic_queue() -> str:
     return f"{app.conf.task_default_queue}.periodic"
 
 
+def alerts_queue() -> str:
+    return f"{app.conf.task_default_queue}.alerts"
+
+
 def route_task(name, args, kwargs, options, task=None, **kw):
-    return {"queue": periodic_queue()} if name in PERIODIC_TASKS else None
+    if name in PERIODIC_TASKS:
+        return {"queue": periodic_queue()}
+    if name in DELIVERY_TASKS:
+        return {"queue": alerts_queue()}
+    return None
 
 
 app.conf.task_routes = (route_task,)

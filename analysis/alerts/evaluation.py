@@ -15,8 +15,10 @@ Safe to run twice: each rule is claimed with SELECT … FOR UPDATE SKIP LOCKED, 
 runs never evaluate (or notify) one rule at once, and a rule evaluated less than
 DUPLICATE_SECONDS ago is skipped, so a beat message delivered twice counts once toward "for".
 (The state machine itself never notifies twice: a firing rule that breaches again stays firing.)
-Deliveries run after the transaction commits, in parallel threads (`channels.deliver_all`), so a
-slow or failing endpoint never delays other rules' evaluation or other deliveries.
+Evaluation never talks to a channel: a notifiable event is stored with one Notification per
+channel (the outbox, in the same transaction), and after commit each goes to the alerts queue as
+a delivery task of its own (`delivery.py`), so a slow or dead endpoint never delays any rule's
+evaluation, another project's deliveries, or the periodic jobs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from urllib.parse import urlencode
 
 from django.db import DatabaseError, connection, transaction
 
-from analysis.alerts import channels
+from analysis.alerts import delivery
 from analysis.alerts.metrics import (
     FINDING_METRICS,
     METRICS,
@@ -177,15 +179,19 @@ def rule_evaluate(*, rule: AlertRule, now: datetime) -> AlertEvent | None:
     event = AlertEvent.objects.create(
         rule=rule, state=rule.state, previous_state=previous, value=obs.value,
         baseline_value=obs.baseline_value, threshold=rule.threshold, sample_count=obs.sample_count,
-        window_start=obs.start, window_end=obs.end, link=tasks_link(rule, obs), notified=notify, at=now)
+        window_start=obs.start, window_end=obs.end, link=tasks_link(rule, obs), at=now)
     log.info("alerts.state_changed rule=%s %s→%s value=%s", rule.pk, previous, rule.state, obs.value)
-    return event if notify else None
+    if not notify:
+        return None
+    event.outbox = delivery.notifications_create(event, now=now)
+    return event
 
 
 def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = None,
                    deliver: bool = True) -> dict:
-    """Evaluate every enabled rule (or the given ones) and deliver what changed. Returns counts
-    and timings for logs and the benchmark."""
+    """Evaluate every enabled rule (or the given ones) and queue the delivery of what changed
+    (`deliver`: publish the tasks; the outbox rows are written either way). Returns counts and
+    timings for logs and the benchmark."""
     now = now or datetime.now(tz=UTC)
     fresh = now - timedelta(seconds=DUPLICATE_SECONDS)
     ids = AlertRule.objects.filter(enabled=True)
@@ -212,8 +218,8 @@ def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = 
         seconds.append(time.perf_counter() - started)
         if event is not None:
             to_notify.append(event)
-    if deliver and to_notify:
-        channels.deliver_all(to_notify)
+    if deliver:
+        delivery.enqueue([n.pk for event in to_notify for n in event.outbox])
     return {"evaluated": evaluated, "notified": len(to_notify), "seconds": seconds}
 
 

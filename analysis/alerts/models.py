@@ -104,4 +104,39 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["event", "at"], name="alert_delivery_event_time")]
+        indexes = [models.Index(fields=["event", "at"], name="alert_delivery_event_time"),
+                   # The per-project time budget sums the last minute's attempts.
+                   models.Index(fields=["at"], name="alert_delivery_time")]
+
+
+class Notification(models.Model):
+    """The promise to deliver one event to one channel: the outbox row a delivery task works
+    from (`delivery.py`). It is written in the transaction that records the event, so a crash
+    between evaluation and delivery loses nothing, and it stays `pending` (retried with back-off)
+    until the channel accepts it or it expires."""
+
+    PENDING, DELIVERED, FAILED, EXPIRED, SUPERSEDED = "pending", "delivered", "failed", "expired", "superseded"
+    STATES = [PENDING, DELIVERED, FAILED, EXPIRED, SUPERSEDED]
+
+    event = models.ForeignKey(AlertEvent, on_delete=models.CASCADE, related_name="notifications")
+    # Denormalised from event.rule: the per-project concurrency and time budget key on it.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    channel_index = models.PositiveSmallIntegerField()  # position in the rule's channels
+    channel = models.JSONField()  # the channel as it was when the event happened
+    target = models.CharField(max_length=2000)  # the URL or the addresses, never the secret
+    state = models.CharField(max_length=12, choices=[(s, s) for s in STATES], default=PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    # A delivery task holds the row until then; a second message for it meanwhile does nothing.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["channel_index", "id"]
+        indexes = [
+            models.Index(fields=["next_attempt_at"], name="alert_notification_due",
+                         condition=models.Q(state="pending")),
+            models.Index(fields=["event", "channel_index"], name="alert_notification_event"),
+        ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
-from analysis.alerts.models import AlertEvent, AlertRule, Delivery
+from analysis.alerts.models import AlertEvent, AlertRule, Delivery, Notification
 from ingest.models import Project
 
 
@@ -18,7 +18,8 @@ def rule_get(*, project: Project, rule_id: int) -> AlertRule | None:
 
 def event_list(*, project: Project, rule_id: int | None = None, before_id: int | None = None,
                limit: int = 50) -> tuple[list[AlertEvent], int | None]:
-    """A page of state changes, newest first, with their delivery attempts; and the id to pass
+    """A page of state changes, newest first, with where each channel's delivery stands and its
+    attempts; and the id to pass
     as `before_id` for the next page (None on the last page)."""
     qs = AlertEvent.objects.filter(rule__project=project)
     if rule_id is not None:
@@ -26,7 +27,8 @@ def event_list(*, project: Project, rule_id: int | None = None, before_id: int |
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
     qs = qs.select_related("rule").prefetch_related(
-        Prefetch("deliveries", queryset=Delivery.objects.order_by("at", "id")))
+        Prefetch("deliveries", queryset=Delivery.objects.order_by("at", "id")),
+        Prefetch("notifications", queryset=Notification.objects.order_by("channel_index", "id")))
     rows = list(qs.order_by("-id")[: limit + 1])
     if len(rows) > limit:
         return rows[:limit], rows[limit - 1].pk

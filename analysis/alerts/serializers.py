@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from analysis.alerts import targets
 from analysis.alerts.metrics import FINDING_METRICS, METRICS
-from analysis.alerts.models import AlertEvent, AlertRule, Delivery
+from analysis.alerts.models import AlertEvent, AlertRule, Delivery, Notification
 from ingest.records import STEP_KINDS
 
 MAX_WINDOW_MINUTES = 24 * 60
@@ -135,14 +135,30 @@ class DeliverySerializer(serializers.ModelSerializer):
         fields = ["channel", "target", "attempt", "ok", "status_code", "error", "duration_ms", "at"]
 
 
+class NotificationSerializer(serializers.ModelSerializer):
+    """Where one channel's delivery stands: pending (retried at next_attempt_at), delivered,
+    failed (not worth retrying), expired (gave up at expires_at) or superseded by a newer event."""
+
+    channel = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Notification
+        fields = ["channel", "target", "state", "attempts", "next_attempt_at", "expires_at", "last_error"]
+
+    def get_channel(self, obj) -> str:
+        return str((obj.channel or {}).get("type", "")) if isinstance(obj.channel, dict) else ""
+
+
 class AlertEventSerializer(serializers.ModelSerializer):
     rule = serializers.IntegerField(source="rule_id")
     deliveries = DeliverySerializer(many=True)
+    notifications = NotificationSerializer(many=True)
 
     class Meta:
         model = AlertEvent
         fields = ["id", "rule", "state", "previous_state", "value", "baseline_value", "threshold",
-                  "sample_count", "window_start", "window_end", "link", "notified", "at", "deliveries"]
+                  "sample_count", "window_start", "window_end", "link", "notified", "at", "notifications",
+                  "deliveries"]
 
 
 class AlertEventPageSerializer(serializers.Serializer):

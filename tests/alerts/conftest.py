@@ -37,3 +37,28 @@ def store_tasks(project, durations_ms, *, start: datetime, prefix: str = "t", na
 @pytest.fixture
 def store():
     return store_tasks
+
+
+def settle(notification_ids, *, max_attempts: int = 5) -> None:
+    """Work the notifications as the delivery worker would, with the schedule's clock moved on
+    to each retry's time instead of sleeping through the back-off."""
+    from analysis.alerts import delivery
+    from analysis.alerts.models import Notification
+
+    for pk in notification_ids:
+        for _ in range(max_attempts):
+            row = Notification.objects.get(pk=pk)
+            if row.state != Notification.PENDING:
+                break
+            delivery.attempt(pk, now=row.next_attempt_at)
+
+
+@pytest.fixture(autouse=True)
+def delivered_in_process(request, monkeypatch):
+    """Evaluation hands its notifications to the delivery queue; here they are worked in the
+    test's process at once (tests/alerts/test_delivery_isolation.py runs the real workers)."""
+    if "stack_env" in request.fixturenames:
+        return
+    from analysis.alerts import delivery
+
+    monkeypatch.setattr(delivery, "enqueue", lambda ids, countdown=0.0: settle(ids))

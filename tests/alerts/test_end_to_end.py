@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from agentops.celery import alerts_queue
 from analysis.alerts.evaluation import DUPLICATE_SECONDS
 from analysis.alerts.models import AlertRule
 from analysis.alerts.tasks import evaluate_alerts
@@ -60,8 +61,9 @@ def test_slow_traffic_fires_once_and_recovery_resolves_once(live_server, stack_e
     headers = {"Authorization": f"Bearer {key}"}
     queue = f"alerts-e2e-{os.getpid()}"
     log = open(tmp_path / "worker.log", "w+")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-Q", queue, "--concurrency", "1",
+    worker = subprocess.Popen(  # the evaluation's queue, and the deliveries' (analysis/alerts/delivery.py)
+        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-Q", f"{queue},{alerts_queue()}",
+         "--concurrency", "1",
          "--pool", "solo", "--loglevel", "INFO", "--hostname", f"alerts-e2e-{os.getpid()}@%h"],
         cwd=ROOT, env=stack_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -16,8 +16,8 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agentops.celery import alerts_queue, periodic_queue
 from agentops.celery import app as celery_app
-from agentops.celery import periodic_queue
 
 RESTART_LIMIT = 5  # deaths of one child within RESTART_WINDOW
 RESTART_WINDOW = 60.0
@@ -61,6 +61,7 @@ class Command(BaseCommand):
             "worker-periodic": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
                                 "--concurrency", "1", "--hostname", f"periodic-{os.getpid()}@%h",
                                 "--queues", periodic_queue()],
+            "worker-alerts": delivery_worker(python),
         }
         if not no_beat:
             commands["beat"] = [python, "-m", "celery", "-A", "agentops", "beat", "--loglevel", "INFO",
@@ -84,6 +85,18 @@ class Command(BaseCommand):
         if settings.EMBEDDED_DATABASE:
             embedded.stop_postgres(settings.DATA_DIR)
             self.stdout.write("runstack: stopped the embedded PostgreSQL")
+
+
+# Deliveries wait on the network, not the CPU: threads, enough for every project's slots to be
+# busy at once without a healthy project queueing behind them (analysis/alerts/delivery.py).
+DELIVERY_WORKER_THREADS = 8
+
+
+def delivery_worker(python: str) -> list[str]:
+    """The Celery worker of alert deliveries (the alerts queue)."""
+    return [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO", "--pool", "threads",
+            "--concurrency", str(DELIVERY_WORKER_THREADS), "--hostname", f"alerts-{os.getpid()}@%h",
+            "--queues", alerts_queue()]
 
 
 class Stack:
