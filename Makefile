@@ -23,8 +23,8 @@ browsers:
 	      || echo "chromium could not be installed: browser tests will be skipped"; \
 	  else echo "chromium is not installed: browser tests will be skipped"; fi; }
 
+# demo_setup migrates, and stops the embedded services it started however it ends (Ctrl-C too).
 demo: $(STAMP)
-	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py demo_setup --port $(PORT)
 	$(BIN)/python manage.py runstack --port $(PORT)
 

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -67,10 +68,29 @@ def postgres_url(data_dir: Path) -> str:
 
 def stop_postgres(data_dir: Path) -> None:
     pgdata = data_dir / "postgres"
-    if (pgdata / "postmaster.pid").exists():
-        from pgserver._commands import pg_ctl
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    from pgserver._commands import pg_ctl
 
+    try:
         pg_ctl(["-m", "fast", "-w", "stop"], pgdata=pgdata, user="pgserver" if os.geteuid() == 0 else None)
+    except subprocess.CalledProcessError:
+        # As root, pg_ctl runs as the server's user, who may no longer reach the folder: a parent
+        # made private after the server started (pytest does it to /tmp/pytest-of-<user> when a
+        # session starts). SIGINT to the postmaster is the same fast shutdown.
+        _stop_postmaster(pgdata)
+
+
+def _stop_postmaster(pgdata: Path) -> None:
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)
+        if not _wait_gone(pid, 60.0):
+            os.kill(pid, signal.SIGQUIT)  # immediate shutdown: recovery at the next start
+            _wait_gone(pid, 10.0)
 
 
 def _redis_socket(data_dir: Path) -> Path:

@@ -96,8 +96,7 @@ def export_once(*, database_url: str, key: str, entity: str, fmt: str, expected_
                 "peak_rss_mib": round(max(after["VmHWM"], peak_sampled) / 2**20, 1),
                 "rss_after_mib": round(after["VmRSS"] / 2**20, 1), "row_groups": row_groups}
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        harness.stop_process(proc, grace=30)
 
 
 def run(*, database_url: str, project, formats=("parquet", "csv"), entity: str = "steps",

@@ -1,11 +1,14 @@
 """Shared pieces of the benchmarks: a scratch database on the same Postgres the product uses
-(embedded or DATABASE_URL), migrated; a project with keys; a web server on a free port.
+(embedded or DATABASE_URL), migrated; a project with keys; a web server on a free port; and
+what makes a run stop everything it started, on an exception, Ctrl-C or SIGTERM too.
 
 Benchmarks never touch the product's own database: they create `agentops_bench` beside it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,14 +22,94 @@ BENCH_DB = "agentops_bench"
 BENCH_QUEUE = "agentops-bench"
 
 
+def data_dir() -> Path:
+    """The product's data folder (AGENTOPS_DATA_DIR, as the settings read it)."""
+    return Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve()
+
+
 def _base_url() -> str:
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
     sys.path.insert(0, str(ROOT))
     from agentops import embedded
 
-    data_dir = Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve()
-    return embedded.postgres_url(data_dir)
+    return embedded.postgres_url(data_dir())
+
+
+# --- stopping what a run started -------------------------------------------------------------
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP interrupt as Ctrl-C does (KeyboardInterrupt), so every `finally` that
+    stops a server runs; once interrupted, the process ignores further signals, so that its
+    clean-up is not cut short by the Ctrl-C its children got too or by the SIGTERM a parent
+    passes on (Ctrl-C reaches the whole process group at once)."""
+
+    def interrupt(signum, frame):
+        for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(each, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(each, interrupt)
+
+
+@contextmanager
+def embedded_services():
+    """For a run's first process: the embedded PostgreSQL and Redis (unless DATABASE_URL /
+    CELERY_BROKER_URL name servers) are started here, before any child, so that this process is
+    the one that started them; those it started stop when it ends, however it ends. Ones it
+    found running (a `make demo` on the same folder) keep running."""
+    sys.path.insert(0, str(ROOT))
+    from agentops import embedded
+
+    folder = data_dir()
+    try:
+        if not os.environ.get("DATABASE_URL"):
+            embedded.postgres_url(folder)
+        if not os.environ.get("CELERY_BROKER_URL"):
+            embedded.redis_url(folder)
+        yield
+    finally:
+        embedded.stop_started(folder)
+
+
+def stop_process(proc: subprocess.Popen, *, grace: float = 120, group: bool = False) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; `group`: to its whole process group (a child
+    started in a session of its own). Waits until it is gone, reading any pipe to its end."""
+    def send(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
+
+    if proc.poll() is None:
+        send(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        proc.communicate()
+
+
+def run_process(args: list[str], *, timeout: float | None = None, grace: float = 120,
+                **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run, except when this process is interrupted (or `timeout` passes): the child
+    gets SIGTERM and time to stop what it started. subprocess.run would SIGKILL it at once,
+    and the web server it ran would outlive the run."""
+    with subprocess.Popen(args, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            stop_process(proc, grace=grace)
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def exit_interrupted(what: str, exc: KeyboardInterrupt) -> None:
+    print(f"\n{what}: interrupted ({exc or 'SIGINT'}); what it started is stopped", file=sys.stderr, flush=True)
+    sys.exit(130)
 
 
 def _admin_url() -> tuple[str, object]:
@@ -126,8 +209,7 @@ def web_server(database_url: str, *, workers: int = 2):
         wait_until_serving(url, proc)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc, grace=30)
 
 
 def progress(label: str, done: int, total: int) -> None:

@@ -91,4 +91,9 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--senders", type=int, default=4)
     args = parser.parse_args()
-    print(json.dumps(run(steps=args.steps, batch=args.batch, senders=args.senders)))
+    harness.stop_on_signals()
+    try:
+        with harness.embedded_services():
+            print(json.dumps(run(steps=args.steps, batch=args.batch, senders=args.senders)))
+    except KeyboardInterrupt as exc:
+        harness.exit_interrupted("ingest_native", exc)

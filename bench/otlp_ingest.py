@@ -164,8 +164,13 @@ if __name__ == "__main__":
     args = parser.parse_args()
     # A scratch database of its own, so this never collides with the native ingest benchmark.
     harness.BENCH_DB = "agentops_bench_otlp"
-    if args.decode_only:
-        print(json.dumps(decode_only(spans=args.spans, batch=args.batch)))
-    else:
-        print(json.dumps(run(spans=args.spans, batch=args.batch, senders=args.senders,
-                             workers=args.workers, encode_in_loop=args.encode_in_loop)))
+    harness.stop_on_signals()
+    try:
+        with harness.embedded_services():  # run alone; under soak.py they are its
+            if args.decode_only:
+                print(json.dumps(decode_only(spans=args.spans, batch=args.batch)))
+            else:
+                print(json.dumps(run(spans=args.spans, batch=args.batch, senders=args.senders,
+                                     workers=args.workers, encode_in_loop=args.encode_in_loop)))
+    except KeyboardInterrupt as exc:
+        harness.exit_interrupted("otlp_ingest", exc)

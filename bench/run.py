@@ -27,6 +27,10 @@ scratch database beside the product's; the product's database is never touched):
 
 Targets (issue 9): stored OTLP ingest ≥ 15,000 spans/s, ≥ 100× Phoenix, ≥ 25% of raw COPY;
 each dashboard query ≤ 500 ms median on 10M steps; the 50,000-step task detail ≤ 1 s.
+
+Everything a run starts stops when it ends, by an error, Ctrl-C or SIGTERM too: web servers,
+sections, the soak and the embedded PostgreSQL and Redis, which this process starts before any
+section (unless they were running already: a `make demo` on the same folder keeps its own).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 SECTIONS = ("ingest", "analysis", "queries", "storage", "export")
@@ -258,8 +264,8 @@ def run_child(name: str, params: dict) -> dict:
     label = f"== {name} "
     print(f"{label}{'=' * (60 - len(label))}", file=sys.stderr, flush=True)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", name, "--params", json.dumps(params)],
-                          cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = harness.run_process([sys.executable, __file__, "--child", name, "--params", json.dumps(params)],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         print(f"   {name} failed (exit {proc.returncode}); continuing", file=sys.stderr, flush=True)
@@ -378,9 +384,12 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--params", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
+    harness.stop_on_signals()
     if args.child:
-        out = CHILDREN[args.child](json.loads(args.params))
+        try:
+            out = CHILDREN[args.child](json.loads(args.params))
+        except KeyboardInterrupt as exc:
+            harness.exit_interrupted(f"bench section {args.child}", exc)
         sys.stdout.write("\n" + json.dumps(out, default=str) + "\n")
         return
 
@@ -389,6 +398,14 @@ def main() -> None:
     if unknown:
         parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; choose from "
                      f"{', '.join(SECTIONS + ON_REQUEST)}")
+    try:
+        with harness.embedded_services():
+            bench(args, only)
+    except KeyboardInterrupt as exc:
+        harness.exit_interrupted("bench", exc)
+
+
+def bench(args, only: set[str]) -> None:
     params = {k: v for k, v in vars(args).items() if k not in {"child", "params", "only", "out"}}
     results: dict = {"started_at": datetime.now(tz=UTC).isoformat(timespec="seconds"),
                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -404,7 +421,11 @@ def main() -> None:
             # Never beside our own ingest: pip on the same 2 cores took 35-45 % off its rate (a
             # fresh machine's full run: 7,315 spans/s stored, 11,324 alone right after).
             print("   waiting for the install before timing ingest", file=sys.stderr, flush=True)
-            peer.installed(peer_install)
+            try:
+                peer.installed(peer_install)
+            except BaseException:  # interrupted: pip goes too (the next run installs again)
+                harness.stop_process(peer_install, grace=30, group=True)
+                raise
     if "ingest" in only:
         ingest = results["ingest"] = {"otlp": run_child("otlp", params), "native": run_child("native", params)}
         if args.skip_peer:
@@ -424,8 +445,8 @@ def main() -> None:
     if "soak" in only:  # its own stack, database and queue; prints its own table (bench/soak.py)
         print(f"== soak {'=' * 52}", file=sys.stderr, flush=True)
         soak_out = Path(args.out).with_name("soak.json")
-        code = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), *args.soak_args.split(),
-                               "--out", str(soak_out)], cwd=ROOT).returncode
+        code = harness.run_process([sys.executable, str(ROOT / "bench" / "soak.py"), *args.soak_args.split(),
+                                    "--out", str(soak_out)], cwd=ROOT).returncode
         results["soak"] = {"exit": code, "results": str(soak_out), "chart": str(soak_out.with_suffix(".html"))}
     run_child("purge", params)
     results["seconds"] = round(time.perf_counter() - started)

@@ -7,7 +7,7 @@
 What runs: `manage.py runstack` (gunicorn web, one analysis worker of `--worker-concurrency`
 processes, the periodic worker, beat) on a scratch database beside the product's
 (`agentops_bench_soak`, the embedded Postgres or DATABASE_URL's server) and a Celery queue of its
-own; the broker is the embedded Redis (or CELERY_BROKER_URL), left running afterwards. `--senders`
+own; the broker is the embedded Redis (or CELERY_BROKER_URL). `--senders`
 sender processes (spawned, so the load generator does not share one GIL) each send their share
 of the rate: GenAI traces (16 spans each: an invoke_agent root, chat spans on 4 Groq devices,
 tool calls; some repeat a call or stall, so the detectors find something) built as the SDK's
@@ -35,11 +35,16 @@ At the end: sent vs stored counted by id (lost, duplicated), HTTP status counts 
 with and without Retry-After), lag p50/p95/max per phase and per stage, memory growth of each process over
 the last 5 minutes of the soak (target ≤ 10 %), CPU share per process; a table on stdout,
 bench/results/soak.json and a Plotly chart bench/results/soak.html (rate, lag, memory over time).
+
+Everything it starts stops when it ends, by an error, Ctrl-C or SIGTERM too: the senders, the
+reference's web server, the stack, and the embedded PostgreSQL and Redis unless they were running
+before it started (`make soak`'s bench/run.py started them, or a `make demo` on the same folder).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -324,16 +329,20 @@ class Senders:
             values, self.window_behind = self.window_behind, []
         return max(values) if values else None
 
-    def stop(self) -> None:
+    def stop(self, *, at_once: bool = False) -> None:
+        """Each sender ends after its command (`at_once`: now, mid-command, as on Ctrl-C)."""
         if self.stopped:
             return
         self.stopped = True
         for q in self.commands:
             q.put(None)
         for p in self.procs:
-            p.join(timeout=120)
+            if at_once:
+                p.terminate()
+            p.join(timeout=10 if at_once else 120)
             if p.is_alive():
                 p.kill()
+                p.join(timeout=10)
         self.reports.put(None)
         self.reader.join(timeout=30)
 
@@ -350,7 +359,7 @@ def broker_url() -> str:
         return os.environ["CELERY_BROKER_URL"]
     from agentops import embedded
 
-    return embedded.redis_url(Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve())
+    return embedded.redis_url(harness.data_dir())
 
 
 def stack_env(database_url: str, data_dir: Path) -> dict[str, str]:
@@ -363,7 +372,9 @@ def stack_env(database_url: str, data_dir: Path) -> dict[str, str]:
 
 class Stack:
     def __init__(self, database_url: str, *, port: int, web_workers: int, worker_concurrency: int, log: Path):
-        data_dir = ROOT / "bench" / ".soak"
+        # Its beat schedule and gunicorn's control socket: in the product's data folder, one per
+        # folder, so that two soaks on two folders never share them.
+        data_dir = harness.data_dir() / "soak"
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log = open(log, "w")
         self.proc = subprocess.Popen(
@@ -420,13 +431,15 @@ class Stack:
         return out
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """runstack stops its children (web, workers, beat: each in a session of its own) on
+        SIGTERM; any of them still there once runstack is gone is killed."""
+        import psutil
+
+        left = [p for role, p in self.processes().items() if role != "runstack"]
+        harness.stop_process(self.proc, grace=60, group=True)
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         self.log.close()
 
 
@@ -434,7 +447,7 @@ def postgres_processes():
     """The Postgres server's processes (the embedded one, or none known for DATABASE_URL)."""
     import psutil
 
-    pidfile = Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve() / "postgres" / "postmaster.pid"
+    pidfile = harness.data_dir() / "postgres" / "postmaster.pid"
     try:
         top = psutil.Process(int(pidfile.read_text().split()[0]))
         return [top, *top.children(recursive=True)]
@@ -742,10 +755,13 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
 
 
 def ingest_only(*, spans: int, senders: int, web_workers: int) -> dict:
-    """The reference: bench/otlp_ingest.py (gunicorn alone, as fast as it stores) in a child."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "otlp_ingest.py"), "--spans", str(spans),
-                           "--senders", str(senders), "--workers", str(web_workers)],
-                          cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=1800)
+    """The reference: bench/otlp_ingest.py (gunicorn alone, as fast as it stores) in a child;
+    `spans` 0 leaves it out."""
+    if spans <= 0:
+        return {"skipped": "--ingest-spans 0"}
+    proc = harness.run_process([sys.executable, str(ROOT / "bench" / "otlp_ingest.py"), "--spans", str(spans),
+                                "--senders", str(senders), "--workers", str(web_workers)],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=1800)
     lines = [line for line in proc.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1]) if proc.returncode == 0 and lines else {"error": f"exit {proc.returncode}"}
 
@@ -770,8 +786,8 @@ def run(args) -> dict:
 
     project, key = project_create(name="soak")
     read_key = key_create(project=project, scopes=[IngestKey.SCOPE_READ])[1]
-    log_path = RESULTS / "soak-stack.log"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    log_path = Path(args.out).with_name("soak-stack.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     stack = Stack(url, port=harness.free_port(), web_workers=args.web_workers,
                   worker_concurrency=args.worker_concurrency, log=log_path)
     senders = None
@@ -868,6 +884,10 @@ def run(args) -> dict:
         results["failed_batches"] = senders.failed_batches
         results["by_id"] = count_by_id(project.pk, senders.acked_ids())
         harness.purge_bench_queue()  # the ingest-only reference published analysis messages nobody takes
+    except BaseException:
+        if senders:
+            senders.stop(at_once=True)
+        raise
     finally:
         if senders:
             senders.stop()
@@ -931,7 +951,8 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--worker-concurrency", type=int, default=1, help="processes of the one analysis worker")
     parser.add_argument("--burst", type=int, default=96_000, help="spans of the burst")
-    parser.add_argument("--ingest-spans", type=int, default=100_000, help="spans of the ingest-only reference")
+    parser.add_argument("--ingest-spans", type=int, default=100_000,
+                        help="spans of the ingest-only reference (0: leave it out)")
     parser.add_argument("--search-steps", type=int, default=4)
     parser.add_argument("--search-seconds", type=float, default=120)
     parser.add_argument("--lag-target", type=float, default=30.0, help="analysis lag p95 the search holds (s)")
@@ -942,7 +963,15 @@ def main() -> None:
     if args.short:
         args.rate, args.duration, args.burst, args.ingest_spans = 600, 60, 8_000, 10_000
         args.search_steps, args.search_seconds, args.drain_timeout = 2, 20, 180
-    results = run(args)
+    harness.stop_on_signals()
+    try:
+        with harness.embedded_services():
+            report(args, run(args))
+    except KeyboardInterrupt as exc:
+        harness.exit_interrupted("soak", exc)
+
+
+def report(args, results: dict) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))

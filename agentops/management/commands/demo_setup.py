@@ -1,5 +1,11 @@
-"""The first-run setup `make demo` does: user demo/demo, project demo with an ingest key, and
-(once) a simulated week of traffic. Safe to run on every start."""
+"""The first-run setup `make demo` does: the migrations, user demo/demo, project demo with an
+ingest key, and (once) a simulated week of traffic. Safe to run on every start.
+
+Run as `manage.py demo_setup`, it stops the embedded PostgreSQL and Redis that it started when it
+ends, normally, by an error, Ctrl-C or SIGTERM (runstack starts them again for itself); those it
+found running stay."""
+
+import signal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -18,6 +24,23 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="the port runstack will serve on")
 
     def handle(self, *args, **options):
+        if not getattr(self, "_called_from_command_line", False):
+            # From another program (call_command, as the suite does): the services this process
+            # started are that program's.
+            return self._setup(**options)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return self._setup(**options)
+        finally:
+            from django.db import connections
+
+            from agentops import embedded
+
+            connections.close_all()
+            embedded.stop_started(settings.DATA_DIR)
+
+    def _setup(self, **options):
+        call_command("migrate", interactive=False, verbosity=0)
         User = get_user_model()
         user, created = User.objects.get_or_create(username="demo", defaults={"is_staff": True})
         if created:
@@ -45,6 +68,12 @@ class Command(BaseCommand):
         self.stdout.write(f"Log in at http://127.0.0.1:{options['port']} as demo / demo.")
         self.stdout.write(f"Ingest key of project 'demo' (also in {key_file}):")
         self.stdout.write(key_file.read_text().strip())
+
+
+def _interrupt(signum, frame):
+    """SIGTERM ends the setup as Ctrl-C does, through the `finally` that stops the services."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def _commands():

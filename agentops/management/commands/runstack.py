@@ -68,8 +68,11 @@ class Command(BaseCommand):
                                 "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
         stack = Stack(commands, out=self.stdout, err=self.stderr)
         self.stdout.write(f"agentops on http://{host}:{port}  (Ctrl-C to stop)")
-        status = stack.run()
-        self._stop_embedded()
+        try:
+            status = stack.run()
+        finally:  # a child that could not start, too: the others and the services stop
+            stack.stop()
+            self._stop_embedded()
         sys.exit(status)
 
     def _stop_embedded(self) -> None:
@@ -107,6 +110,7 @@ class Stack:
         self.children: dict[str, subprocess.Popen] = {}
         self.deaths: dict[str, list[float]] = {name: [] for name in commands}
         self.stopping = False
+        self.stopped = False
 
     def start(self, name: str) -> None:
         self.children[name] = subprocess.Popen(self.commands[name], start_new_session=True)
@@ -141,6 +145,9 @@ class Stack:
         return status
 
     def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
         self.out.write("runstack: stopping")
         for child in self.children.values():
             if child.poll() is None:
