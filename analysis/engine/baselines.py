@@ -17,6 +17,9 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont.
 - Refresh is incremental: `baselines_refresh` recomputes only keys whose tasks received
   events since the last refresh (Task.last_event_at, indexed), over their window. A task
   analysed before any refresh ran computes its missing keys on demand (`baselines_ensure`).
+- As of a moment (`until`): the same statistics over only the steps that had ended and the
+  samples taken by then, for a replay that analyses each task with the baselines the product
+  could have had when the task ended (`baselines_as_of`; evaluate_detection's time order).
 """
 
 from __future__ import annotations
@@ -146,20 +149,24 @@ def _save(project: Project, rows: list[dict]) -> int:
 
 
 def step_baselines_compute(*, project: Project, since: datetime | None = None,
-                           keys: list[tuple[str, str]] | None = None) -> int:
+                           keys: list[tuple[str, str]] | None = None, until: datetime | None = None) -> int:
     """Recompute step baselines: all keys, keys of tasks touched after `since`, or `keys`.
-    Either way a key's baseline is computed over its whole window."""
+    Either way a key's baseline is computed over its whole window; with `until`, over the
+    steps that had ended by then only."""
     params = {"project": project.pk, "days": WINDOW_DAYS}
     where = ""
+    if until is not None:
+        params["until"] = until
+        where = "AND s.ended_at <= %(until)s "
     if keys is not None:
         if not keys:
             return 0
         params.update(kinds=[k for k, _ in keys], names=[n for _, n in keys])
-        where = (f"AND (s.kind, {_STEP_KEY}) IN "
+        where += (f"AND (s.kind, {_STEP_KEY}) IN "
                  "(SELECT * FROM unnest(%(kinds)s::text[], %(names)s::text[]))")
     elif since is not None:
         params["since"] = since
-        where = (f"AND (s.kind, {_STEP_KEY}) IN (SELECT DISTINCT s.kind, {_STEP_KEY} FROM ingest_step s "
+        where += (f"AND (s.kind, {_STEP_KEY}) IN (SELECT DISTINCT s.kind, {_STEP_KEY} FROM ingest_step s "
                  "JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s "
                  "WHERE s.project_id = %(project)s)")
     sql = _STEP_SQL.format(filter=where)
@@ -183,14 +190,18 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
     return _save(project, rows)
 
 
-def device_normals_compute(*, project: Project, devices: list[str] | None = None) -> int:
-    params = {"project": project.pk, "days": WINDOW_DAYS}
+def device_normals_compute(*, project: Project, devices: list[str] | None = None,
+                           until: datetime | None = None) -> int:
+    """Recompute the normals of every device, or of `devices`; with `until`, over the samples
+    taken by then only."""
+    params = {"project": project.pk, "days": WINDOW_DAYS, "until": until}
     if devices is not None:
         if not devices:
             return 0
         params["devices"] = devices
     sql = _DEVICE_SQL.format(
-        devices="AND r.device = ANY(%(devices)s)" if devices is not None else "",
+        devices=("AND r.device = ANY(%(devices)s)" if devices is not None else "")
+        + (" AND r.ts <= %(until)s" if until is not None else ""),
         medians=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}) AS {m}_med" for m in _METRICS),
         mads=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.{m} - m.{m}_med)) AS {m}_mad"
                        for m in _METRICS),
@@ -249,16 +260,18 @@ def _side_by_side(*calls) -> list:
         return [future.result() for future in [pool.submit(run, call) for call in calls]]
 
 
-def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: set[str]) -> None:
-    """Compute on demand the baselines a task needs that do not exist yet."""
+def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: set[str],
+                     until: datetime | None = None) -> None:
+    """Compute on demand the baselines a task needs that do not exist yet (with `until`, from
+    the data there was by then)."""
     have = set(Baseline.objects.filter(project=project, kind__in={k for k, _ in keys} | {DEVICE})
                .values_list("kind", "key"))
     missing_keys = sorted(k for k in keys if k not in have)
     missing_devices = sorted(d for d in devices if (DEVICE, d) not in have)
     if missing_keys:
-        step_baselines_compute(project=project, keys=missing_keys)
+        step_baselines_compute(project=project, keys=missing_keys, until=until)
     if missing_devices:
-        device_normals_compute(project=project, devices=missing_devices)
+        device_normals_compute(project=project, devices=missing_devices, until=until)
     # Keys with no usable history (only failed steps, a device that sends no telemetry) get an
     # empty row, so the next task does not compute them again; a refresh fills them in later.
     placeholders = [Baseline(project=project, kind=kind, key=key[:200], count=0) for kind, key in missing_keys]
@@ -266,6 +279,24 @@ def baselines_ensure(*, project: Project, keys: set[tuple[str, str]], devices: s
                      for d in missing_devices]
     if placeholders:
         Baseline.objects.bulk_create(placeholders, ignore_conflicts=True)
+
+
+def baselines_as_of(*, project: Project, until: datetime, since: datetime | None = None) -> int:
+    """The periodic refresh as it would have run at `until`: the keys with a step that ended in
+    (`since`, `until`] (every key with data by then if `since` is None) and the devices with a
+    sample in that interval, each over its window of the data there was at `until`. Returns the
+    number of baselines written."""
+    params = {"project": project.pk, "until": until, "since": since}
+    after = "AND s.ended_at > %(since)s" if since is not None else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT s.kind, {_STEP_KEY} FROM ingest_step s WHERE s.project_id = %(project)s "
+                       f"AND s.ended_at <= %(until)s {after}", params)
+        keys = sorted(cursor.fetchall())
+        cursor.execute("SELECT DISTINCT r.device FROM ingest_resourcesample r WHERE r.project_id = %(project)s "
+                       "AND r.ts <= %(until)s" + (" AND r.ts > %(since)s" if since is not None else ""), params)
+        devices = sorted(r[0] for r in cursor.fetchall())
+    return (step_baselines_compute(project=project, keys=keys, until=until)
+            + device_normals_compute(project=project, devices=devices, until=until))
 
 
 def all_projects_refresh() -> None:

@@ -1,8 +1,10 @@
-"""evaluate_detection scores hand-made findings against hand-made labels."""
+"""evaluate_detection scores hand-made findings against hand-made labels, by the rules of
+analysis/simulator/evaluation.py, and replays a project in time order."""
 
 from __future__ import annotations
 
 import json
+import random
 from io import StringIO
 
 import pytest
@@ -11,6 +13,8 @@ from django.utils import timezone
 
 from analysis.models import Finding
 from ingest.models import Task
+from ingest.records import Batch, StepRecord, TaskRecord
+from ingest.services import batch_store
 
 
 def write_labels(path, rows):
@@ -45,46 +49,111 @@ def run(**options) -> list[str]:
 
 
 def row(lines, kind) -> list[str]:
-    return next(line.split() for line in lines if line.split() and line.split()[0] == kind)
+    """A table row as [labels, asserted, right, precision, surfaced, right, precision, recall
+    (asserted), recall (surfaced), wasted ±30 %, of], intervals dropped."""
+    cells = next(line.split() for line in lines if line.split() and line.split()[0] == kind)
+    return [c for c in cells[1:] if not c.startswith("[")]
 
 
-def test_precision_recall_f1_per_kind_and_hardware_verdict_accuracy(project, other_project, tmp_path):
+def view(task_id, kind, steps, *, confidence="high", wasted_ms=100.0, **evidence):
+    from analysis.simulator.evaluation import FindingView
+
+    return FindingView(task_id, kind, tuple(steps), evidence, confidence, wasted_ms)
+
+
+def score(labels, findings, kind):
+    from analysis.simulator.evaluation import evaluate
+
+    return evaluate(labels, findings).score(kind)
+
+
+def test_a_finding_matches_a_label_when_each_names_at_least_half_of_the_other():
+    from analysis.simulator.evaluation import overlaps
+
+    assert overlaps({"a", "b"}, {"a", "b", "c"})          # 2 of 3, 2 of 2
+    assert overlaps({"a"}, {"a", "b"})                    # 1 of 2: half
+    assert not overlaps({"a"}, {"a", "b", "c"})           # names one step of a three-call group
+    assert not overlaps({"a", "x", "y", "z"}, {"a", "b"})  # sprawls over the turn, touches one
+    assert not overlaps(set(), {"a"}) and overlaps(set(), set())
+
+
+def test_asserted_and_surfaced_findings_are_scored_apart():
+    labels = [{"task_id": "t1", "kind": "parallelizable_calls", "step_ids": ["a", "b", "c"]},
+              {"task_id": "t2", "kind": "parallelizable_calls", "step_ids": ["d", "e"]},
+              {"task_id": "t3", "kind": "parallelizable_calls", "step_ids": ["f", "g"]}]
+    findings = [view("t1", "parallelizable_calls", ["a", "b", "c"]),                 # asserted, right
+                view("t2", "parallelizable_calls", ["d", "e"], confidence="low"),    # surfaced, right
+                view("t3", "parallelizable_calls", ["f", "x", "y"]),                 # asserted, wrong
+                view("t4", "parallelizable_calls", ["p", "q"], confidence="low")]    # surfaced, wrong
+    s = score(labels, findings, "parallelizable_calls")
+    assert (s.precision_asserted.k, s.precision_asserted.n) == (1, 2)
+    assert (s.precision_surfaced.k, s.precision_surfaced.n) == (2, 4)
+    assert (s.recall_asserted.k, s.recall_surfaced.k, s.labels) == (1, 2, 3)
+
+
+def test_per_step_kinds_are_scored_per_step_with_each_steps_magnitude():
+    labels = [{"task_id": "t1", "kind": "hardware_queueing", "step_ids": ["l1", "l2", "l3"], "magnitude_ms": 3000,
+               "step_magnitude_ms": {"l1": 1000, "l2": 1000, "l3": 1000}}]
+    findings = [view("t1", "hardware_queueing", ["l1"], wasted_ms=1100),   # within 30 %
+                view("t1", "hardware_queueing", ["l2"], wasted_ms=400)]    # found, wasted far off
+    s = score(labels, findings, "hardware_queueing")
+    assert s.labels == 3 and (s.recall_asserted.k, s.precision_asserted.k, s.precision_asserted.n) == (2, 2, 2)
+    assert (s.magnitude.k, s.magnitude.n) == (1, 2)
+
+
+def test_wasted_time_is_the_sum_of_the_findings_that_found_the_label():
+    labels = [{"task_id": "t1", "kind": "serial_gap", "step_ids": ["a", "b"], "magnitude_ms": 2000},
+              {"task_id": "t2", "kind": "serial_gap", "step_ids": ["c", "d"]}]  # no truth: not scored
+    s = score(labels, [view("t1", "serial_gap", ["a", "b"], wasted_ms=1500),
+                       view("t2", "serial_gap", ["c", "d"], wasted_ms=1)], "serial_gap")
+    assert (s.magnitude.k, s.magnitude.n) == (1, 1)  # 1500 is within 30 % of 2000 (600)
+    s = score(labels, [view("t1", "serial_gap", ["a", "b"], wasted_ms=1300)], "serial_gap")
+    assert (s.magnitude.k, s.magnitude.n) == (0, 1)
+
+
+def test_a_slow_step_on_a_task_a_device_incident_or_growing_context_slowed_is_right():
+    labels = [{"task_id": "t1", "kind": "context_growth", "step_ids": ["l1", "l2", "l3", "l4"]}]
+    s = score(labels, [view("t1", "slow_step", ["l5"]), view("t2", "slow_step", ["x"])], "slow_step")
+    assert (s.precision_asserted.k, s.precision_asserted.n, s.labels) == (1, 2, 0)
+
+
+def test_precision_recall_and_hardware_verdict_accuracy_in_the_table(project, other_project, tmp_path):
     t1, t2, t3 = task(project, "t1"), task(project, "t2"), task(project, "t3")
     finding(project, t1, "slow_step", ["s1"])                                # right
-    finding(project, t2, "slow_step", ["s9"])                                # no such label
-    finding(project, t1, "repeated_tool_call", ["s3"])                       # overlaps the label's steps
+    finding(project, t2, "slow_step", ["s9"])                                # on a queueing task: right too
+    finding(project, t1, "repeated_tool_call", ["s3"])                       # names half the label's steps
     finding(project, t1, "repeated_tool_call", ["s7"])                       # same task, other steps
     finding(project, t2, "hardware_queueing", ["s5"], verdict="queueing")    # right, right verdict
-    finding(project, t2, "slow_step", ["s6"], verdict="nominal")             # wrong kind and verdict
-    finding(project, t3, "context_growth", [])                              # task-level kind
+    finding(project, t3, "context_growth", ["c1", "c2", "c3"])              # right
     finding(project, t3, "parallelizable_calls", ["c1", "c2"])               # not injected there
     other = task(other_project, "t3")
-    finding(other_project, other, "serial_gap", ["c1"])                      # another project's: ignored
+    finding(other_project, other, "serial_gap", ["c1", "c2"])                # another project's: ignored
 
     lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="acme")
-    # kind, labels, findings, found, correct, precision, recall, F1
-    assert row(lines, "slow_step")[1:] == ["1", "3", "1", "1", "0.333", "1.000", "0.500"]
-    assert row(lines, "repeated_tool_call")[1:] == ["1", "2", "1", "1", "0.500", "1.000", "0.667"]
-    assert row(lines, "hardware_queueing")[1:] == ["1", "1", "1", "1", "1.000", "1.000", "1.000"]
-    assert row(lines, "context_growth")[1:] == ["1", "1", "1", "1", "1.000", "1.000", "1.000"]
-    assert row(lines, "serial_gap")[1:] == ["1", "0", "0", "0", "0.000", "0.000", "0.000"]
-    assert row(lines, "parallelizable_calls")[1:] == ["0", "1", "0", "0", "0.000", "0.000", "0.000"]
-    assert row(lines, "overall")[1:] == ["5", "8", "4", "4", "0.500", "0.800", "0.615"]
+    assert "7 findings (0 low-confidence), 5 labels (6 scored units)" in lines[0]
+    # labels, asserted, right, precision, surfaced, right, precision, recall ×2, wasted share, of
+    assert row(lines, "slow_step") == ["1", "2", "2", "1.000", "2", "2", "1.000", "1.000", "1.000", "0.000", "1"]
+    assert row(lines, "repeated_tool_call")[:4] == ["1", "2", "1", "0.500"]
+    assert row(lines, "hardware_queueing")[:4] + row(lines, "hardware_queueing")[7:9] == [
+        "2", "1", "1", "1.000", "0.500", "0.500"]  # two labelled steps, one found
+    assert row(lines, "serial_gap")[:4] + row(lines, "serial_gap")[7:] == ["1", "0", "0", "0.000", "0.000", "0.000",
+                                                                           "n/a", "0"]
+    assert row(lines, "parallelizable_calls")[:4] == ["0", "1", "0", "0.000"]
     verdict = next(line for line in lines if line.startswith("hardware verdict accuracy"))
-    assert verdict.startswith("hardware verdict accuracy: 0.500 (1 of 2 labelled LLM steps right; 2 had a verdict)")
+    assert verdict.endswith("(1 of 2 labelled LLM steps right; 1 had a verdict)")
 
 
 def test_no_findings_reports_zeros_honestly(project, tmp_path):
     lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS), project="acme")
-    assert row(lines, "overall")[1:] == ["5", "0", "0", "0", "0.000", "0.000", "0.000"]
-    assert any(line.startswith("hardware verdict accuracy: 0.000 (0 of 2") for line in lines)
+    assert row(lines, "overall")[:4] == ["6", "0", "0", "0.000"]
+    assert any(line.startswith("hardware verdict accuracy: 0.000") and "(0 of 2" in line for line in lines)
 
 
 def test_per_step_verdicts_in_evidence_count(project, tmp_path):
     t2 = task(project, "t2")
     finding(project, t2, "hardware_queueing", ["s5", "s6"], verdicts={"s5": "queueing", "s6": "throttling"})
     lines = run(labels=write_labels(tmp_path / "l.jsonl", LABELS[2:3]), project="acme")
-    assert any(line.startswith("hardware verdict accuracy: 0.500 (1 of 2") for line in lines)
+    assert any(line.startswith("hardware verdict accuracy: 0.500") and "(1 of 2" in line for line in lines)
 
 
 @pytest.mark.parametrize("content,message", [
@@ -108,49 +177,49 @@ def test_missing_file_and_unknown_project_are_clear_errors(project, tmp_path):
 
 
 def test_an_ambiguous_label_counts_neither_way():
-    from analysis.simulator.evaluation import FindingView, evaluate
-
     labels = [{"task_id": "t1", "kind": "slow_step", "step_ids": ["s1"]},
               {"task_id": "t1", "kind": "slow_step", "step_ids": ["s2"], "ambiguous": True},
               {"task_id": "t2", "kind": "slow_step", "step_ids": ["s9"], "ambiguous": True}]
-    findings = [FindingView("t1", "slow_step", ("s1",)), FindingView("t1", "slow_step", ("s2",)),
-                FindingView("t1", "slow_step", ("s3",))]
-    [score] = [s for s in evaluate(labels, findings).scores if s.kind == "slow_step"]
+    findings = [view("t1", "slow_step", ["s1"]), view("t1", "slow_step", ["s2"]), view("t1", "slow_step", ["s3"])]
+    s = score(labels, findings, "slow_step")
     # s2 is neither right nor wrong, t2's stall is no miss; s3 is a false alarm.
-    assert (score.labels, score.labels_found, score.findings, score.findings_matched) == (1, 1, 2, 1)
+    assert (s.labels, s.recall_asserted.k, s.precision_asserted.n, s.precision_asserted.k) == (1, 1, 2, 1)
 
 
-def test_low_confidence_findings_are_not_scored_unless_asked(project, tmp_path):
-    t = task(project, "t1")
-    finding(project, t, "slow_step", ["s1"])
-    Finding.objects.create(project=project, task=t, kind="parallelizable_calls", step_ids=["a", "b"], wasted_ms=50,
-                           summary="x", confidence="low", task_started_at=t.started_at)
-    labels = write_labels(tmp_path / "l.jsonl", [{"task_id": "t1", "kind": "slow_step", "step_ids": ["s1"]}])
-    lines = run(labels=labels, project=project.name)
-    assert "1 findings scored (1 low-confidence not scored)" in lines[0]
-    assert row(lines, "parallelizable_calls")[2] == "0"
-    assert row(run(labels=labels, project=project.name, include_low=True), "parallelizable_calls")[2] == "1"
+def test_time_order_analyses_each_task_with_the_baselines_of_its_past(project):
+    """A tool call 10× its usual time, before a release made every call of that tool as slow: the
+    baselines of the whole history say it was normal; those it had when it ended say slow."""
+    from analysis.management.commands.evaluate_detection import (
+        project_findings,
+        replay_in_time_order,
+    )
+
+    from .workload import at
+
+    def one(task_id, start, ms):
+        step = StepRecord(f"{task_id}-s", task_id, at(start), at(start + ms / 1000), kind="tool", name="lookup",
+                          tool_name="lookup", tool_args={"q": task_id})
+        batch_store(project=project, batch=Batch(tasks=[TaskRecord(task_id, name="t", started_at=at(start),
+                                                                   ended_at=at(start + 2), status="ok")],
+                                                 steps=[step]))
+
+    rng = random.Random(5)
+    for i in range(40):
+        one(f"before{i}", 60 * i, rng.gauss(100, 8))
+    one("slow", 60 * 41, 1000)
+    for i in range(200):
+        one(f"after{i}", 60 * (42 + i), rng.gauss(1000, 60))
+    replay_in_time_order(project, refresh_minutes=5)
+    assert "slow" in {f.task_id for f in project_findings(project) if f.kind == "slow_step"}
+    # Analysed with the whole history's baselines, as `analyze --all` does, it was normal.
+    from analysis.engine import baselines, pipeline
+
+    baselines.baselines_refresh(project=project, full=True)
+    pipeline.run(Task.objects.get(project=project, task_id="slow").pk, force=True)
+    assert "slow" not in {f.task_id for f in project_findings(project) if f.kind == "slow_step"}
 
 
 # --- a corpus in ../shared/eval/ format ---------------------------------------------------------
-
-def test_corpus_scoring_is_per_task_asserted_for_precision_surfaced_for_recall():
-    from analysis.simulator.evaluation import corpus_score
-
-    labels = [{"task_id": "a", "kind": "parallelizable_calls"}, {"task_id": "b", "kind": "parallelizable_calls"},
-              {"task_id": "c", "kind": "hardware_queueing"}]
-    findings = [("a", "parallelizable_calls", "high"), ("a", "parallelizable_calls", "medium"),  # one task
-                ("b", "parallelizable_calls", "low"),       # surfaced: recall, not precision
-                ("d", "parallelizable_calls", "medium"),    # asserted, wrong
-                ("c", "slow_step", "high"),                 # slowed by queueing: right
-                ("e", "slow_step", "high")]                 # wrong
-    scores = {s.kind: s for s in corpus_score(labels, findings)}
-    par = scores["parallelizable_calls"]
-    assert (par.asserted, par.asserted_right, par.precision) == (2, 1, 0.5)
-    assert (par.labels, par.surfaced_found, par.recall, par.low) == (2, 2, 1.0, 1)
-    assert (scores["slow_step"].asserted_right, scores["slow_step"].asserted) == (1, 2)
-    assert scores["hardware_queueing"].recall == 0.0
-
 
 def test_wilson_interval_matches_the_textbook_values():
     from analysis.simulator.evaluation import wilson
@@ -177,15 +246,16 @@ def test_corpus_is_posted_through_the_ingest_views_analysed_and_scored(db, tmp_p
                                           "gen_ai.tool.call.arguments": '{"order": 42}'}))
     (corpus / "traces-000.pb").write_bytes(trace_request(spans, resource={"service.name": "x"}).SerializeToString())
     (corpus / "labels.jsonl").write_text("".join(
-        json.dumps({"task_id": f"{t:032x}", "kind": "repeated_tool_call", "step_ids": [f"{100 * t + 2:016x}"]}) + "\n"
+        json.dumps({"task_id": f"{t:032x}", "kind": "repeated_tool_call",
+                    "step_ids": [f"{100 * t + 2:016x}", f"{100 * t + 3:016x}"]}) + "\n"
         for t in (1, 2)))
     out = StringIO()
     call_command("evaluate_detection", "--corpus", str(corpus), stdout=out)
     text = out.getvalue()
     assert "3 tasks stored and analysed" in text
-    row = next(line for line in text.splitlines() if line.startswith("repeated_tool_call"))
-    # Labelled 2 of the 3 tasks: the third task's repeat is asserted but unlabelled, so wrong.
-    assert row.split()[1:4] == ["2", "3", "2"], text
+    # Labelled 2 of the 3 tasks (the two repeats; the finding names the first call too): the third
+    # task's repeats are asserted but unlabelled, so wrong.
+    assert row(text.splitlines(), "repeated_tool_call")[:3] == ["2", "3", "2"], text
     assert Task.objects.filter(project__name="corpus-corpus-x").count() == 3
 
 

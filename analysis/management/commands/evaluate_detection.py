@@ -1,20 +1,26 @@
-"""`manage.py evaluate_detection --labels FILE [--project NAME]`: precision, recall and F1 of the
-project's findings per kind against the simulator's ground truth (see
-analysis/simulator/evaluation.py for the matching rules).
+"""`manage.py evaluate_detection`: score the findings against ground truth, per finding kind, by
+the rules of analysis/simulator/evaluation.py (docs/analysis.md, "Evaluation"). One table in
+every mode: labels; precision over asserted findings (confidence not low) and over surfaced
+ones (all); recall by either; the share of found labels whose wasted time is within ±30 % of
+the truth where the label carries it; each with its Wilson 95 % interval.
 
-`manage.py evaluate_detection --recorded DIR`: the same for traces recorded from real agent
-frameworks (tests/fixtures/agents/): each family is replayed through the OTLP ingest path into a
-project of its own (`recorded-<family>`, emptied first), analysed, and scored against its labels.
+Sources of ground truth:
+- `--simulate --seed S`: the simulator generates a workload (large enough for at least
+  `--min-positives` labels of every kind), stores it in-process into `sim-<seed>` (emptied
+  first), replays it in time order and scores it;
+- `--corpus DIR`: a labelled corpus written outside the project (../shared/eval/ format:
+  traces-*.pb, device-samples.json, labels.jsonl), posted through the product's own
+  `/v1/traces` and `/api/v1/ingest` views into `corpus-<dir>` (emptied first);
+- `--recorded DIR`: traces recorded from real agent frameworks (tests/fixtures/agents/), each
+  family replayed through the OTLP ingest path into `recorded-<family>` (emptied first);
+- `--labels FILE --project NAME`: a labels file written by `simulate --labels`, against the
+  findings the project holds (`--replay`: analyse the project in time order first).
 
-Only the findings the product counts are scored: low-confidence ones ("possible") are shown to
-users but claimed nowhere, so they are reported beside the table (`--include-low` scores them
-too).
-
-`manage.py evaluate_detection --corpus DIR`: a labelled corpus written outside the project
-(../shared/eval/ format: traces-*.pb, device-samples.json, labels.jsonl) is posted through the
-product's own `/v1/traces` and `/api/v1/ingest` views into a project `corpus-<dir>` (emptied
-first), analysed, and scored as that corpus's README says: at the task level, precision over
-asserted findings, recall over every surfaced one, each with its Wilson 95 % interval.
+Time order: every replay analyses the tasks in the order they ended, each with the baselines
+the product could have had then — refreshed as the periodic job refreshes them, every
+`--refresh-minutes` of the data's own time (0: before every task), from the steps that had
+ended and the samples taken by then; a key first seen is computed on demand from the data
+there was when its task ended, as the product does. Never from later data.
 
 Always exits 0 once it could read its inputs: zeros are an honest answer when nothing
 was detected."""
@@ -22,14 +28,19 @@ was detected."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Max
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from analysis.dashboard.selectors import finding_queryset
-from analysis.engine import baselines, pipeline
-from analysis.models import Baseline, Finding
+from analysis.engine import baselines, batch
+from analysis.measures import baseline_key
+from analysis.models import Baseline
 from analysis.simulator import recorded
 from analysis.simulator.evaluation import (
     FindingView,
@@ -37,83 +48,200 @@ from analysis.simulator.evaluation import (
     evaluate,
     format_table,
     read_labels,
+    scoring_units,
 )
-from ingest.models import Project, Task
+from analysis.simulator.generate import KINDS, SimulationConfig, simulate
+from analysis.simulator.sinks import store_in_process
+from ingest.models import Project, Step, Task
+
+# The product's beat refreshes baselines every 5 minutes (agentops/celery.py).
+REFRESH_MINUTES = 5.0
+MIN_POSITIVES = 50
+# The simulated corpus: a week ending at a fixed hour, so a seed always gives the same data.
+SIMULATED_UNTIL = datetime(2026, 11, 29, tzinfo=UTC)
+SIMULATED_DAYS = 7
+SIMULATED_TASKS = 3000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Command(BaseCommand):
-    help = "Score findings against ground truth: precision / recall / F1 per finding kind."
+    help = "Score findings against ground truth: precision, recall and wasted time per finding kind."
 
     def add_arguments(self, parser):
         source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--simulate", action="store_true", help="generate a labelled workload (--seed) and score it")
         source.add_argument("--labels", help="labels file written by simulate --labels")
         source.add_argument("--recorded", help="folder of recorded framework traces (tests/fixtures/agents)")
         source.add_argument("--corpus", help="folder of a labelled corpus (../shared/eval/corpus-a)")
         parser.add_argument("--project", default="demo", help="with --labels: project whose findings to score")
-        parser.add_argument("--include-low", action="store_true", help="score low-confidence findings too")
+        parser.add_argument("--replay", action="store_true", help="with --labels: re-analyse the project in time order")
+        parser.add_argument("--seed", type=int, default=0, help="with --simulate")
+        parser.add_argument("--tasks", type=int, default=None,
+                            help=f"with --simulate: tasks to start from (default {SIMULATED_TASKS}; grown until "
+                                 "every kind has --min-positives labels)")
+        parser.add_argument("--min-positives", type=int, default=MIN_POSITIVES,
+                            help="with --simulate: labels every kind must have")
+        parser.add_argument("--refresh-minutes", type=float, default=None,
+                            help=f"baseline refresh interval in the data's time (default {REFRESH_MINUTES:g}, "
+                                 "the product's; --recorded: 0, before every task)")
 
-    def handle(self, *args, labels, recorded: str | None, corpus: str | None, project, include_low, **options):
-        if corpus:
-            return self._corpus(Path(corpus))
-        if recorded:
-            return self._recorded(Path(recorded), include_low=include_low)
+    def handle(self, *args, **o):
+        self.results = self._run(**o)  # the scores, for callers in this process (call_command)
+
+    def _run(self, **o):
+        refresh = o["refresh_minutes"]
+        if refresh is not None and refresh < 0:
+            raise CommandError("--refresh-minutes: 0 or more")
+        if o["corpus"]:
+            return self._corpus(Path(o["corpus"]), refresh=REFRESH_MINUTES if refresh is None else refresh)
+        if o["recorded"]:
+            return self._recorded(Path(o["recorded"]), refresh=0.0 if refresh is None else refresh)
+        if o["simulate"]:
+            return self._simulate(seed=o["seed"], tasks=o["tasks"], min_positives=o["min_positives"],
+                                  refresh=REFRESH_MINUTES if refresh is None else refresh)
         try:
-            with open(labels, encoding="utf-8") as fh:
+            with open(o["labels"], encoding="utf-8") as fh:
                 label_rows = read_labels(fh)
         except OSError as exc:
-            raise CommandError(f"--labels: cannot read {labels!r}: {exc.strerror}") from None
+            raise CommandError(f"--labels: cannot read {o['labels']!r}: {exc.strerror}") from None
         except LabelError as exc:
-            raise CommandError(f"--labels {labels}: {exc}") from None
-        project_obj = Project.objects.filter(name=project).first()
-        if project_obj is None:
-            raise CommandError(f"--project: no project named {project!r}")
-        self._score(project_obj, label_rows, include_low=include_low)
+            raise CommandError(f"--labels {o['labels']}: {exc}") from None
+        project = Project.objects.filter(name=o["project"]).first()
+        if project is None:
+            raise CommandError(f"--project: no project named {o['project']!r}")
+        if o["replay"]:
+            self._replay(project, refresh=REFRESH_MINUTES if refresh is None else refresh)
+        return self._score(project, label_rows)
 
-    def _score(self, project: Project, label_rows: list[dict], *, include_low: bool):
-        findings, low = project_findings(project, include_low=include_low)
+    def _score(self, project: Project, label_rows: list[dict]):
+        findings = project_findings(project)
         result = evaluate(label_rows, findings)
-        self.stdout.write(f"Project {project.name!r}: {len(findings)} findings scored "
-                          f"({low} low-confidence {'included' if include_low else 'not scored'}), "
-                          f"{len(label_rows)} labels.")
+        low = sum(not f.asserted for f in findings)
+        self.stdout.write(f"Project {project.name!r}: {len(findings)} findings ({low} low-confidence), "
+                          f"{len(label_rows)} labels ({len(scoring_units(label_rows))} scored units).")
         self.stdout.write(format_table(result))
         return result
 
-    def _recorded(self, directory: Path, *, include_low: bool):
+    def _replay(self, project: Project, *, refresh: float) -> int:
+        started = time.monotonic()
+        n = replay_in_time_order(project, refresh_minutes=refresh)
+        self.stdout.write(f"Analysed {n} tasks in the order they ended, baselines refreshed every "
+                          f"{refresh:g} min of the data's time ({time.monotonic() - started:.1f} s).")
+        return n
+
+    def _recorded(self, directory: Path, *, refresh: float):
         if not directory.is_dir():
             raise CommandError(f"--recorded: {str(directory)!r} is not a folder")
         folders = recorded.families(directory)
         if not folders:
             raise CommandError(f"--recorded: no recorded requests (*.pb) under {str(directory)!r}")
+        results = {}
         for folder in folders:
             try:
                 label_rows = recorded.labels(folder)
             except LabelError as exc:
                 raise CommandError(f"--recorded {folder}/labels.jsonl: {exc}") from None
-            project = replay_and_analyse(folder)
             self.stdout.write(f"\n== {folder.name}")
-            self._score(project, label_rows, include_low=include_low)
+            project = replay_and_analyse(folder, refresh_minutes=refresh)
+            results[folder.name] = self._score(project, label_rows)
+        return results
 
-
-    def _corpus(self, directory: Path):
-        from analysis.simulator.evaluation import corpus_score, format_corpus_table
-
+    def _corpus(self, directory: Path, *, refresh: float):
         if not (directory / "labels.jsonl").is_file() or not list(directory.glob("traces-*.pb")):
             raise CommandError(f"--corpus: {str(directory)!r} holds no labels.jsonl and traces-*.pb")
         with (directory / "labels.jsonl").open(encoding="utf-8") as fh:
             try:
-                label_rows = [json.loads(line) for line in fh if line.strip()]
-            except json.JSONDecodeError as exc:
-                raise CommandError(f"--corpus {directory}/labels.jsonl: line {exc.lineno}: {exc.msg}") from None
-        project, stored = corpus_replay(directory, log=self.stdout.write)
-        rows = list(Finding.objects.filter(project=project).values_list("task__task_id", "kind", "confidence"))
-        self.stdout.write(f"Corpus {directory.name!r}: {stored} tasks stored and analysed, "
-                          f"{len(rows)} findings, {len(label_rows)} labels (project {project.name!r}).")
-        self.stdout.write(format_corpus_table(corpus_score(label_rows, rows)))
+                label_rows = read_labels(fh)
+            except LabelError as exc:
+                raise CommandError(f"--corpus {directory}/labels.jsonl: {exc}") from None
+        started = time.monotonic()
+        project, stored = corpus_replay(directory, log=self.stdout.write, refresh_minutes=refresh)
+        self.stdout.write(f"Corpus {directory.name!r}: {stored} tasks stored and analysed in the order they ended, "
+                          f"baselines refreshed every {refresh:g} min of the data's time "
+                          f"({time.monotonic() - started:.1f} s; project {project.name!r}).")
+        return self._score(project, label_rows)
+
+    def _simulate(self, *, seed: int, tasks: int | None, min_positives: int, refresh: float):
+        started = time.monotonic()
+        sim, config = simulated_corpus(seed=seed, tasks=tasks, min_positives=min_positives)
+        counts = {kind: sum(1 for u in scoring_units(sim.labels) if u["kind"] == kind) for kind in KINDS}
+        project, _ = Project.objects.get_or_create(name=f"sim-{seed}")
+        _empty(project)
+        store_in_process(project=project, batches=sim.events(chunk=5000), progress=lambda n: None)
+        self.stdout.write(f"Simulated seed {seed}: {config.tasks} tasks over {SIMULATED_DAYS} days, {sim.step_count} "
+                          f"steps, {len(sim.samples)} samples into {project.name!r} "
+                          f"({time.monotonic() - started:.1f} s); labels per kind: "
+                          + ", ".join(f"{k}={counts[k]}" for k in KINDS))
+        self._replay(project, refresh=refresh)
+        return self._score(project, sim.labels)
 
 
-def corpus_replay(directory: Path, *, log=print) -> tuple[Project, int]:
+def simulated_corpus(*, seed: int, tasks: int | None = None, min_positives: int = MIN_POSITIVES):
+    """The simulator's workload for `seed`: `tasks` tasks (default SIMULATED_TASKS), grown by a
+    quarter at a time until every kind has at least `min_positives` scored labels."""
+    n = tasks or SIMULATED_TASKS
+    end = SIMULATED_UNTIL.timestamp() * 1000
+    while True:
+        config = SimulationConfig(tasks=n, start_ms=end - SIMULATED_DAYS * 86_400_000, end_ms=end, seed=seed)
+        sim = simulate(config)
+        units = scoring_units(sim.labels)
+        if all(sum(1 for u in units if u["kind"] == kind) >= min_positives for kind in KINDS):
+            return sim, config
+        if n > 200_000:
+            raise CommandError(f"--min-positives {min_positives}: not reached with {n} tasks")
+        n = int(n * 1.25)
+
+
+def _empty(project: Project) -> None:
+    Task.objects.filter(project=project).delete()
+    Baseline.objects.filter(project=project).delete()
+    from ingest.models import ResourceSample
+
+    ResourceSample.objects.filter(project=project).delete()
+
+
+def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_MINUTES) -> int:
+    """Analyse every task of `project` in the order the tasks ended, each with the baselines the
+    product could have had at that moment and never later ones. The periodic refresh runs at
+    every multiple of `refresh_minutes` of the data's time that a task's end passes (0: at every
+    task's end), over the keys and devices with new data since the previous one, from the steps
+    that had ended and the samples taken by then. The tasks that ended before the next refresh
+    are analysed together (the product's batch path) with those baselines; a key they need that
+    has none yet is computed from the data there was at the refresh (the product computes it
+    when the task is analysed, from the few runs there are: under the 20 a baseline needs either
+    way), so the analysis never computes one from everything stored. Returns the tasks analysed."""
+    Baseline.objects.filter(project=project).delete()
+    period = timedelta(minutes=refresh_minutes)
+    # A task whose end never came ended, as far as anyone knows, with its last step.
+    tasks = sorted(((pk, ended_at or last_step or _EPOCH) for pk, ended_at, last_step in
+                    Task.objects.filter(project=project).annotate(last_step=Max("steps__ended_at"))
+                    .values_list("pk", "ended_at", "last_step")), key=lambda t: (t[1], t[0]))
+    windows: dict[datetime, list[int]] = {}
+    for pk, end in tasks:
+        windows.setdefault(end if not period else _floor(end, period), []).append(pk)
+    last: datetime | None = None
+    for boundary, pks in windows.items():
+        baselines.baselines_as_of(project=project, until=boundary, since=last)
+        last = boundary
+        for start in range(0, len(pks), batch.BATCH_TASKS):
+            chunk = pks[start:start + batch.BATCH_TASKS]
+            steps = Step.objects.filter(task_id__in=chunk).exclude(kind="agent")
+            keys = {(kind, baseline_key(SimpleNamespace(kind=kind, name=name, model=model, tool_name=tool)))
+                    for kind, name, model, tool in steps.values_list("kind", "name", "model", "tool_name").distinct()}
+            devices = set(steps.exclude(device="").values_list("device", flat=True).distinct())
+            baselines.baselines_ensure(project=project, keys=keys, devices=devices, until=boundary)
+            token, claimed = batch.claim_ids(chunk, force=True)
+            batch.analyse_claimed(claimed, token=token)
+    return len(tasks)
+
+
+def _floor(moment: datetime, period: timedelta) -> datetime:
+    return _EPOCH + ((moment - _EPOCH) // period) * period
+
+
+def corpus_replay(directory: Path, *, log=print, refresh_minutes: float = REFRESH_MINUTES) -> tuple[Project, int]:
     """POST the corpus through the ingest views (the same code as over HTTP, in this process),
-    then analyse every task in the order the tasks ended."""
+    then analyse every task in the order the tasks ended (`replay_in_time_order`)."""
     from django.conf import settings
     from django.test import Client
 
@@ -121,8 +249,7 @@ def corpus_replay(directory: Path, *, log=print) -> tuple[Project, int]:
     from ingest.services import key_create
 
     project, _ = Project.objects.get_or_create(name=f"corpus-{directory.name}")
-    Task.objects.filter(project=project).delete()
-    Baseline.objects.filter(project=project).delete()
+    _empty(project)
     _, key = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST])
     host = next((h for h in settings.ALLOWED_HOSTS if h not in ("*",) and not h.startswith(".")), "localhost")
     client = Client(HTTP_HOST=host.strip("[]") if host != "[::1]" else "localhost",
@@ -143,31 +270,22 @@ def corpus_replay(directory: Path, *, log=print) -> tuple[Project, int]:
         if reply.partial_success.rejected_spans:
             log(f"{path.name}: {reply.partial_success.rejected_spans} spans refused: "
                 f"{reply.partial_success.error_message[:300]}")
-    baselines.baselines_refresh(project=project, full=True)
-    pks = list(Task.objects.filter(project=project).order_by("ended_at", "pk").values_list("pk", flat=True))
-    for pk in pks:
-        pipeline.run(pk, force=True)
-    return project, len(pks)
+    return project, replay_in_time_order(project, refresh_minutes=refresh_minutes)
 
 
-def project_findings(project: Project, *, include_low: bool) -> tuple[list[FindingView], int]:
+def project_findings(project: Project) -> list[FindingView]:
+    """Every finding of the project, any confidence."""
     rows = finding_queryset(project=project).values_list(
-        "task__task_id", "kind", "step_ids", "evidence", "confidence").iterator(chunk_size=5000)
-    findings, low = [], 0
-    for task_id, kind, step_ids, evidence, confidence in rows:
-        low += confidence == Finding.CONFIDENCE_LOW
-        if include_low or confidence != Finding.CONFIDENCE_LOW:
-            findings.append(FindingView(task_id, kind, tuple(step_ids or ()), evidence or {}))
-    return findings, low
+        "task__task_id", "kind", "step_ids", "evidence", "confidence", "wasted_ms").iterator(chunk_size=5000)
+    return [FindingView(task_id, kind, tuple(step_ids or ()), evidence or {}, confidence, wasted_ms)
+            for task_id, kind, step_ids, evidence, confidence, wasted_ms in rows]
 
 
-def replay_and_analyse(folder: Path) -> Project:
-    """A fresh `recorded-<family>` project holding the family's traces, analysed."""
+def replay_and_analyse(folder: Path, *, refresh_minutes: float = 0.0) -> Project:
+    """A fresh `recorded-<family>` project holding the family's traces, analysed in time order."""
     project, _ = Project.objects.get_or_create(name=f"recorded-{folder.name}")
-    Task.objects.filter(project=project).delete()
-    Baseline.objects.filter(project=project).delete()
+    _empty(project)
     recorded.replay(project=project, directory=folder)
-    baselines.baselines_refresh(project=project, full=True)
-    for pk in Task.objects.filter(project=project).order_by("started_at", "pk").values_list("pk", flat=True):
-        pipeline.run(pk, force=True)
+    replay_in_time_order(project, refresh_minutes=refresh_minutes)
     return project
+
