@@ -5,11 +5,15 @@ status, content type, headers and body conform to what the document says.
 The key has every scope of its project, so each operation is exercised past authentication
 (authorization failures are tested table-wise in test_isolation.py). The per-key rate limit is
 raised for the run: 429 is backpressure, tested in tests/ingest, not a schema question.
+
+The run's size (operations, requests sent, answers by status class) ends the session's output
+and test-artifacts/schemathesis.txt (tests/security/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 import requests
@@ -55,12 +59,17 @@ def operations(schema):
     return [result.ok() for result in schema.get_all_operations()]
 
 
-def test_every_api_operation_conforms_and_never_5xx(api):
+def test_every_api_operation_conforms_and_never_5xx(api, closing_note):
     schema, base_url, key = api
     ops = operations(schema)
     paths = {op.path for op in ops}
     assert {"/api/v1/ingest", "/api/v1/tasks", "/api/v1/tasks/{task_id}", "/v1/traces"} <= paths, paths
     failures = []
+    answers: Counter = Counter()  # status class of every answer: "2xx", "4xx", "5xx"
+
+    def count(ctx, response, case):
+        answers[f"{response.status_code // 100}xx"] += 1
+
     for op in ops:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # Derandomised: CI sees the same examples every run (a failure is reproducible, never
@@ -71,9 +80,14 @@ def test_every_api_operation_conforms_and_never_5xx(api):
             @given(case=op.as_strategy(generation_mode=mode))
             def check(case):
                 case.call_and_validate(base_url=base_url, headers={"Authorization": f"Bearer {key}"},
-                                       checks=CHECKS)
+                                       checks=[count, *CHECKS])
             try:
                 check()
             except Exception as exc:  # collect all operations' failures, then report them together
                 failures.append(f"{op.method.upper()} {op.path} [{mode.value}]: {str(exc)[:1500]}")
+    sent = sum(answers.values())
+    closing_note(f"schemathesis: {len(ops)} operations of /api/schema/, {sent} requests (up to {EXAMPLES} "
+                 f"examples per operation, valid and invalid), answers: "
+                 f"{', '.join(f'{k} {v}' for k, v in sorted(answers.items()))}; 5xx: {answers['5xx']}")
+    assert sent >= len(ops) * 2  # every operation was called, in both modes
     assert not failures, "\n\n".join(failures)
