@@ -40,9 +40,17 @@ def test_fail_on_regression_exits_1_above_the_threshold_and_0_below(two_releases
     assert checkout.endswith("slower")
 
 
+def verdict(text: str, task: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(task)).split()[-1]
+
+
 def test_no_flag_never_fails_and_an_improvement_does_not_fail(two_releases):
-    run("v1", "v2")
-    run("v2", "v1", "--fail-on-regression", "5")
+    # Without the flag the regression is reported, and the command still returns normally.
+    assert verdict(run("v1", "v2"), "checkout") == "regressed"
+    # Going back from v2 to v1 is an improvement: reported as one, and nothing to fail on.
+    back = run("v2", "v1", "--fail-on-regression", "5")
+    assert verdict(back, "checkout") == "improved"
+    assert "regression of at least" not in back
 
 
 def test_wrong_input_exits_2_naming_what_is_wrong(two_releases, other_project):
