@@ -49,6 +49,10 @@ app.conf.beat_schedule = {
     "analysis-sweep": {"task": "analysis.sweep", "schedule": 5.0, "options": {"expires": 5}},
     "analysis-baselines": {"task": "analysis.refresh_baselines", "schedule": 300.0,
                            "options": {"expires": 290}},
+    # Each agent's call dependencies, learned from its recent runs (analysis/engine/learned.py);
+    # on the analysis queue, not the periodic one.
+    "analysis-learn-dependencies": {"task": "analysis.learn_dependencies", "schedule": 60.0,
+                                    "options": {"expires": 55}},
     # Latency rollups: recompute the hours that changed (analysis/rollups/).
     "analysis-rollups": {"task": "analysis.refresh_rollups", "schedule": 60.0, "options": {"expires": 55}},
 }

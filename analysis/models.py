@@ -133,3 +133,49 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} from {self.effective_from:%Y-%m-%d}"
+
+
+class AgentProfile(models.Model):
+    """What one agent's recent runs say about the values its calls pass (analysis/engine/learned.py):
+    how many runs the profile was learned from and the tokens common across them (a token in
+    most runs, such as a region or the tenant's name, is no evidence that one call fed
+    another). `agent` "" is the whole project's recent traffic, the cold-start reference."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    agent = models.CharField(max_length=200, blank=True, default="")  # the task name
+    release = models.CharField(max_length=200, blank=True, default="")
+    runs = models.IntegerField(default=0)
+    common_tokens = ArrayField(models.TextField(), default=list, blank=True)
+    # The newest task end the profile has seen: refreshed again once a later one exists.
+    through = models.DateTimeField(null=True)
+    refreshed_at = models.DateTimeField(auto_now=True)
+    refresh_ms = models.FloatField(default=0.0)  # what the last refresh cost
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "agent", "release"], name="agentprofile_unique")]
+
+
+class CallPair(models.Model):
+    """One ordered pair of calls of an agent's turns, with the evidence its recent runs gave: in
+    how many runs both ran, a value of the earlier one's result reached the later one's
+    arguments (`flow_runs`), they overlapped in time, one model response requested both, and
+    how many distinct results the earlier call returned. A call is named by its tool and its
+    position among that tool's calls in the turn (`search#0`, `search#1`)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    agent = models.CharField(max_length=200)
+    release = models.CharField(max_length=200, blank=True, default="")
+    earlier = models.CharField(max_length=210)
+    later = models.CharField(max_length=210)
+    runs = models.IntegerField(default=0)
+    flow_runs = models.IntegerField(default=0)
+    concurrent_runs = models.IntegerField(default=0)
+    together_runs = models.IntegerField(default=0)
+    result_variants = models.IntegerField(default=0)
+    serial_ms = models.FloatField(default=0.0)  # mean time the later call waited after the earlier one began
+    verdict = models.CharField(max_length=12, default="unknown")  # dependent | independent | unknown
+    basis = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "agent", "release", "earlier", "later"],
+                                               name="callpair_unique")]

@@ -1,6 +1,6 @@
 from django.urls import include, path, register_converter
 
-from analysis.dashboard import api, compare_api, compare_views, views
+from analysis.dashboard import agents, api, compare_api, compare_views, views
 from ingest.ids import IdConverter
 
 register_converter(IdConverter, "id")
@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),
     path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
     path("api/v1/status", api.StatusView.as_view(), name="api-status"),
+    path("api/v1/agents/<id:name>", agents.AgentDetailView.as_view(), name="api-agent-detail"),
     path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),
@@ -34,6 +35,7 @@ urlpatterns = [
     path("sessions/<id:session_id>", compare_views.session_detail, name="session-detail"),
     path("latency", views.latency, name="latency"),
     path("charts/latency.json", views.latency_charts, name="latency-charts"),
+    path("agents/<id:name>", agents.agent_detail, name="agent-detail"),
     path("devices", views.devices, name="devices"),
     path("charts/devices.json", views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from analysis.engine import learned
 from analysis.engine import whatif as whatif_module
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.budget import latency_budget
@@ -92,7 +93,8 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
             per_device[row[0]].append(sample_of(_ms(row[1]), row[2:]))
         samples = dict(per_device)
     return context_build(task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=steps,
-                         baselines=stats, device_normals=normals, samples=samples)
+                         baselines=stats, device_normals=normals, samples=samples,
+                         profile=learned.profile_for(task.project_id, task.name, task.release))
 
 
 def baseline_keys(steps: list[StepData]) -> tuple[set[tuple[str, str]], set[str]]:
@@ -136,12 +138,12 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
-                  device_normals: dict, samples: dict) -> TaskContext:
+                  device_normals: dict, samples: dict, profile=None) -> TaskContext:
     """The TaskContext the detectors read (the same for one task and for a batch)."""
     start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
     end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
     return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
-                       device_normals=device_normals, samples=samples)
+                       device_normals=device_normals, samples=samples, profile=profile)
 
 
 def _baselines(project_id: int, keys: set[tuple[str, str]], devices: set[str]) -> list[Baseline]:

@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from analysis.engine import analyse, pipeline
+from analysis.engine import analyse, learned, pipeline
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.detectors.base import StepData
 from analysis.engine.verdicts import telemetry_devices
@@ -152,7 +152,7 @@ def release(task_pks: list[int], token: str) -> None:
 
 # --- loading -------------------------------------------------------------------------------------
 
-_TASK_SQL = """SELECT id, project_id, task_id, started_at, ended_at, last_event_at, release
+_TASK_SQL = """SELECT id, project_id, task_id, started_at, ended_at, last_event_at, release, name
 FROM ingest_task WHERE id = ANY(%s)"""
 
 _STEP_SQL = """SELECT task_id, step_id, kind, name,
@@ -182,10 +182,12 @@ def _binary_rows(cursor, sql: str, params: list) -> list[tuple]:
 
 
 class _Task:
-    __slots__ = ("pk", "project_id", "task_id", "started_at", "ended_at", "last_event_at", "release", "steps")
+    __slots__ = ("pk", "project_id", "task_id", "started_at", "ended_at", "last_event_at", "release", "name",
+                 "steps")
 
     def __init__(self, row):
-        self.pk, self.project_id, self.task_id, self.started_at, self.ended_at, self.last_event_at, self.release = row
+        (self.pk, self.project_id, self.task_id, self.started_at, self.ended_at, self.last_event_at, self.release,
+         self.name) = row
         self.steps: list[StepData] = []
 
 
@@ -277,13 +279,15 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, object]:
     for project_id, group in by_project.items():
         needs = {t.pk: analyse.baseline_keys(t.steps) for t in group}
         stats, normals = _baselines_load(cursor, project_id, list(needs.values()))
+        profiles = learned.profiles_for(project_id, [(t.name, t.release) for t in group])
         for task in group:
             baselines = {}
             for key in needs[task.pk][0]:
                 baselines.update(stats.get(key, ()))
             contexts[task.pk] = analyse.context_build(
                 task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
-                baselines=baselines, device_normals=normals, samples={})
+                baselines=baselines, device_normals=normals, samples={},
+                profile=profiles.get((task.name, task.release)))
         wanted = {t.pk: devices for t in group if (devices := telemetry_devices(contexts[t.pk]))}
         windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps)) is not None}
         telemetry = _samples_load(cursor, project_id, windows, wanted)

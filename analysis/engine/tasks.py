@@ -5,10 +5,11 @@ twice is safe (claims, replace-not-append)."""
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 
-from analysis.engine import baselines, batch, pipeline
+from analysis.engine import baselines, batch, learned, pipeline
 
 log = logging.getLogger("agentops.analysis")
 
@@ -61,3 +62,14 @@ def refresh_baselines() -> None:
     baselines.all_projects_refresh()
 
 
+
+
+@shared_task(name="analysis.learn_dependencies", ignore_result=True)
+def learn_dependencies() -> int:
+    """Learn again, from their recent runs, the call dependencies of the agents that ran since the
+    last time (analysis/engine/learned.py). On the analysis queue: it reads steps, as analysis does."""
+    started = time.perf_counter()
+    refreshed = learned.refresh_due()
+    if refreshed:
+        log.info("analysis.learned agents=%d ms=%.0f", refreshed, 1000 * (time.perf_counter() - started))
+    return refreshed

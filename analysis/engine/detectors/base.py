@@ -167,6 +167,9 @@ class TaskContext:
     baselines: dict[tuple[str, str, str], BaselineStats] = field(default_factory=dict)
     device_normals: dict[str, DeviceNormal] = field(default_factory=dict)
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # per device, by time
+    # What the agent's other runs say about its calls' values and pairs (dependencies.Profile;
+    # None: nothing learned yet).
+    profile: object = None
     # Filled by the engine before detectors run: step_id → hardware verdict dict.
     verdicts: dict[str, dict] = field(default_factory=dict)
     # canonical_args of the steps' arguments, computed once per task (see call_args).

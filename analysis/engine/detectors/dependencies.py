@@ -14,14 +14,22 @@ Real agents never say which call consumed which output; what they do record, str
 5. the earlier call's result was recorded and nothing of it reached the later call's arguments:
    probably independent, but a value may have flowed in a form we cannot see — medium;
 6. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
-Trivial values (booleans, small numbers, short or plain words) are never evidence: `true`, `1`
-or "en" in two calls says nothing about either. See docs/analysis.md, "Dependencies".
+What counts as a value worth following is learned from the agent's other runs when there are
+enough of them (analysis/engine/learned.py): a token common across its runs (`EU`, `true`, the
+tenant's name, today's date) is never evidence, any other is, however short (`c4821`, `A7`,
+`93`). Those runs also give each pair of calls a history (the `Profile`'s pairs): a pair the agent
+ran or requested together elsewhere is independent, one whose flow shows in most runs is
+dependent, one that never showed flow over runs with varied results is independent, and one
+whose history says neither is unknown. Without such runs (cold start), a value counts by its
+shape: letters and digits mixed, long, or a number of at least MIN_NUMBER. See
+docs/analysis.md, "Dependencies".
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from analysis.engine.detectors.base import StepData
 
@@ -33,9 +41,25 @@ INDEPENDENT_NO_FLOW = "results recorded, none reaches the other's arguments"
 UNKNOWN_SHARED = "share a value, and nothing shows whether one waited for the other"
 UNKNOWN = "no call ids, results or declared dependencies"
 
+LEARNED_FLOW = "in most of the agent's runs a value of the earlier call's result reached the later call"
+LEARNED_TOGETHER = "the agent requested or ran these calls together in other runs"
+LEARNED_NO_FLOW = "in the agent's runs, whose results varied, no value of one reached the other"
+LEARNED_UNKNOWN = "the agent's runs do not show whether one needed the other"
+
 # Confidence each kind of evidence supports (docs/analysis.md, "Confidence").
 STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
-            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low"}
+            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low", LEARNED_FLOW: "medium",
+            LEARNED_TOGETHER: "medium", LEARNED_NO_FLOW: "medium", LEARNED_UNKNOWN: "low"}
+
+# A pair's history says something once both calls ran in MIN_PAIR_RUNS of the agent's runs:
+# dependent when the flow shows in more than MOST of them; independent when it shows in at most
+# NO_FLOW_SHARE of them and the earlier call's results took MIN_VARIED distinct values (a
+# constant result cannot show flow).
+MIN_PAIR_RUNS = 8
+MOST = 0.5
+NO_FLOW_SHARE = 0.1
+MIN_VARIED = 3
+DEPENDENT, INDEPENDENT, UNKNOWN_VERDICT = "dependent", "independent", "unknown"
 
 # A token worth treating as data flow (compared without case): letters and digits mixed
 # (c4821, h384, ord_8f3k2q), at least 8 characters with a separator (src/app.py, a-b-c-d), a
@@ -73,8 +97,7 @@ def _strings(value: object, out: list[str], depth: int = 0) -> None:
         return
     elif isinstance(value, int | float):
         if isinstance(value, int) or value.is_integer():
-            if abs(value) >= MIN_NUMBER:
-                out.append(str(int(value)))
+            out.append(str(int(value)))
     elif isinstance(value, dict):
         for v in value.values():
             _strings(v, out, depth + 1)
@@ -83,22 +106,75 @@ def _strings(value: object, out: list[str], depth: int = 0) -> None:
             _strings(v, out, depth + 1)
 
 
-def distinctive_values(value: object) -> set[str]:
-    """The distinctive tokens of a value (arguments object or result text)."""
+def all_tokens(value: object) -> set[str]:
+    """Every token of a value (arguments object or result text), lower-cased: case does not
+    separate values (an id the agent upper-cases before passing it on is the same id), and
+    "ord_8f3k2q:12" or "user@host" carry their parts too."""
     texts: list[str] = []
     _strings(value, texts)
     tokens = set()
     for text in texts:
-        # Case does not separate values: an id the agent upper-cases before passing it on
-        # is the same id.
         for token in _TOKEN.findall(text.lower()):
-            if _distinctive(token):
-                tokens.add(token)
-            # "ord_8f3k2q:12" or "user@host" still carry their parts.
-            for part in _PARTS.split(token) if ("/" in token or ":" in token or "@" in token) else ():
-                if _distinctive(part):
-                    tokens.add(part)
+            tokens.add(token)
+            if "/" in token or ":" in token or "@" in token:
+                tokens.update(part for part in _PARTS.split(token) if len(part) >= 2)
     return tokens
+
+
+def distinctive_values(value: object) -> set[str]:
+    """The tokens of a value that count by their shape alone (the cold-start rule)."""
+    return {t for t in all_tokens(value) if _distinctive(t)}
+
+
+@dataclass
+class PairStats:
+    """The evidence one pair of calls gathered over an agent's runs (learned.pair_stats)."""
+
+    runs: int = 0
+    flow_runs: int = 0
+    concurrent_runs: int = 0
+    together_runs: int = 0
+    variants: set = field(default_factory=set)
+    saved_ms: float = 0.0  # summed over serial runs: the shorter call's duration
+
+    @property
+    def result_variants(self) -> int:
+        return len(self.variants)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What an agent's recent runs say: which tokens are common across them (no evidence), and
+    each pair of calls' history (objects with the PairStats counts, keyed by call names)."""
+
+    runs: int
+    common: frozenset[str]
+    pairs: dict = field(default_factory=dict)
+
+    def rare(self, token: str) -> bool:
+        return token not in self.common
+
+
+def pair_verdict(p) -> tuple[str, str]:
+    """(verdict, basis) of a pair from its counts."""
+    if p.together_runs or p.concurrent_runs:
+        return INDEPENDENT, LEARNED_TOGETHER
+    if p.runs >= MIN_PAIR_RUNS and p.flow_runs > MOST * p.runs:
+        return DEPENDENT, LEARNED_FLOW
+    if p.runs >= MIN_PAIR_RUNS and p.flow_runs <= NO_FLOW_SHARE * p.runs and p.result_variants >= MIN_VARIED:
+        return INDEPENDENT, LEARNED_NO_FLOW
+    return UNKNOWN_VERDICT, LEARNED_UNKNOWN
+
+
+def call_names(group: list) -> dict[str, str]:
+    """step_id → the call's name in its turn: its tool and its position among that tool's
+    calls (`search#0`, `search#1`), the key a pair's history is kept under."""
+    seen: Counter = Counter()
+    out = {}
+    for s in group:
+        out[s.step_id] = f"{s.label}#{seen[s.label]}"
+        seen[s.label] += 1
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +202,10 @@ LINK_WINDOW = 32
 class Evidence:
     """The dependency evidence of one task, computed on demand and memoised."""
 
-    def __init__(self, steps: list[StepData]) -> None:
+    def __init__(self, steps: list[StepData], profile: Profile | None = None) -> None:
+        self.profile = profile
+        # Rarity across the agent's runs when they are known, else the value's shape.
+        self._counts = profile.rare if profile is not None and profile.runs else _distinctive
         self.requested_by: dict[str, StepData] = {}
         for s in steps:
             if s.kind == "llm":
@@ -148,12 +227,13 @@ class Evidence:
 
     def args(self, call: StepData) -> set[str]:
         if call.step_id not in self._args:
-            self._args[call.step_id] = distinctive_values(call.tool_args)
+            self._args[call.step_id] = {t for t in all_tokens(call.tool_args) if self._counts(t)}
         return self._args[call.step_id]
 
     def result(self, call: StepData) -> set[str]:
         if call.step_id not in self._results:
-            self._results[call.step_id] = distinctive_values(call.tool_result) if call.tool_result else set()
+            self._results[call.step_id] = (
+                {t for t in all_tokens(call.tool_result) if self._counts(t)} if call.tool_result else set())
         return self._results[call.step_id]
 
     def output(self, call: StepData) -> set[str]:
@@ -178,7 +258,9 @@ class Evidence:
         """Started by the agent's code, not requested by a model response."""
         return self.ids_both_sides and call.tool_call_id not in self.requested_by
 
-    def link(self, earlier: StepData, later: StepData) -> Link:
+    def link(self, earlier: StepData, later: StepData, names: tuple[str, str] | None = None) -> Link:
+        """What is known of the pair; `names` (the calls' names in their turn) looks up the
+        pair's history in the agent's other runs."""
         a, b = earlier.step_id, later.step_id
         if self.declares:
             return Link(a, b, a in later.depends_on, DECLARED)
@@ -188,10 +270,16 @@ class Evidence:
         after = later.start_ms >= earlier.end_ms - 1e-6
         if earlier.tool_result and after and self.output(earlier) & self.args(later):
             return Link(a, b, True, DEPENDENT_DATA)
+        history = self.profile.pairs.get(names) if self.profile is not None and names else None
+        verdict, basis = pair_verdict(history) if history is not None else (None, "")
+        if basis == LEARNED_TOGETHER:
+            return Link(a, b, False, basis)
         if (self.args(earlier) | self.result(earlier)) & self.args(later):
             if after and self.follow_up(later):
                 return Link(a, b, True, DEPENDENT_FOLLOW_UP)
             return Link(a, b, None, UNKNOWN_SHARED)
+        if history is not None:
+            return Link(a, b, {DEPENDENT: True, INDEPENDENT: False}.get(verdict), basis)
         if earlier.tool_result:
             return Link(a, b, False, INDEPENDENT_NO_FLOW)
         return Link(a, b, None, UNKNOWN)
@@ -199,5 +287,6 @@ class Evidence:
     def links(self, group: list[StepData]) -> list[Link]:
         """The (earlier, later) pairs of a group of calls in start order: every pair, except
         that a call of a very long turn is linked only to the LINK_WINDOW calls before it."""
-        return [self.link(earlier, later) for j, later in enumerate(group)
-                for earlier in group[max(0, j - LINK_WINDOW):j]]
+        names = call_names(group)
+        return [self.link(earlier, later, (names[earlier.step_id], names[later.step_id]))
+                for j, later in enumerate(group) for earlier in group[max(0, j - LINK_WINDOW):j]]

@@ -46,6 +46,9 @@ from analysis.engine.detectors.dependencies import (
     DECLARED,
     INDEPENDENT_IDS,
     INDEPENDENT_NO_FLOW,
+    LEARNED_NO_FLOW,
+    LEARNED_TOGETHER,
+    LEARNED_UNKNOWN,
     STRENGTH,
     UNKNOWN,
     UNKNOWN_SHARED,
@@ -66,6 +69,12 @@ REASONS = {
              "so nothing shows whether these calls needed each other's output.",
     UNKNOWN_SHARED: "Possible only: these calls share a value (an id, a path) and the trace does not "
                     "show whether the agent meant one to wait for the other.",
+    LEARNED_TOGETHER: "In other runs this agent requested or ran these calls together, so neither needs "
+                      "the other's output.",
+    LEARNED_NO_FLOW: "Over this agent's recent runs, whose results varied, no value of the earlier call's "
+                     "result ever reached the later call's arguments.",
+    LEARNED_UNKNOWN: "Possible only: this agent's runs do not show whether one of these calls needed "
+                     "the other's output.",
 }
 
 
@@ -123,7 +132,7 @@ def _weakest(links: list[Link]) -> str:
 
 @register("parallelizable_calls")
 def detect(ctx: TaskContext):
-    evidence = Evidence(ctx.steps)
+    evidence = Evidence(ctx.steps, ctx.profile)
     for group in turn_groups(ctx.steps, evidence):
         group = distinct_calls(group, ctx)
         if len(group) < 2:
