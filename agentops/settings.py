@@ -222,6 +222,10 @@ SPECTACULAR_SETTINGS = {
                              "agentops.openapi.add_error_responses"],
 }
 
+# Streamed exports (API and /tasks.csv, /findings.csv) one web process serves at once; the next
+# is 503 + Retry-After. Each holds a thread until its client has read the last byte, so keep it
+# well under gunicorn's threads (WEB_THREADS, 8): the others answer short requests.
+AGENTOPS_MAX_EXPORTS_PER_PROCESS = env_int("AGENTOPS_MAX_EXPORTS_PER_PROCESS", 2)
 # Requests per key per web process ("N/second" or "N/minute"); 429 + Retry-After beyond it.
 AGENTOPS_KEY_RATE_LIMIT = env_str("AGENTOPS_KEY_RATE_LIMIT", "300/second")
 # Failed logins before the login form refuses for AGENTOPS_LOGIN_LOCKOUT_SECONDS: per username

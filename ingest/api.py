@@ -17,7 +17,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from ingest import limits
 from ingest.auth import HasIngestScope
 from ingest.events import parse_event
-from ingest.http import BodyError, read_body
+from ingest.http import BodyError, request_body
 from ingest.records import Batch, RecordError
 from ingest.services import batch_store
 
@@ -92,8 +92,8 @@ class IngestView(APIView):
             "accepted": serializers.IntegerField(),
             "rejected": serializers.ListField(child=inline_serializer("IngestRejection", {
                 "index": serializers.IntegerField(), "error": serializers.CharField()})),
-        }), 400: OpenApiTypes.OBJECT, 401: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT,
-            503: OpenApiTypes.OBJECT},
+        }), 400: OpenApiTypes.OBJECT, 401: OpenApiTypes.OBJECT, 408: OpenApiTypes.OBJECT,
+            413: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT},
         examples=[OpenApiExample("one step", value={"events": [{
             "type": "step", "step_id": "s1", "task_id": "t1", "kind": "tool", "name": "search",
             "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T00:00:01Z"}]})],
@@ -102,12 +102,13 @@ class IngestView(APIView):
     )
     def post(self, request):
         try:
-            body = read_body(request)
-            batch, rejected = parse_native_batch(decode_json(body))
+            with request_body(request) as body:
+                batch, rejected = parse_native_batch(decode_json(body))
+                del body
+                if len(batch):
+                    batch_store(project=request.auth.project, batch=batch)
         except BodyError as exc:
-            return Response({"error": exc.message}, status=exc.status)
-        if len(batch):
-            batch_store(project=request.auth.project, batch=batch)
+            return Response({"error": exc.message}, status=exc.status, headers=exc.headers)
         log.info("ingest.received project=%s accepted=%d rejected=%d",
                  request.auth.project_id, len(batch), len(rejected))
         return Response({"accepted": len(batch), "rejected": rejected})

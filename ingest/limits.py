@@ -8,6 +8,14 @@ def _limit(name: str, default: int) -> int:
 
 
 MAX_BODY_BYTES = _limit("AGENTOPS_MAX_BODY_BYTES", 16 * 1024 * 1024)  # after decompression
+# Bodies one web process holds at once, whatever its thread count (ingest/http.py): one
+# maximum-size batch, parsed, is ~150 MB of a worker; smaller ones share the room. A request that
+# finds no room waits up to BODY_ROOM_WAIT_SECONDS (at most BODY_ROOM_WAITERS at once), then 503.
+MAX_BODY_BYTES_IN_FLIGHT = _limit("AGENTOPS_MAX_BODY_BYTES_IN_FLIGHT", MAX_BODY_BYTES)
+BODY_ROOM_WAIT_SECONDS = 5
+BODY_ROOM_WAITERS = 2
+# A sender silent this long in the middle of its body is answered 408: its thread is freed.
+BODY_IDLE_SECONDS = _limit("AGENTOPS_BODY_IDLE_SECONDS", 30)
 MAX_EVENTS_PER_BATCH = _limit("AGENTOPS_MAX_EVENTS_PER_BATCH", 10_000)
 MAX_ID_LENGTH = 128
 MAX_NAME_LENGTH = 200

@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from ingest import otlp
 from ingest.api import RawBodyParser
 from ingest.auth import HasIngestScope, IngestKeyAuthentication
-from ingest.http import BodyError, read_body
+from ingest.http import BodyError, request_body
 from ingest.services import batch_store
 
 log = logging.getLogger("agentops.ingest")
@@ -47,7 +47,9 @@ def _schema(*, operation_id: str, what: str, rejected_field: str, description: s
         (400, "undecodable body (the message says what and where)"), (401, "no or unknown key"),
         (403, "the key has no 'ingest' scope"), (413, "body over the limit after decompression"),
         (415, "Content-Type is not application/x-protobuf or application/json"),
-        (503, "database unavailable; retry after Retry-After seconds"))}
+        (408, "the body stopped arriving mid-way"),
+        (503, "database unavailable, or the process holds as many bodies as it may; retry after "
+              "Retry-After seconds"))}
     return extend_schema(
         operation_id=operation_id,
         tags=["otlp"],
@@ -80,15 +82,20 @@ class _OtlpView(APIView):
         if media is None:
             return _status(415, f"Content-Type: {header[:80]!r} is not supported "
                                 f"(use {otlp.PROTOBUF} or {otlp.JSON})", otlp.JSON)
+        project = request.auth.project
         try:
-            decoded = self.decode(read_body(request), media=media)
+            with request_body(request) as body:
+                decoded = self.decode(body, media=media)
+                del body
+                if len(decoded.batch):
+                    batch_store(project=project, batch=decoded.batch)
         except BodyError as exc:
-            return _status(exc.status, exc.message, media)
+            response = _status(exc.status, exc.message, media)
+            for name, value in exc.headers.items():
+                response[name] = value
+            return response
         except otlp.OtlpDecodeError as exc:
             return _status(400, str(exc), media)
-        project = request.auth.project
-        if len(decoded.batch):
-            batch_store(project=project, batch=decoded.batch)
         log.info("ingest.received source=otlp_%s project=%s records=%d rejected=%d",
                  self.what, project.pk, len(decoded.batch), decoded.rejected)
         return HttpResponse(self.reply(decoded, media=media), content_type=media)

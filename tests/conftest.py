@@ -92,6 +92,16 @@ def _rollups_left_behind(request, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
+def _export_slots():
+    # A streamed export the test client was never made to read to the end is never closed (gunicorn
+    # closes every response): the slot it took must not be missing for the tests after it.
+    yield
+    from analysis.dashboard import export_slots
+
+    export_slots._in_use = 0
+
+
+@pytest.fixture(autouse=True)
 def _broker_pause():
     # A test that fakes a broker outage must not pause enqueueing for the tests after it.
     from analysis.engine import signals

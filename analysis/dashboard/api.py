@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from analysis import costs
 from analysis.access import request_project
-from analysis.dashboard import exports, reads, selectors, status
+from analysis.dashboard import export_slots, exports, reads, selectors, status
 from analysis.dashboard.serializers import (
     FindingPageSerializer,
     LatencyPageSerializer,
@@ -218,10 +218,16 @@ class ExportView(APIView):
         # Imported here: pyarrow and pandas would weigh ~100 MB in every web worker from the start.
         from analysis.dashboard.export_arrow import stream
 
-        chunks = stream(export)
-        # The first chunk is made here, in the view: a database that is down answers 503 with
-        # Retry-After (not a broken stream) before anything is sent.
-        first = next(chunks, b"")
-        response = StreamingHttpResponse(itertools.chain([first], chunks), content_type=export.content_type)
+        try:
+            slot = export_slots.take()
+        except export_slots.Busy as busy:
+            return Response({"error": busy.message}, status=503, headers=busy.headers)
+        with slot:
+            chunks = stream(export)
+            # The first chunk is made here, in the view: a database that is down answers 503 with
+            # Retry-After (not a broken stream) before anything is sent.
+            first = next(chunks, b"")
+            response = StreamingHttpResponse(slot.stream(itertools.chain([first], chunks)),
+                                             content_type=export.content_type)
         response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
         return response

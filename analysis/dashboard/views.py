@@ -22,7 +22,7 @@ from django.views.decorators.gzip import gzip_page
 from analysis import costs
 from analysis.access import project_for_user
 from analysis.comparison import explain
-from analysis.dashboard import charts, reads, selectors, sessions, status
+from analysis.dashboard import charts, export_slots, reads, selectors, sessions, status
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
@@ -417,7 +417,13 @@ def _csv_response(filename: str, header: list[str], rows) -> StreamingHttpRespon
         for row in rows:
             yield writer.writerow([csv_cell(v) for v in row])
 
-    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    try:
+        slot = export_slots.take()
+    except export_slots.Busy as busy:
+        return HttpResponse(busy.message, status=503, headers=busy.headers,
+                            content_type="text/plain; charset=utf-8")
+    with slot:
+        response = StreamingHttpResponse(slot.stream(lines()), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -3,6 +3,7 @@ holds (per type), every filter narrows every export, one project never sees anot
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -349,3 +350,46 @@ def test_the_file_name_is_safe_whatever_the_project_is_called(db, make_key):
     odd = Project.objects.create(name='we"ird\\ná/..')
     status, _, response = export(make_key(odd, IngestKey.SCOPE_READ), "tasks", format="csv")
     assert status == 200 and response["Content-Disposition"] == 'attachment; filename="we_ird_n-tasks.csv"'
+
+
+
+def test_exports_past_the_per_process_cap_answer_503_with_retry_after(data, read_key, settings, client,
+                                                                       django_user_model):
+    """Each streamed export holds a web thread until its client has read it all: past
+    AGENTOPS_MAX_EXPORTS_PER_PROCESS the next is refused, API and dashboard CSV alike."""
+    from analysis.dashboard import export_slots
+
+    settings.AGENTOPS_MAX_EXPORTS_PER_PROCESS = 2
+    user = django_user_model.objects.create_user("member", password="pw")
+    data.members.add(user)
+    client.force_login(user)
+    # Two exports streaming on other threads of this process.
+    others = [export_slots.take(), export_slots.take()]
+    try:
+        status, body, refused = export(read_key, "tasks", format="csv")
+        page = client.get("/findings.csv", {"project": data.name})
+    finally:
+        for slot in others:
+            slot.release()
+    assert status == 503 and refused["Retry-After"] == "10" and "busy" in json.loads(body)["error"]
+    assert page.status_code == 503 and page["Retry-After"] == "10"
+    assert export(read_key, "tasks", format="csv")[0] == 200
+
+
+@pytest.mark.parametrize("how", ["read to the end", "closed early", "dropped unread"])
+def test_a_streamed_export_gives_its_slot_back_however_it_ends(data, read_key, settings, how):
+    from analysis.dashboard import export_slots
+
+    settings.AGENTOPS_MAX_EXPORTS_PER_PROCESS = 1
+    response = Client().get("/api/v1/export/steps", {"format": "csv"}, HTTP_AUTHORIZATION=f"Bearer {read_key}")
+    assert response.status_code == 200
+    with pytest.raises(export_slots.Busy):
+        export_slots.take()
+    if how == "read to the end":
+        b"".join(response.streaming_content)  # the test client then closes it, as gunicorn does
+    elif how == "closed early":
+        next(iter(response.streaming_content))
+        response.close()  # a client that hung up mid-way
+    del response
+    gc.collect()  # the test client's response is in a reference cycle; a server's is not
+    export_slots.take().release()

@@ -70,7 +70,8 @@ def project_key(env: dict, name: str = "faults") -> str:
 
 
 class Server:
-    """gunicorn serving the product on a free loopback port."""
+    """gunicorn serving the product on a free loopback port, with the product's settings
+    (agentops/gunicorn_conf.py: gthread workers, their threads and timeouts)."""
 
     def __init__(self, env: dict, *, workers: int = 2, port: int | None = None):
         self.env, self.workers = env, workers
@@ -80,8 +81,9 @@ class Server:
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "agentops.wsgi", "-b", f"127.0.0.1:{self.port}",
-             "-w", str(self.workers), "--timeout", "60", "--graceful-timeout", "30", "--log-level", "warning"],
+            [sys.executable, "-m", "gunicorn", "-c", "python:agentops.gunicorn_conf", "agentops.wsgi",
+             "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers), "--graceful-timeout", "30",
+             "--log-level", "warning"],
             env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

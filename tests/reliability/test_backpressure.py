@@ -1,10 +1,12 @@
 """Backpressure: a web worker's memory stays bounded under a flood of maximum-size batches.
 
-gunicorn's sync workers take one request at a time; the rest wait in the listen backlog, not in
-worker memory. A request may hold at most MAX_BODY_BYTES of body (16 MB, after decompression),
-its parsed JSON and the records built from it. So a worker's RSS may rise by a multiple of the
-body size while it handles one batch, but must not keep growing with the number of batches
-(nothing accumulates between requests). The bound asserted: RSS above the idle baseline stays
+The workers are the product's (agentops/gunicorn_conf.py: gthread, several threads each), so
+three senders can land on one worker at once; ingest/http.py lets a process hold at most
+MAX_BODY_BYTES_IN_FLIGHT of bodies (one maximum-size batch), the rest wait or are told 503 and
+retry. A request may hold at most MAX_BODY_BYTES of body (16 MB, after decompression), its parsed
+JSON and the records built from it. So a worker's RSS may rise by a multiple of the body size
+while it handles one batch, but must not keep growing with the number of batches (nothing
+accumulates between requests). The bound asserted: RSS above the idle baseline stays
 under 16 × MAX_BODY_BYTES (a Python dict-heavy JSON document takes ~6–10× its text size; twice
 that for headroom), and the peak in the second half of the flood is no more than 1.3× the
 peak in the first half (no growth with the flood's length).

@@ -47,14 +47,9 @@ class Command(BaseCommand):
         public = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         os.environ.setdefault("AGENTOPS_BASE_URL", f"http://{public}:{port}")
         commands = {
-            "web": [python, "-m", "gunicorn", "agentops.wsgi:application", "--bind", f"{host}:{port}",
-                    # gthread, one thread: one request at a time per process as with sync workers,
-                    # but the heartbeat comes from the main loop, so a bulk export streaming for
-                    # minutes is not killed as a hung worker after --timeout.
-                    "--workers", str(web_workers), "--worker-class", "gthread", "--threads", "1",
-                    "--timeout", "60", "--graceful-timeout", "20",
-                    *_control_socket(),
-                    "--access-logfile", "-", "--access-logformat", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'],
+            # gthread workers of WEB_THREADS threads, timeouts: agentops/gunicorn_conf.py says why.
+            "web": [python, "-m", "gunicorn", "-c", "python:agentops.gunicorn_conf", "agentops.wsgi:application",
+                    "--bind", f"{host}:{port}", "--workers", str(web_workers), *_control_socket()],
             "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
                        "--concurrency", str(worker_concurrency), "--hostname", f"worker-{os.getpid()}@%h",
                        "--queues", celery_app.conf.task_default_queue],

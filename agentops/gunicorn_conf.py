@@ -1,0 +1,29 @@
+"""gunicorn's settings for the web service, the same for runstack, docker-compose and the fault
+tests: `gunicorn -c python:agentops.gunicorn_conf agentops.wsgi:application --bind ... --workers N`.
+
+gthread with WEB_THREADS (8) threads per worker: a connection waiting for its next request sits
+in the worker's poller and holds no thread, but one that has begun a request holds a thread until
+its headers are in (gthread has no header timeout; a client trickling them holds it that long),
+and a streamed export holds one until a slow reader has taken the last byte. With one thread, two
+such clients stalled both workers (docs/reliability.md). Eight give short requests room beside
+them; exports take at most AGENTOPS_MAX_EXPORTS_PER_PROCESS of them (analysis/dashboard/exports.py)
+and ingest bodies in memory at once are bounded by bytes (ingest/http.py), so more threads mean
+neither more export streams nor more memory. Many slow clients on a public address are a proxy's
+job: docker-compose puts nginx in front (nginx.conf), which reads whole requests and buffers
+responses, so gunicorn's threads only ever talk to a fast neighbour.
+
+Each thread keeps its own database connection (CONN_MAX_AGE), so workers × threads is the web
+tier's share of PostgreSQL's max_connections (100 by default): 4 × 8 in docker-compose.
+
+The heartbeat comes from the main loop, not the request threads, so `timeout` never kills a
+worker for an export that streams for minutes; it catches a wedged worker."""
+
+import os
+
+worker_class = "gthread"
+threads = int(os.environ.get("WEB_THREADS", "8"))
+timeout = 60
+graceful_timeout = 20  # in-flight requests finish on SIGTERM (runstack waits as long)
+keepalive = 5  # seconds an idle kept-alive connection waits in the poller (no thread) for the next request
+accesslog = "-"
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
