@@ -295,8 +295,8 @@ def baselines_as_of(*, project: Project, until: datetime, since: datetime | None
         cursor.execute("SELECT DISTINCT r.device FROM ingest_resourcesample r WHERE r.project_id = %(project)s "
                        "AND r.ts <= %(until)s" + (" AND r.ts > %(since)s" if since is not None else ""), params)
         devices = sorted(r[0] for r in cursor.fetchall())
-    return (step_baselines_compute(project=project, keys=keys, until=until)
-            + device_normals_compute(project=project, devices=devices, until=until))
+    return sum(_side_by_side(lambda: step_baselines_compute(project=project, keys=keys, until=until),
+                             lambda: device_normals_compute(project=project, devices=devices, until=until)))
 
 
 def all_projects_refresh() -> None:

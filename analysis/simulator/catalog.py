@@ -16,7 +16,9 @@ For evidence mode each tool also says what it returns (`result`: a small body re
 the tool, and the distinctive values in it that later calls may quote), which arguments it can
 fill from which earlier tool's result (`feeds`), and each agent which follow-up calls its own
 code runs on a result without asking the model (`code_chains`: search → read the top hit).
-Ids are fixed-width, so one never hides inside another.
+Values are what small real systems use: short ids (c7, A482, SKU-31), small integers, common
+words; a value passed on may be written differently (`forms`: upper-cased, inside a URL or a SQL
+statement). Nothing here avoids a value two unrelated calls happen to share: real APIs do not.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Tool:
     result: ResultFn = field(default=_acknowledged, compare=False)
     # {earlier tool: {argument: the field of that tool's result it takes}}
     feeds: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    # {argument: how a value taken from a result is written into it}: "upper" (the model
+    # upper-cases the id), or a template with {} (inside a URL, a SQL statement); default as is.
+    forms: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,11 @@ class Agent:
 
 def _id(rng: np.random.Generator, prefix: str, digits: int = 6) -> str:
     return f"{prefix}{int(rng.integers(10 ** (digits - 1), 10**digits))}"
+
+
+def short_id(rng: np.random.Generator, prefix: str = "") -> str:
+    """An id as small systems hand them out: a prefix and 1–4 digits (c7, A482, 1042)."""
+    return f"{prefix}{int(rng.integers(1, 10 ** int(rng.integers(1, 5))))}"
 
 
 _CITIES = ["Lisbon", "Osaka", "Denver", "Nairobi", "Oslo", "Lima", "Hanoi", "Porto", "Austin", "Seoul",
@@ -130,7 +140,7 @@ _HOTELS = ["Hotel Aurora", "Casa Verde", "The Linden", "Harbour Inn", "Pension S
 
 
 def _customer(r: np.random.Generator, a: dict):
-    orders = _some(r, 1, 3, lambda: _id(r, "A", 6))
+    orders = _some(r, 1, 3, lambda: short_id(r, "A"))
     return ({"customer_id": a["customer_id"], "tier": str(r.choice(["free", "pro", "enterprise"])),
              "open_orders": orders, "email_verified": True, "lang": "en"},
             {"customer_id": [a["customer_id"]], "order_id": orders})
@@ -169,13 +179,13 @@ def _code_matches(r: np.random.Generator, a: dict):
 
 
 def _file(r: np.random.Generator, a: dict):
-    sha = _hexid(r, 12)
+    sha = _hexid(r, 7)
     return ({"path": a["path"], "sha": sha, "lines": int(r.integers(20, 600)), "content": str(r.choice(_SNIPPETS))},
             {"path": [a["path"]], "sha": [sha]})
 
 
 def _patched(r: np.random.Generator, a: dict):
-    return {"file": a["file"], "applied": a["hunks"], "sha": _hexid(r, 12)}, {"path": [a["file"]]}
+    return {"file": a["file"], "applied": a["hunks"], "sha": _hexid(r, 7)}, {"path": [a["file"]]}
 
 
 def _lint(r: np.random.Generator, a: dict):
@@ -188,8 +198,8 @@ def _tests(r: np.random.Generator, a: dict):
 
 
 def _search_results(r: np.random.Generator, a: dict):
-    urls = _some(r, 2, 5, lambda: f"https://example.org/a/{int(r.integers(100_000, 1_000_000))}")
-    return {"results": [{"url": u, "title": str(r.choice(_HEADLINES))} for u in urls], "lang": "en"}, {"url": urls}
+    ids = _some(r, 2, 5, lambda: str(int(r.integers(100, 100_000))))
+    return {"results": [{"id": i, "title": str(r.choice(_HEADLINES))} for i in ids], "lang": "en"}, {"id": ids}
 
 
 def _page(r: np.random.Generator, a: dict):
@@ -202,14 +212,18 @@ def _chunks(r: np.random.Generator, a: dict):
     return {"chunks": [{"id": i, "score": round(float(r.uniform(0.6, 0.95)), 3)} for i in ids]}, {}
 
 
+def _offer_id(r: np.random.Generator) -> str:
+    return "of" + _token(r, 4)
+
+
 def _flights(r: np.random.Generator, a: dict):
-    ids = _some(r, 2, 4, lambda: _id(r, "OF", 8))
+    ids = _some(r, 2, 4, lambda: _offer_id(r))
     return ({"offers": [{"offer_id": i, "price": round(float(r.uniform(60, 900)), 2), "currency": "EUR",
                          "stops": int(r.integers(0, 3))} for i in ids]}, {"offer_id": ids})
 
 
 def _hotels(r: np.random.Generator, a: dict):
-    ids = _some(r, 2, 4, lambda: _id(r, "OF", 8))
+    ids = _some(r, 2, 4, lambda: _offer_id(r))
     return ({"offers": [{"offer_id": i, "name": str(r.choice(_HOTELS)),
                          "price_per_night": round(float(r.uniform(50, 400)), 2), "currency": "EUR"} for i in ids]},
             {"offer_id": ids})
@@ -231,7 +245,7 @@ def _booking(r: np.random.Generator, a: dict):
 
 
 def _inventory(r: np.random.Generator, a: dict):
-    skus = _some(r, 1, 3, lambda: _id(r, "SKU-", 7))
+    skus = _some(r, 1, 3, lambda: short_id(r, "SKU-"))
     return ({"items": [{"sku": s, "stock": int(r.integers(0, 40))} for s in skus], "warehouse": a["warehouse"]},
             {"sku": skus})
 
@@ -245,6 +259,11 @@ def _promotions(r: np.random.Generator, a: dict):
              "currency": "EUR"}, {})
 
 
+def _order_rows(r: np.random.Generator, a: dict):
+    return ({"rows": [{"status": str(r.choice(["processing", "shipped", "delivered"])),
+                       "total": round(float(r.uniform(8, 400)), 2)}], "count": 1}, {})
+
+
 def _reservation(r: np.random.Generator, a: dict):
     return {"reservation_id": "res_" + _token(r, 10), "expires_s": 900}, {}
 
@@ -253,21 +272,27 @@ SUPPORT = Agent(
     name="customer-support", model="llama-3.1-70b", model_params_b=70, min_turns=2, max_turns=6,
     pattern="parallel", system_tokens=(1500, 2600), final_tokens=(120, 420), weight=0.30,
     tools=(
-        Tool("lookup_customer", 120, 0.30, lambda r: {"customer_id": _id(r, "C", 7)}, cacheable=True,
+        Tool("lookup_customer", 120, 0.30, lambda r: {"customer_id": short_id(r, "c")}, cacheable=True,
              result=_customer),
-        Tool("get_order", 180, 0.30, lambda r: {"order_id": _id(r, "A", 6),
+        Tool("get_order", 180, 0.30, lambda r: {"order_id": short_id(r, "A"),
                                                  "include_items": bool(r.random() < 0.5)}, cacheable=True,
              result=_order, feeds={"lookup_customer": {"order_id": "order_id"}}),
         Tool("get_shipment", 260, 0.35, lambda r: {"tracking": _id(r, "1Z", 9)},
              result=_shipment, feeds={"get_order": {"tracking": "tracking"}}),
         Tool("search_kb", 90, 0.30, lambda r: {"query": _words(r, _WORDS, 3), "top_k": 5},
              kind="retrieval", cacheable=True, result=_articles),
-        Tool("create_ticket", 320, 0.30, lambda r: {"priority": str(r.choice(["low", "normal", "high"])),
+        Tool("create_ticket", 320, 0.30, lambda r: {"customer_id": short_id(r, "c"),
+                                                     "priority": str(r.choice(["low", "normal", "high"])),
                                                      "subject": _words(r, _WORDS, 4)},
              result=_ticket, feeds={"lookup_customer": {"customer_id": "customer_id"}}),
-        Tool("issue_refund", 420, 0.30, lambda r: {"order_id": _id(r, "A", 6),
+        Tool("issue_refund", 420, 0.30, lambda r: {"order_id": short_id(r, "A"),
                                                     "amount": round(float(r.uniform(5, 300)), 2)},
              result=_refund, feeds={"get_order": {"order_id": "order_id", "payment_id": "payment_id"}}),
+        # The helpdesk's reporting database, queried in SQL with an order id the customer has.
+        Tool("query_orders", 150, 0.30, lambda r: {"sql": f"SELECT status, total FROM orders WHERE order_id = "
+                                                           f"'{short_id(r, 'A')}'"},
+             result=_order_rows, feeds={"lookup_customer": {"sql": "order_id"}},
+             forms={"sql": "SELECT status, total FROM orders WHERE order_id = '{}'"}),
     ),
     code_chains=(("get_order", "get_shipment"),),  # the helpdesk code tracks every order it opens
 )
@@ -309,8 +334,9 @@ TRAVEL = Agent(
         Tool("convert_currency", 80, 0.25, lambda r: {"amount": round(float(r.uniform(20, 4000)), 2),
                                                        "to": str(r.choice(["EUR", "JPY", "USD", "GBP"]))},
              result=_converted),
-        Tool("book_option", 1200, 0.35, lambda r: {"offer_id": _id(r, "OF", 8)}, result=_booking,
-             feeds={"search_flights": {"offer_id": "offer_id"}, "search_hotels": {"offer_id": "offer_id"}}),
+        Tool("book_option", 1200, 0.35, lambda r: {"offer_id": _offer_id(r).upper()}, result=_booking,
+             feeds={"search_flights": {"offer_id": "offer_id"}, "search_hotels": {"offer_id": "offer_id"}},
+             forms={"offer_id": "upper"}),
     ),
 )
 
@@ -321,11 +347,11 @@ CHECKOUT = Agent(
         Tool("search_inventory", 220, 0.30, lambda r: {"query": _words(r, _WORDS, 2),
                                                         "warehouse": str(r.choice(["eu-1", "us-2", "ap-1"]))},
              result=_inventory),
-        Tool("get_price", 90, 0.25, lambda r: {"sku": _id(r, "SKU-", 7)}, cacheable=True, result=_price,
+        Tool("get_price", 90, 0.25, lambda r: {"sku": short_id(r, "SKU-")}, cacheable=True, result=_price,
              feeds={"search_inventory": {"sku": "sku"}}),
-        Tool("check_promotions", 120, 0.30, lambda r: {"cart_id": _id(r, "K", 8)}, cacheable=True,
+        Tool("check_promotions", 120, 0.30, lambda r: {"cart_id": short_id(r, "K")}, cacheable=True,
              result=_promotions),
-        Tool("reserve_item", 300, 0.30, lambda r: {"sku": _id(r, "SKU-", 7), "qty": int(r.integers(1, 4))},
+        Tool("reserve_item", 300, 0.30, lambda r: {"sku": short_id(r, "SKU-"), "qty": int(r.integers(1, 4))},
              result=_reservation, feeds={"search_inventory": {"sku": "sku"}}),
     ),
     code_chains=(("search_inventory", "get_price"),),  # the cart prices every item it finds
@@ -337,8 +363,8 @@ RESEARCH = Agent(
     tools=(
         Tool("web_search", 800, 0.40, lambda r: {"q": _words(r, _TOPICS, 1) + f" {int(r.integers(2019, 2027))}"},
              result=_search_results),
-        Tool("fetch_page", 600, 0.40, lambda r: {"url": f"https://example.org/a/{int(r.integers(1, 10**6))}"},
-             result=_page, feeds={"web_search": {"url": "url"}}),
+        Tool("fetch_page", 600, 0.40, lambda r: {"url": f"https://example.org/a/{int(r.integers(100, 100_000))}"},
+             result=_page, feeds={"web_search": {"url": "id"}}, forms={"url": "https://example.org/a/{}"}),
         Tool("vector_search", 90, 0.30, lambda r: {"query": _words(r, _TOPICS, 1), "k": 8}, kind="retrieval",
              result=_chunks),
     ),

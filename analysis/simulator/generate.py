@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.simulator.calls import Call, Turn, canonical, equivalent_variant, unique_args
+from analysis.simulator.calls import Call, Turn, asked_again, one_changed, request_key, unique_args
 from analysis.simulator.catalog import (
     AGENTS,
     CACHE_SPEEDUP,
@@ -44,6 +44,7 @@ from analysis.simulator.catalog import (
     REGRESSION_FACTOR,
     Agent,
     Tool,
+    short_id,
 )
 from analysis.simulator.devices import SimDevice, Window, device_samples, make_devices
 from analysis.simulator.evidence import result_text, wire
@@ -68,6 +69,9 @@ WINDOW_S = (120.0, 300.0)
 HW_MIN_EXTRA_MS = 20.0
 HW_MIN_EXTRA_RATIO = 0.2
 PARALLEL_MIN_WASTE_MS = 150.0  # expected sum − max of an injected serial group
+PARTIAL_STAGGER = (0.5, 0.95)  # a partly serialised turn: share of a call done when the next starts
+NEAR_REPEAT_RATE = 0.15  # tasks where a later turn asks an earlier tool again, one argument changed
+RETRY_SHARE = 0.6  # failed calls agent code sends again with the same arguments
 ERROR_RATE = 0.012
 TIMEOUT_RATE = 0.004
 # Evidence mode: share of tasks whose LLM steps do not report the calls their response
@@ -198,14 +202,17 @@ def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tu
         if not candidates:
             turn = tool_turns[int(rng.integers(0, len(tool_turns)))]
             spare = [tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}]
-            seen = {c.tool.name + canonical(c.args) for t in turns for c in t.calls}
+            seen = {request_key(c.tool, c.args) for t in turns for c in t.calls}
             for tool in spare[: int(rng.integers(1, 3))]:
                 turn.calls.append(Call(tool, unique_args(rng, tool, seen), turn.calls[0].result_tokens))
             candidates = [turn]
         turn = candidates[int(rng.integers(0, len(candidates)))]
         turn.serial = True
+        # Half the time strictly one after another; otherwise each call starts when the one
+        # before is half to nearly done (a framework that dispatches with a delay): they overlap partly.
+        turn.stagger = 1.0 if rng.random() < 0.5 else float(rng.uniform(*PARTIAL_STAGGER))
         # Make it a problem worth the name: add calls until serialising them costs ≥ 150 ms.
-        seen = {c.tool.name + canonical(c.args) for t in turns for c in t.calls}
+        seen = {request_key(c.tool, c.args) for t in turns for c in t.calls}
         spare = sorted((tool for tool in agent.tools if tool not in {c.tool for c in turn.calls}),
                        key=lambda tool: -tool.median_ms)
         while spare and _serial_waste(turn) < PARALLEL_MIN_WASTE_MS:
@@ -216,7 +223,7 @@ def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tu
         i = int(rng.integers(0, len(tool_turns) - 1))
         j = int(rng.integers(i + 1, len(tool_turns)))
         original = tool_turns[i].calls[int(rng.integers(0, len(tool_turns[i].calls)))]
-        repeat = Call(original.tool, equivalent_variant(original.args, rng), original.result_tokens,
+        repeat = Call(original.tool, asked_again(original.args, rng), original.result_tokens,
                       repeat_of=original)
         tool_turns[j].calls.append(repeat)
         marks["repeated_tool_call"] = repeat
@@ -230,6 +237,36 @@ def _inject(rng: np.random.Generator, agent: Agent, turns: list[Turn], kinds: tu
         turn.gap_before_ms = float(rng.uniform(*GAP_MS))
         marks["serial_gap"] = turn
     return marks
+
+
+def _near_repeat(rng: np.random.Generator, turns: list[Turn]) -> None:
+    """Sometimes a later turn asks an earlier call's tool again with one argument changed
+    (another date, the next page): a new request, not a repeat, and not labelled."""
+    tool_turns = [t for t in turns if t.calls and not t.serial]
+    if len(tool_turns) < 2 or rng.random() >= NEAR_REPEAT_RATE:
+        return
+    i = int(rng.integers(0, len(tool_turns) - 1))
+    j = int(rng.integers(i + 1, len(tool_turns)))
+    candidates = [c for c in tool_turns[i].calls if c.repeat_of is None]
+    if not candidates:
+        return
+    original = candidates[int(rng.integers(0, len(candidates)))]
+    seen = {request_key(c.tool, c.args) for t in turns for c in t.calls}
+    args = one_changed(original.tool, original.args, rng)
+    if args is not None and request_key(original.tool, args) not in seen:
+        tool_turns[j].calls.append(Call(original.tool, args, original.result_tokens))
+
+
+def _retries(rng: np.random.Generator, turns: list[Turn]) -> None:
+    """Agent code sends most failed calls again, arguments unchanged, once the error is back:
+    the same request twice, and no waste (the first one failed)."""
+    for turn in turns:
+        if turn.serial:
+            continue
+        for call in list(turn.calls):
+            if call.status == "error" and rng.random() < RETRY_SHARE:
+                turn.calls.insert(turn.calls.index(call) + 1,
+                                  Call(call.tool, call.args, call.result_tokens, retry_of=call, after=call))
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -365,6 +402,7 @@ def _task(config: SimulationConfig, a: Arrival,
     mode) its dependencies."""
     turns = _plan(rng, a.agent, a.kinds)
     marks = _inject(rng, a.agent, turns, a.kinds)
+    _near_repeat(rng, turns)
     status = "ok"
     if not a.kinds and rng.random() < TIMEOUT_RATE and len(turns) >= 2:
         # The last call of the last tool turn hangs until its timeout and the framework gives
@@ -380,13 +418,15 @@ def _task(config: SimulationConfig, a: Arrival,
                 call.status = "error"  # the agent reads the error and carries on
                 if len(turns) >= 2 and turn is turns[-2] and status == "ok" and rng.random() < 0.5:
                     status = "error"
+    _retries(rng, turns)
     timeline = _Timeline(config, a, rng)
     if config.dependencies == "evidence":
         # Its own generator: the plan above draws exactly what declared mode draws.
         evidence_rng = np.random.default_rng([config.seed, 3, a.index])
         timeline.call_ids_reported = bool(evidence_rng.random() >= UNREPORTED_CALL_IDS_RATE)
         growth = "context_growth" in a.kinds
-        wire(evidence_rng, a.agent, turns, result_tokens=lambda: _result_tokens(evidence_rng, growth))
+        wire(evidence_rng, a.agent, turns, result_tokens=lambda: _result_tokens(evidence_rng, growth),
+             user_id=short_id(evidence_rng, "c"))
     events, labels = timeline.run(turns, status)
     return events, labels, timeline.dependencies
 
@@ -509,14 +549,18 @@ class _Timeline:
             else:
                 dur = median * float(rng.lognormal(0.0, call.tool.sigma))
             depends_on: list[str] = []
-            if self.evidence:
-                start = self.evidence_start(call, turn, n, requested, issued)
+            if call.retry_of is not None:
+                # Agent code sends the failed call again as soon as the error is back (no
+                # backoff wait is modelled: that would be idle time of its own).
+                start = call.retry_of.end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+            elif self.evidence:
+                start = self.evidence_start(call, turn, n, requested, issued, dur)
                 requested += call.requested
             elif self.agent.pattern == "chain" and n > 0:
                 start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
                 depends_on = [turn.calls[n - 1].step_id]
             elif turn.serial and n > 0:
-                start = turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+                start = self.after_previous(turn.calls[n - 1], turn, dur)
             else:
                 start = issued + n * float(rng.uniform(0.3, 3.0))
             call.start_ms, call.end_ms = start, start + dur
@@ -541,10 +585,12 @@ class _Timeline:
         last = max(turn.calls, key=lambda c: c.end_ms)
         self.last_step_id = last.step_id
         if turn.serial:
-            durations = [c.end_ms - c.start_ms for c in turn.calls]
+            # Dispatched together they would all have been done when the longest one was.
+            longest = max(c.end_ms - c.start_ms for c in turn.calls)
+            spanned = max(c.end_ms for c in turn.calls) - min(c.start_ms for c in turn.calls)
             extra = {"tool_call_ids_reported": self.call_ids_reported} if self.evidence else {}
-            self.label("parallelizable_calls", [c.step_id for c in turn.calls], sum(durations) - max(durations),
-                       **extra)
+            self.label("parallelizable_calls", [c.step_id for c in turn.calls], spanned - longest,
+                       stagger=round(turn.stagger, 2), **extra)
         return last.end_ms
 
     # --- evidence mode: what real agents show instead of depends_on --------------------------
@@ -560,15 +606,24 @@ class _Timeline:
         if requested and self.call_ids_reported:
             step["tool_call_ids"] = requested
 
-    def evidence_start(self, call: Call, turn: Turn, n: int, requested: int, issued: float) -> float:
+    def evidence_start(self, call: Call, turn: Turn, n: int, requested: int, issued: float, dur: float) -> float:
         rng = self.rng
         if call.after is not None:
             # Agent code dispatches the follow-up as soon as the result it reads is in.
             return call.after.end_ms + float(rng.lognormal(np.log(6.0), 0.5))
         if turn.serial and requested > 0:
-            return turn.calls[n - 1].end_ms + float(rng.lognormal(np.log(6.0), 0.5))
+            return self.after_previous(turn.calls[n - 1], turn, dur)
         # Frameworks dispatch the calls of one response together: overlapping, a little skew.
         return issued + requested * float(rng.uniform(0.3, 3.0))
+
+    def after_previous(self, previous: Call, turn: Turn, dur: float) -> float:
+        """In a serialised turn: a hand-off of a few ms after the call before ends, or — partly
+        serialised — before it ends, overlapping it by (1 − stagger) of the shorter of the two,
+        so that each call still ends after the one before and the turn takes longer than its
+        longest call."""
+        if turn.stagger >= 1.0:
+            return previous.end_ms + float(self.rng.lognormal(np.log(6.0), 0.5))
+        return previous.end_ms - (1.0 - turn.stagger) * min(previous.end_ms - previous.start_ms, dur)
 
     def show_result(self, step: dict, call: Call) -> None:
         del step["depends_on"]

@@ -72,19 +72,16 @@ def ms(ns: int) -> float:
     return ns / 1e6
 
 
-def canonical(args) -> str:
-    if isinstance(args, str):
-        args = json.loads(args)
+def asked(step) -> tuple[str, str]:
+    """What a call asked for: its tool and the values of its arguments (a JSON string read as
+    the object it holds), however they were written."""
+    args = json.loads(step["tool_args"]) if isinstance(step["tool_args"], str) else step["tool_args"]
+    return step["tool_name"], json.dumps(args, sort_keys=True)
 
-    def norm(v):
-        if isinstance(v, str):
-            return " ".join(v.split())
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        return v
-    return json.dumps(norm(args), sort_keys=True)
+
+def retried(a: dict, b: dict) -> bool:
+    """b sends failed call a again, arguments unchanged."""
+    return a["status"] == "error" and asked(a) == asked(b) and a["ended_at"] <= b["started_at"]
 
 
 def work_steps(steps: dict) -> list[dict]:
@@ -159,23 +156,34 @@ def test_slow_steps_stand_far_above_normal_tool_variance(data):
     assert min(ratios) > 4.5 > worst_normal  # heavy tails, but well short of an injected slow step
 
 
-def test_repeats_have_equivalent_arguments_written_differently_and_normal_tasks_never_repeat(data):
-    labelled_pairs = set()
+def test_a_repeat_asks_the_same_thing_again_and_nothing_else_does_but_a_retry(data):
+    """A repeat is the same request (sometimes written differently: keys in another order, a
+    JSON string); otherwise a task asks the same thing twice only to retry a failed call, which
+    is no waste and no label. Near-repeats (one argument changed) are new requests."""
+    labelled, rewritten = set(), 0
     for label in data["labels"]["repeated_tool_call"]:
         first, repeat = (data["steps"][label["task_id"]][i] for i in label["step_ids"])
-        assert first["tool_name"] == repeat["tool_name"]
-        assert canonical(first["tool_args"]) == canonical(repeat["tool_args"])
-        assert json.dumps(first["tool_args"]) != json.dumps(repeat["tool_args"])
+        assert asked(first) == asked(repeat)
+        rewritten += json.dumps(first["tool_args"]) != json.dumps(repeat["tool_args"])
         assert first["ended_at"] <= repeat["started_at"] and first["status"] == "ok"
         assert label["magnitude_ms"] == pytest.approx(ms(repeat["ended_at"]) - ms(repeat["started_at"]), abs=0.1)
-        labelled_pairs.add((label["task_id"], repeat["step_id"]))
+        labelled.add((label["task_id"], repeat["step_id"]))
+    assert 0 < rewritten < len(data["labels"]["repeated_tool_call"])
+    retries = near = 0
     for task_id, steps in data["steps"].items():
-        seen = set()
-        for s in work_steps(steps):
-            if s.get("tool_name"):
-                key = (s["tool_name"], canonical(s["tool_args"]))
-                assert key not in seen or (task_id, s["step_id"]) in labelled_pairs
-                seen.add(key)
+        seen: dict = {}
+        calls = [s for s in work_steps(steps) if s.get("tool_name")]
+        for s in calls:
+            if asked(s) in seen:
+                assert (task_id, s["step_id"]) in labelled or retried(seen[asked(s)], s), s
+                retries += (task_id, s["step_id"]) not in labelled
+            seen[asked(s)] = s
+        for i, b in enumerate(calls):
+            for a in calls[:i]:
+                if a["tool_name"] == b["tool_name"] and isinstance(a["tool_args"], dict) \
+                        and isinstance(b["tool_args"], dict) and a["tool_args"].keys() == b["tool_args"].keys():
+                    near += sum(a["tool_args"][k] != b["tool_args"][k] for k in a["tool_args"]) == 1
+    assert retries > 5 and near > 20
 
 
 def test_a_serial_gap_is_real_idle_time_and_normal_gaps_stay_small(data):
@@ -197,10 +205,7 @@ def test_declared_mode_parallelizable_calls_run_one_after_another_and_chains_say
     for label in data["labels"]["parallelizable_calls"]:
         calls = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
         assert len(calls) >= 2 and all(c["depends_on"] == [] for c in calls)
-        for before, after in zip(calls, calls[1:], strict=False):
-            assert after["started_at"] >= before["ended_at"]
-        durations = [ms(c["ended_at"]) - ms(c["started_at"]) for c in calls]
-        assert label["magnitude_ms"] == pytest.approx(sum(durations) - max(durations), abs=0.5)
+        assert_serialised(calls, label)
     # Elsewhere, calls that do not depend on each other overlap, and calls that run in
     # sequence say which output they consumed.
     serial_ids = {i for lab in data["labels"]["parallelizable_calls"] for i in lab["step_ids"]}
@@ -212,6 +217,8 @@ def test_declared_mode_parallelizable_calls_run_one_after_another_and_chains_say
                        and a["started_at"] < s["started_at"] < b["started_at"]]
             if between:
                 continue  # different turns
+            if any(retried(x, b) for x in tools[:tools.index(b)]):
+                continue  # agent code sent a failed call again
             if b["depends_on"]:
                 assert b["depends_on"] == [a["step_id"]] and b["started_at"] >= a["ended_at"]
                 checked_chain += 1
@@ -219,6 +226,18 @@ def test_declared_mode_parallelizable_calls_run_one_after_another_and_chains_say
                 assert b["started_at"] < a["ended_at"], (a, b)
                 checked_parallel += 1
     assert checked_parallel > 50 and checked_chain > 50
+
+
+def assert_serialised(calls: list[dict], label: dict) -> None:
+    """One after another, or partly overlapping, each ending after the one before; the waste is
+    what running them together would have saved: the time they spanned less the longest."""
+    for before, after in zip(calls, calls[1:], strict=False):
+        assert after["started_at"] > before["started_at"] and after["ended_at"] > before["ended_at"]
+        if label["stagger"] == 1.0:
+            assert after["started_at"] >= before["ended_at"]
+    spanned = ms(max(c["ended_at"] for c in calls)) - ms(min(c["started_at"] for c in calls))
+    longest = max(ms(c["ended_at"]) - ms(c["started_at"]) for c in calls)
+    assert label["magnitude_ms"] == pytest.approx(spanned - longest, abs=0.5) and label["magnitude_ms"] > 0
 
 
 # --- evidence mode: dependencies shown the way real agents show them ------------------------
@@ -275,6 +294,15 @@ def trivial(step: dict) -> set:
     result = json.loads(step["tool_result"]) if step.get("status") == "ok" and "tool_result" in step else {}
     return {json.dumps(v) for v in scalars(args) + scalars(result)
             if isinstance(v, bool) or (isinstance(v, int) and 0 <= v < 10) or (isinstance(v, str) and len(v) <= 3)}
+
+
+def scalars(value) -> list[str]:
+    """Every string and number in a JSON value, as text."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in scalars(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in scalars(v)]
+    return [str(value)] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
 
 
 def lineage(dependencies: dict, step_id: str) -> set[str]:
@@ -395,41 +423,39 @@ def test_every_dependency_shows_as_an_id_quoted_from_the_earlier_result(sim, dat
             for source_id in sources:
                 source = steps[source_id]
                 assert source["status"] == "ok" and source["ended_at"] <= step["started_at"]
-                assert ids(step["tool_args"]) & {v for v in ids(step["tool_args"]) if v in source["tool_result"]}, \
+                text = json.dumps(step["tool_args"]).lower()
+                assert any(v.lower() in text for v in scalars(json.loads(source["tool_result"])) if len(v) >= 2), \
                     (step["tool_args"], source["tool_result"])
                 checked += 1
     assert checked > 300
 
 
-def test_no_call_quotes_a_result_it_does_not_depend_on(sim, data):
-    """Within a turn, calls that do not depend on each other share no distinctive value; across
-    the task, no call's arguments carry a value of an earlier result it did not read. Only
-    trivial values (true, "en", "EUR", small numbers) are shared, and they are, as in real APIs."""
-    trivially_shared = 0
+def test_the_values_are_those_of_real_traffic_not_of_a_detectors_rule(sim, data):
+    """Short ids, shared values, values passed on written differently: calls of one turn that
+    do not depend on each other share the user's id, and a value taken from a result reaches
+    the next call upper-cased, inside a URL, inside a SQL statement."""
+    shared_user = 0
+    passed_on = defaultdict(int)
+    customer_ids = []
     for task_id, steps in data["steps"].items():
         dependencies = sim.dependencies.get(task_id, {})
-
-        def related(a: dict, b: dict, dependencies=dependencies) -> bool:
-            """b read a's result, directly or through others."""
-            return a["step_id"] in lineage(dependencies, b["step_id"])
-
-        calls = [s for s in work_steps(steps) if s["kind"] != "llm"]
-        for i, b in enumerate(calls):
-            for a in calls[:i]:
-                if a.get("tool_result") and a["ended_at"] <= b["started_at"] and not related(a, b):
-                    assert not {v for v in linking(b["tool_args"]) if v in a["tool_result"]}, (a, b)
         for _, turn_calls in turns(steps):
-            for i, b in enumerate(turn_calls):
-                for a in turn_calls[:i]:
-                    if related(a, b) or related(b, a):
-                        continue
-                    a_text = json.dumps(a["tool_args"]) + a.get("tool_result", "")
-                    b_text = json.dumps(b["tool_args"]) + b.get("tool_result", "")
-                    assert not linking(a["tool_args"]) & linking(b["tool_args"]), (a, b)
-                    assert not any(v in b_text for v in linking(a["tool_args"])), (a, b)
-                    assert not any(v in a_text for v in linking(b["tool_args"])), (a, b)
-                    trivially_shared += bool(trivial(a) & trivial(b))
-    assert trivially_shared > 50
+            with_user = [c for c in turn_calls if isinstance(c["tool_args"], dict) and "customer_id" in c["tool_args"]]
+            customer_ids += [c["tool_args"]["customer_id"] for c in with_user]
+            for i, b in enumerate(with_user):
+                for a in with_user[:i]:
+                    if a["tool_args"]["customer_id"] == b["tool_args"]["customer_id"] and a["step_id"] not in lineage(dependencies, b["step_id"]) and not retried(a, b):
+                        shared_user += 1
+        for step_id, sources in dependencies.items():
+            step = steps[step_id]
+            args = step["tool_args"] if isinstance(step["tool_args"], dict) else json.loads(step["tool_args"])
+            if step["tool_name"] == "book_option" and args["offer_id"].lower() in steps[sources[0]]["tool_result"]:
+                passed_on["upper-cased"] += args["offer_id"] not in steps[sources[0]]["tool_result"]
+            passed_on["in a URL"] += step["tool_name"] == "fetch_page"
+            passed_on["in SQL"] += step["tool_name"] == "query_orders" and args["sql"].startswith("SELECT")
+    assert shared_user > 5
+    assert min(passed_on.values()) > 5 and len(passed_on) == 3, passed_on
+    assert sum(len(c) <= 4 for c in customer_ids) > len(customer_ids) / 2
 
 
 def test_the_calls_a_response_requested_carry_its_ids_and_follow_ups_of_agent_code_do_not(sim, data):
@@ -448,8 +474,8 @@ def test_the_calls_a_response_requested_carry_its_ids_and_follow_ups_of_agent_co
             assert bool(requested) == bool(turn_calls)  # the final answer requests nothing
             by_id = {c["tool_call_id"]: c for c in turn_calls}
             assert set(requested) <= set(by_id)
-            for call in turn_calls:
-                if call["tool_call_id"] in requested:
+            for n, call in enumerate(turn_calls):
+                if call["tool_call_id"] in requested or any(retried(a, call) for a in turn_calls[:n]):
                     continue
                 # Not requested by the model: agent code ran it on a result of this very turn.
                 follow_ups += 1
@@ -471,7 +497,8 @@ def test_calls_requested_together_run_concurrently_unless_the_turn_was_serialise
                 continue
             starts = [ms(c["started_at"]) for c in requested]
             if requested[0]["step_id"] in serialised:
-                assert all(b["started_at"] >= a["ended_at"] for a, b in zip(requested, requested[1:], strict=False))
+                assert all(b["started_at"] > a["started_at"] and b["ended_at"] > a["ended_at"]
+                           for a, b in zip(requested, requested[1:], strict=False))
             else:
                 # Dispatched together, as frameworks do: a little skew, then they overlap.
                 assert max(starts) - min(starts) < 10 and max(starts) < min(ms(c["ended_at"]) for c in requested)
@@ -511,7 +538,7 @@ def test_parallelizable_labels_name_independent_calls_of_one_response_run_one_af
         calls = [steps[i] for i in label["step_ids"]]
         dependencies = sim.dependencies.get(label["task_id"], {})
         assert len(calls) >= 2 and not any(set(dependencies.get(c["step_id"], ())) & set(label["step_ids"]) for c in calls)
-        assert all(b["started_at"] >= a["ended_at"] for a, b in zip(calls, calls[1:], strict=False))
+        assert_serialised(calls, label)
         llm = [llm for llm, turn_calls in turns(steps) if calls[0] in turn_calls][0]
         # A label says what was injected, whether or not the trace shows which calls the
         # response requested: without call ids a detector can only call it possible.

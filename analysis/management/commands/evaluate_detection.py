@@ -38,7 +38,7 @@ from django.db.models import Max
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from analysis.dashboard.selectors import finding_queryset
-from analysis.engine import baselines, batch
+from analysis.engine import baselines, batch, learned
 from analysis.measures import baseline_key
 from analysis.models import Baseline
 from analysis.simulator import recorded
@@ -54,8 +54,11 @@ from analysis.simulator.generate import KINDS, SimulationConfig, simulate
 from analysis.simulator.sinks import store_in_process
 from ingest.models import Project, Step, Task
 
-# The product's beat refreshes baselines every 5 minutes (agentops/celery.py).
+# The product's beat refreshes baselines every 5 minutes (agentops/celery.py). A simulated week
+# is refreshed hourly (2,000 refreshes would take minutes; an hour's staleness of a week's
+# baselines moves no median): later, never earlier data than the product would have.
 REFRESH_MINUTES = 5.0
+SIMULATED_REFRESH_MINUTES = 60.0
 MIN_POSITIVES = 50
 # The simulated corpus: a week ending at a fixed hour, so a seed always gives the same data.
 SIMULATED_UNTIL = datetime(2026, 11, 29, tzinfo=UTC)
@@ -83,7 +86,8 @@ class Command(BaseCommand):
                             help="with --simulate: labels every kind must have")
         parser.add_argument("--refresh-minutes", type=float, default=None,
                             help=f"baseline refresh interval in the data's time (default {REFRESH_MINUTES:g}, "
-                                 "the product's; --recorded: 0, before every task)")
+                                 f"the product's; --simulate: {SIMULATED_REFRESH_MINUTES:g}; --recorded: 0, "
+                                 "before every task)")
 
     def handle(self, *args, **o):
         self.results = self._run(**o)  # the scores, for callers in this process (call_command)
@@ -98,7 +102,7 @@ class Command(BaseCommand):
             return self._recorded(Path(o["recorded"]), refresh=0.0 if refresh is None else refresh)
         if o["simulate"]:
             return self._simulate(seed=o["seed"], tasks=o["tasks"], min_positives=o["min_positives"],
-                                  refresh=REFRESH_MINUTES if refresh is None else refresh)
+                                  refresh=SIMULATED_REFRESH_MINUTES if refresh is None else refresh)
         try:
             with open(o["labels"], encoding="utf-8") as fh:
                 label_rows = read_labels(fh)
@@ -211,6 +215,7 @@ def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_M
     when the task is analysed, from the few runs there are: under the 20 a baseline needs either
     way), so the analysis never computes one from everything stored. Returns the tasks analysed."""
     Baseline.objects.filter(project=project).delete()
+    learned.forget(project_id=project.pk)
     period = timedelta(minutes=refresh_minutes)
     # A task whose end never came ended, as far as anyone knows, with its last step.
     tasks = sorted(((pk, ended_at or last_step or _EPOCH) for pk, ended_at, last_step in
@@ -222,6 +227,8 @@ def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_M
     last: datetime | None = None
     for boundary, pks in windows.items():
         baselines.baselines_as_of(project=project, until=boundary, since=last)
+        # What the agents' runs that had ended by then say of their calls, as the workers learn it.
+        learned.refresh_due(through=boundary, project_id=project.pk, limit=10_000)
         last = boundary
         for start in range(0, len(pks), batch.BATCH_TASKS):
             chunk = pks[start:start + batch.BATCH_TASKS]
