@@ -169,6 +169,9 @@ class CallPair(models.Model):
     later = models.CharField(max_length=210)
     runs = models.IntegerField(default=0)
     flow_runs = models.IntegerField(default=0)
+    # Runs where only values common to the agent's runs linked the earlier result to the later
+    # arguments: a value passed on in every run looks like coincidence, so no flow can be read.
+    blind_runs = models.IntegerField(default=0)
     concurrent_runs = models.IntegerField(default=0)
     together_runs = models.IntegerField(default=0)
     result_variants = models.IntegerField(default=0)

@@ -23,7 +23,9 @@ from analysis.engine.detectors.dependencies import (
     DEPENDENT,
     INDEPENDENT,
     LEARNED_TOGETHER,
+    LEARNED_UNKNOWN,
     MIN_PAIR_RUNS,
+    UNKNOWN_VERDICT,
     pair_verdict,
 )
 from analysis.models import AgentProfile, CallPair
@@ -63,9 +65,10 @@ def agent_graph(*, project: Project, agent: str, release: str | None = None) -> 
         for name in (p.earlier, p.later):
             calls[name] = max(calls.get(name, 0), p.runs)
         verdict, basis = pair_verdict(p)
+        verdict, basis = verdict or UNKNOWN_VERDICT, basis or LEARNED_UNKNOWN
         edges.append({
             "earlier": p.earlier, "later": p.later, "relation": relation(p), "verdict": verdict, "basis": basis,
-            "runs": p.runs, "flow_runs": p.flow_runs, "concurrent_runs": p.concurrent_runs,
+            "runs": p.runs, "flow_runs": p.flow_runs, "blind_runs": p.blind_runs, "concurrent_runs": p.concurrent_runs,
             "together_runs": p.together_runs, "result_variants": p.result_variants,
             "saved_ms": round(p.serial_ms, 1) if verdict == INDEPENDENT else None,
         })
@@ -99,6 +102,7 @@ class AgentEdgeSerializer(serializers.Serializer):
     basis = serializers.CharField(help_text="the evidence the verdict rests on")
     runs = serializers.IntegerField(help_text="runs where both calls ran")
     flow_runs = serializers.IntegerField(help_text="runs where a value of the earlier result reached the later call")
+    blind_runs = serializers.IntegerField(help_text="runs where only values common to the agent's runs linked them")
     concurrent_runs = serializers.IntegerField()
     together_runs = serializers.IntegerField(help_text="runs where one model response requested both")
     result_variants = serializers.IntegerField(help_text="distinct results of the earlier call (at most 16 counted)")

@@ -8,7 +8,8 @@ One trace rarely says whether a call needed another's output. The agent's other 
   other token is evidence.
 - **Per pair of calls** (a call is its tool and its position among that tool's calls in the
   turn: `search#0`, `search#1`), over the runs where both ran: in how many a value that first
-  appeared in the earlier call's result reached the later call's arguments (`flow_runs`), the two
+  appeared in the earlier call's result reached the later call's arguments (`flow_runs`), only
+  values common to the agent's runs linked them (`blind_runs`: flow cannot be told there), the two
   overlapped in time (`concurrent_runs`), one model response requested both (`together_runs`),
   and how many distinct results the earlier call returned.
 
@@ -142,6 +143,8 @@ def pair_stats(runs: list[list], profile: Profile) -> dict[tuple[str, str], Pair
                         p.saved_ms += min(earlier.duration_ms, later.duration_ms)
                         if evidence.output(earlier) & evidence.args(later):
                             p.flow_runs += 1
+                        elif evidence.blind(earlier, later):
+                            p.blind_runs += 1
                     if earlier.tool_result and len(p.variants) < 16:
                         p.variants.add(_digest(earlier.tool_result))
     return stats
@@ -179,9 +182,10 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
             rows = []
             for (earlier, later), p in pairs.items():
                 verdict, basis = pair_verdict(p)
+                verdict, basis = verdict or "unknown", basis or "too few runs with both calls"
                 serial = p.runs - p.concurrent_runs
                 rows.append(CallPair(project_id=project_id, agent=agent, release=release, earlier=earlier[:210],
-                                     later=later[:210], runs=p.runs, flow_runs=p.flow_runs,
+                                     later=later[:210], runs=p.runs, flow_runs=p.flow_runs, blind_runs=p.blind_runs,
                                      concurrent_runs=p.concurrent_runs, together_runs=p.together_runs,
                                      result_variants=len(p.variants),
                                      serial_ms=p.saved_ms / serial if serial else 0.0, verdict=verdict, basis=basis))
@@ -232,13 +236,19 @@ def profiles_for(project_id: int, keys: list[tuple[str, str]]) -> dict[tuple[str
     return out
 
 
-def refresh_due(*, now: datetime | None = None, limit: int = REFRESH_BATCH, through: datetime | None = None) -> int:
+def refresh_due(*, limit: int = REFRESH_BATCH, through: datetime | None = None,
+                project_id: int | None = None) -> int:
     """Refresh the profiles of the agents with tasks that ended since their last refresh (and
     the project-wide ones); returns how many were refreshed. `through` bounds what is read (a
-    replay in time order); by default everything ended so far."""
-    latest = (Task.objects.filter(ended_at__isnull=False, **({"ended_at__lte": through} if through else {}))
-              .values("project_id", "name", "release").annotate(newest=Max("ended_at")))
-    known = {(p.project_id, p.agent, p.release): p.through for p in AgentProfile.objects.all()}
+    replay in time order), `project_id` whose; by default everything ended so far."""
+    tasks = Task.objects.filter(ended_at__isnull=False)
+    profiles = AgentProfile.objects.all()
+    if through is not None:
+        tasks = tasks.filter(ended_at__lte=through)
+    if project_id is not None:
+        tasks, profiles = tasks.filter(project_id=project_id), profiles.filter(project_id=project_id)
+    latest = tasks.values("project_id", "name", "release").annotate(newest=Max("ended_at"))
+    known = {(p.project_id, p.agent, p.release): p.through for p in profiles}
     due = []
     projects: dict[int, datetime] = {}
     for row in latest:
@@ -256,3 +266,9 @@ def refresh_due(*, now: datetime | None = None, limit: int = REFRESH_BATCH, thro
         refresh(project_id, agent, release, through=through)
         done += 1
     return done
+
+
+def forget(*, project_id: int) -> None:
+    """Drop what was learned for a project (a replay starts from nothing, as a new project does)."""
+    CallPair.objects.filter(project_id=project_id).delete()
+    AgentProfile.objects.filter(project_id=project_id).delete()

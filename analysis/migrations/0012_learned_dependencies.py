@@ -40,6 +40,7 @@ class Migration(migrations.Migration):
                 ('later', models.CharField(max_length=210)),
                 ('runs', models.IntegerField(default=0)),
                 ('flow_runs', models.IntegerField(default=0)),
+                ('blind_runs', models.IntegerField(default=0)),
                 ('concurrent_runs', models.IntegerField(default=0)),
                 ('together_runs', models.IntegerField(default=0)),
                 ('result_variants', models.IntegerField(default=0)),

@@ -109,6 +109,18 @@ def test_values_in_every_run_are_no_evidence_and_no_flow_over_varied_runs_is_ind
     assert "no value of the earlier call's result ever reached" in found[0].confidence_reason
 
 
+def test_a_common_value_passed_on_in_every_run_is_the_agents_pattern_a_dependency(db, project):
+    for n in range(30):
+        run(project, n, agent="reader", a=("fetch_page", {"url": f"https://example.org/{n}"},
+                                            json.dumps({"doc": "page-1", "chars": 3000 + n})),
+            b=("summarize", {"doc": "page-1", "max_words": 120}))
+    learned.refresh_due()
+    [pair] = CallPair.objects.filter(project=project, agent="reader")
+    assert (pair.flow_runs, pair.blind_runs, pair.verdict) == (0, 30, "dependent")
+    analyse_all(project)
+    assert findings(project, "reader") == []
+
+
 def test_a_pair_run_concurrently_in_other_runs_is_independent(db, project):
     for n in range(10):
         run(project, n, agent="fetcher", a=("fetch", {"u": "a"}, ""), b=("fetch_other", {"u": "b"}),
@@ -180,7 +192,7 @@ def test_projects_learn_apart(db, project, other_project):
     (30, 30, 0, 0, 30, "dependent"),
     (30, 0, 0, 0, 30, "independent"),
     (30, 0, 0, 0, 1, "unknown"),      # a constant result cannot show flow
-    (5, 0, 0, 0, 5, "unknown"),       # too few runs
+    (5, 0, 0, 0, 5, ""),              # too few runs: no history yet, the one trace decides
     (30, 10, 0, 0, 30, "unknown"),    # flow in a third of the runs: neither
     (30, 30, 2, 0, 30, "independent"),  # the agent ran them together: it does not need the flow
     (3, 0, 0, 1, 1, "independent"),

@@ -12,7 +12,9 @@ Real agents never say which call consumed which output; what they do record, str
    (lint the file just patched), it followed that call on purpose — dependent. Where nothing
    tells a follow-up from a requested call, such a shared value leaves the pair unknown;
 5. the earlier call's result was recorded and nothing of it reached the later call's arguments:
-   probably independent, but a value may have flowed in a form we cannot see — medium;
+   probably independent, but a value may have flowed in a form we cannot see — medium. Where they
+   share only a value common to the agent's runs (`page-1` passed on in every run), flow and
+   coincidence look alike: unknown;
 6. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
 What counts as a value worth following is learned from the agent's other runs when there are
 enough of them (analysis/engine/learned.py): a token common across its runs (`EU`, `true`, the
@@ -34,12 +36,14 @@ from dataclasses import dataclass, field
 from analysis.engine.detectors.base import StepData
 
 INDEPENDENT_IDS = "requested together in one model response"
+INDEPENDENT_CONCURRENT = "ran concurrently in this run"
 DEPENDENT_DATA = "arguments carry a value from the earlier call's result"
 DECLARED = "declared by the sender (depends_on)"
 DEPENDENT_FOLLOW_UP = "started by agent code on a value of the earlier call"
 INDEPENDENT_NO_FLOW = "results recorded, none reaches the other's arguments"
 UNKNOWN_SHARED = "share a value, and nothing shows whether one waited for the other"
 UNKNOWN = "no call ids, results or declared dependencies"
+UNKNOWN_COMMON = "the earlier result and the later arguments share only values common to the agent's runs"
 
 LEARNED_FLOW = "in most of the agent's runs a value of the earlier call's result reached the later call"
 LEARNED_TOGETHER = "the agent requested or ran these calls together in other runs"
@@ -47,12 +51,17 @@ LEARNED_NO_FLOW = "in the agent's runs, whose results varied, no value of one re
 LEARNED_UNKNOWN = "the agent's runs do not show whether one needed the other"
 
 # Confidence each kind of evidence supports (docs/analysis.md, "Confidence").
-STRENGTH = {INDEPENDENT_IDS: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
-            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low", LEARNED_FLOW: "medium",
+STRENGTH = {INDEPENDENT_IDS: "high", INDEPENDENT_CONCURRENT: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
+            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low", UNKNOWN_COMMON: "low", LEARNED_FLOW: "medium",
             LEARNED_TOGETHER: "medium", LEARNED_NO_FLOW: "medium", LEARNED_UNKNOWN: "low"}
 
+# Two calls that overlapped by more than this share of the shorter one ran concurrently (less is
+# the dispatch skew of calls run one after another).
+CONCURRENT_OVERLAP = 0.1
+
 # A pair's history says something once both calls ran in MIN_PAIR_RUNS of the agent's runs:
-# dependent when the flow shows in more than MOST of them; independent when it shows in at most
+# dependent when the flow, or a shared common value, shows in more than MOST of them; independent when neither flow nor a
+# shared common value (which can hide flow: `page-1` passed on in every run) shows in more than
 # NO_FLOW_SHARE of them and the earlier call's results took MIN_VARIED distinct values (a
 # constant result cannot show flow).
 MIN_PAIR_RUNS = 8
@@ -132,6 +141,7 @@ class PairStats:
 
     runs: int = 0
     flow_runs: int = 0
+    blind_runs: int = 0  # serial runs where only common values linked the result to the arguments
     concurrent_runs: int = 0
     together_runs: int = 0
     variants: set = field(default_factory=set)
@@ -156,12 +166,18 @@ class Profile:
 
 
 def pair_verdict(p) -> tuple[str, str]:
-    """(verdict, basis) of a pair from its counts."""
+    """(verdict, basis) of a pair from its counts; ("", "") while its history is too short to
+    say anything (the one trace's evidence decides then)."""
     if p.together_runs or p.concurrent_runs:
         return INDEPENDENT, LEARNED_TOGETHER
-    if p.runs >= MIN_PAIR_RUNS and p.flow_runs > MOST * p.runs:
+    if p.runs < MIN_PAIR_RUNS:
+        return "", ""
+    if p.runs >= MIN_PAIR_RUNS and p.flow_runs + p.blind_runs > MOST * p.runs:
+        # A value of the result passed on in most runs, even one common to them all (`page-1`
+        # every time), is the agent's pattern, not a coincidence.
         return DEPENDENT, LEARNED_FLOW
-    if p.runs >= MIN_PAIR_RUNS and p.flow_runs <= NO_FLOW_SHARE * p.runs and p.result_variants >= MIN_VARIED:
+    if (p.runs >= MIN_PAIR_RUNS and p.flow_runs + p.blind_runs <= NO_FLOW_SHARE * p.runs
+            and p.result_variants >= MIN_VARIED):
         return INDEPENDENT, LEARNED_NO_FLOW
     return UNKNOWN_VERDICT, LEARNED_UNKNOWN
 
@@ -175,6 +191,12 @@ def call_names(group: list) -> dict[str, str]:
         out[s.step_id] = f"{s.label}#{seen[s.label]}"
         seen[s.label] += 1
     return out
+
+
+def concurrent(a: StepData, b: StepData) -> bool:
+    """The two calls ran at the same time, beyond dispatch skew: neither waited for the other."""
+    overlap = min(a.end_ms, b.end_ms) - max(a.start_ms, b.start_ms)
+    return overlap > CONCURRENT_OVERLAP * min(a.duration_ms, b.duration_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +258,14 @@ class Evidence:
                 {t for t in all_tokens(call.tool_result) if self._counts(t)} if call.tool_result else set())
         return self._results[call.step_id]
 
+    def blind(self, earlier: StepData, later: StepData) -> bool:
+        """The earlier result and the later arguments share a value, but only one common across
+        the agent's runs: flow and coincidence look alike, so "no flow" cannot be read here."""
+        if self.profile is None or not self.profile.runs or not earlier.tool_result:
+            return False
+        shared = (all_tokens(earlier.tool_result) - all_tokens(earlier.tool_args)) & all_tokens(later.tool_args)
+        return bool(shared)
+
     def output(self, call: StepData) -> set[str]:
         """The distinctive values this call's result brought into the task: not in its own
         arguments, nor shown by any call before it ended (a value passed on is not produced)."""
@@ -267,19 +297,27 @@ class Evidence:
         first = self.issuer(earlier)
         if first is not None and first is self.issuer(later):
             return Link(a, b, False, INDEPENDENT_IDS)
+        if concurrent(earlier, later):
+            return Link(a, b, False, INDEPENDENT_CONCURRENT)
         after = later.start_ms >= earlier.end_ms - 1e-6
         if earlier.tool_result and after and self.output(earlier) & self.args(later):
             return Link(a, b, True, DEPENDENT_DATA)
         history = self.profile.pairs.get(names) if self.profile is not None and names else None
-        verdict, basis = pair_verdict(history) if history is not None else (None, "")
+        verdict, basis = pair_verdict(history) if history is not None else ("", "")
+        if not verdict:
+            history = None
         if basis == LEARNED_TOGETHER:
             return Link(a, b, False, basis)
         if (self.args(earlier) | self.result(earlier)) & self.args(later):
             if after and self.follow_up(later):
                 return Link(a, b, True, DEPENDENT_FOLLOW_UP)
             return Link(a, b, None, UNKNOWN_SHARED)
+        if history is not None and verdict == DEPENDENT:
+            return Link(a, b, True, basis)
+        if after and self.blind(earlier, later):
+            return Link(a, b, None, UNKNOWN_COMMON)
         if history is not None:
-            return Link(a, b, {DEPENDENT: True, INDEPENDENT: False}.get(verdict), basis)
+            return Link(a, b, False if verdict == INDEPENDENT else None, basis)
         if earlier.tool_result:
             return Link(a, b, False, INDEPENDENT_NO_FLOW)
         return Link(a, b, None, UNKNOWN)

@@ -19,9 +19,10 @@ results does, low ("possible") when nothing was recorded either way; a low one i
 counts in no total.
 
 The waste is measured, not estimated, so the only guards are against calls that were in fact
-concurrent: the group must have run essentially one after another (its busy time ≥ 90 % of the
-sum of its durations; dispatching concurrently with a little scheduling skew does not qualify),
-and the waste must be ≥ 10 ms (clock and scheduling jitter). Repeats of an identical call are
+concurrent: the group must have run in at least two stages one after another (`serial_stages`:
+calls that overlapped by more than 10 % of the shorter one ran together and are one stage, so a
+serial chain with one concurrent sibling still counts while a batch dispatched at once with a
+little scheduling skew does not), and the waste must be ≥ 10 ms (clock and scheduling jitter). Repeats of an identical call are
 left out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
 """
 
@@ -43,6 +44,7 @@ from analysis.engine.detectors.base import (
     union_length,
 )
 from analysis.engine.detectors.dependencies import (
+    CONCURRENT_OVERLAP,
     DECLARED,
     INDEPENDENT_IDS,
     INDEPENDENT_NO_FLOW,
@@ -51,13 +53,13 @@ from analysis.engine.detectors.dependencies import (
     LEARNED_UNKNOWN,
     STRENGTH,
     UNKNOWN,
+    UNKNOWN_COMMON,
     UNKNOWN_SHARED,
     Evidence,
     Link,
 )
 
 MIN_WASTED_MS = 10.0
-MIN_SERIAL_SHARE = 0.9
 MAX_EVIDENCE_LINKS = 20
 _RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
@@ -73,6 +75,8 @@ REASONS = {
                       "the other's output.",
     LEARNED_NO_FLOW: "Over this agent's recent runs, whose results varied, no value of the earlier call's "
                      "result ever reached the later call's arguments.",
+    UNKNOWN_COMMON: "Possible only: the earlier call's result and the later call's arguments share a value, "
+                    "but one this agent's runs all carry, so it may have flowed or be a coincidence.",
     LEARNED_UNKNOWN: "Possible only: this agent's runs do not show whether one of these calls needed "
                      "the other's output.",
 }
@@ -110,6 +114,23 @@ def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float
     return max(finish.values(), default=0.0)
 
 
+def serial_stages(group: list[StepData]) -> int:
+    """How many stages the group ran in, one after another: calls that overlapped by more than
+    CONCURRENT_OVERLAP of the shorter one ran together and form one stage (a little overlap is
+    dispatch skew between calls run one after another). Calls all run at once are 1 stage; a
+    serial chain with one concurrent sibling is still a chain."""
+    stages: list[list[float]] = []  # [start, end, shortest duration] of each stage, by start
+    for s in sorted(group, key=lambda c: (c.start_ms, c.end_ms)):
+        if stages:
+            last = stages[-1]
+            overlap = min(last[1], s.end_ms) - s.start_ms
+            if overlap > CONCURRENT_OVERLAP * min(last[2], s.duration_ms):
+                last[1], last[2] = max(last[1], s.end_ms), min(last[2], s.duration_ms)
+                continue
+        stages.append([s.start_ms, s.end_ms, s.duration_ms])
+    return len(stages)
+
+
 def distinct_calls(group: list[StepData], ctx: TaskContext | None = None) -> list[StepData]:
     """The group without repeats of an identical call (those are repeated_tool_call's: the
     fix is a cache, not parallelism). With `ctx`, the arguments' canonical forms it holds."""
@@ -145,7 +166,7 @@ def detect(ctx: TaskContext):
         projected = parallel_ms(group, dependent)
         wasted = actual - projected
         total = sum(s.duration_ms for s in group)
-        if wasted < MIN_WASTED_MS or actual < MIN_SERIAL_SHARE * total:
+        if wasted < MIN_WASTED_MS or serial_stages(group) < 2:
             continue
         basis = _weakest(links)
         confidence = STRENGTH[basis]

@@ -38,7 +38,7 @@ from django.db.models import Max
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from analysis.dashboard.selectors import finding_queryset
-from analysis.engine import baselines, batch
+from analysis.engine import baselines, batch, learned
 from analysis.measures import baseline_key
 from analysis.models import Baseline
 from analysis.simulator import recorded
@@ -215,6 +215,7 @@ def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_M
     when the task is analysed, from the few runs there are: under the 20 a baseline needs either
     way), so the analysis never computes one from everything stored. Returns the tasks analysed."""
     Baseline.objects.filter(project=project).delete()
+    learned.forget(project_id=project.pk)
     period = timedelta(minutes=refresh_minutes)
     # A task whose end never came ended, as far as anyone knows, with its last step.
     tasks = sorted(((pk, ended_at or last_step or _EPOCH) for pk, ended_at, last_step in
@@ -226,6 +227,8 @@ def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_M
     last: datetime | None = None
     for boundary, pks in windows.items():
         baselines.baselines_as_of(project=project, until=boundary, since=last)
+        # What the agents' runs that had ended by then say of their calls, as the workers learn it.
+        learned.refresh_due(through=boundary, project_id=project.pk, limit=10_000)
         last = boundary
         for start in range(0, len(pks), batch.BATCH_TASKS):
             chunk = pks[start:start + batch.BATCH_TASKS]

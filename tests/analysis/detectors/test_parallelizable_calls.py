@@ -232,3 +232,41 @@ def test_words_and_small_numbers_two_calls_share_are_no_dependency():
                 chat("l2", 2.0, 2.5)])
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b")
+
+
+def test_a_serial_chain_with_one_concurrent_sibling_is_still_a_chain():
+    # a and b ran together; c waited for both although it needed neither.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 2, "get_weather", {"city": "Oslo"}, '{"temp": 3}'),
+                call("b", 1.01, 2, "get_rates", {"pair": "NOKEUR"}, '{"rate": 0.087}'),
+                call("c", 2, 3, "get_news", {"topic": "markets"}, '{"items": 4}'),
+                chat("l2", 3, 3.5)])
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("a", "b", "c")
+    assert finding.wasted_ms == pytest.approx(1000, abs=15)  # c could have run beside a and b
+    concurrent = [link for link in finding.evidence["links"] if {link["earlier"], link["later"]} == {"a", "b"}]
+    assert concurrent[0]["basis"] == "ran concurrently in this run"
+
+
+def test_calls_dispatched_together_with_a_little_skew_are_one_stage():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 2, "get_weather", {"city": "Oslo"}, '{"temp": 3}'),
+                call("b", 1.3, 2.2, "get_news", {"topic": "markets"}, '{"items": 4}'),
+                chat("l2", 2.2, 3)])
+    assert detect(ctx) == []
+
+
+def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
+    """fetch_page returns {"doc": "page-1"} in every run and summarize takes doc="page-1": rarity
+    cannot tell that flow from coincidence, so "no flow" is not read."""
+    from analysis.engine.detectors.dependencies import Profile
+
+    steps = [chat("l1", 0, 1),
+             call("a", 1, 1.5, "fetch_page", {"url": "https://example.org/924"}, '{"doc": "page-1", "chars": 3355}'),
+             call("b", 1.5, 2, "summarize", {"doc": "page-1", "max_words": 120}, "a summary"),
+             chat("l2", 2, 3)]
+    profile = Profile(runs=200, common=frozenset({"page-1", "doc", "120", "example.org", "https"}))
+    ctx = task(steps)
+    ctx.profile = profile
+    [finding] = detect(ctx)
+    assert finding.confidence == "low" and "one this agent's runs all carry" in finding.confidence_reason
