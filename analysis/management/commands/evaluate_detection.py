@@ -139,7 +139,7 @@ class Command(BaseCommand):
         folders = recorded.families(directory)
         if not folders:
             raise CommandError(f"--recorded: no recorded requests (*.pb) under {str(directory)!r}")
-        results = {}
+        results, every_label, every_finding = {}, [], []
         for folder in folders:
             try:
                 label_rows = recorded.labels(folder)
@@ -148,6 +148,12 @@ class Command(BaseCommand):
             self.stdout.write(f"\n== {folder.name}")
             project = replay_and_analyse(folder, refresh_minutes=refresh)
             results[folder.name] = self._score(project, label_rows)
+            every_label += label_rows
+            every_finding += project_findings(project)
+        if len(folders) > 1:  # trace ids are unique across families: the pooled table is theirs together
+            self.stdout.write(f"\n== all {len(folders)} families")
+            results["all"] = evaluate(every_label, every_finding)
+            self.stdout.write(format_table(results["all"]))
         return results
 
     def _corpus(self, directory: Path, *, refresh: float):
