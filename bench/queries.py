@@ -168,7 +168,16 @@ def _pages(project) -> dict[str, Callable[[], object]]:
             return response.content
         return get
 
-    return {"page: overview charts JSON": page("/charts/overview.json"),
+    from analysis.engine import learned
+
+    def learn():
+        # What the workers do once a minute per agent that ran: its last 200 runs' calls.
+        return learned.refresh(project.pk, "checkout-agent", "v2")
+
+    learn()  # the Agent page below reads what this learned
+    return {"learn dependencies: one agent's refresh (200 runs)": learn,
+            "page: agent call graph (/agents/checkout-agent)": page("/agents/checkout-agent"),
+            "page: overview charts JSON": page("/charts/overview.json"),
             "page: latency charts JSON": page("/charts/latency.json"),
             "page: devices (table of 6 devices)": page("/devices"),
             "page: devices charts JSON": page("/charts/devices.json"),

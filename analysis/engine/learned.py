@@ -34,7 +34,7 @@ import hashlib
 import logging
 import time
 from collections import Counter, defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Max
@@ -158,7 +158,8 @@ def _recent(project_id: int, agent: str | None, release: str | None, through: da
         qs = qs.filter(release=release)
     if through is not None:
         qs = qs.filter(ended_at__lte=through)
-    return list(qs.order_by("-ended_at").values_list("pk", flat=True)[:WINDOW_RUNS])
+    # By start: the (project, name, started_at) and (project, started_at) indexes serve it.
+    return list(qs.order_by("-started_at", "-pk").values_list("pk", flat=True)[:WINDOW_RUNS])
 
 
 def refresh(project_id: int, agent: str, release: str, *, through: datetime | None = None) -> AgentProfile:
@@ -243,10 +244,16 @@ def refresh_due(*, limit: int = REFRESH_BATCH, through: datetime | None = None,
     replay in time order), `project_id` whose; by default everything ended so far."""
     tasks = Task.objects.filter(ended_at__isnull=False)
     profiles = AgentProfile.objects.all()
-    if through is not None:
-        tasks = tasks.filter(ended_at__lte=through)
     if project_id is not None:
         tasks, profiles = tasks.filter(project_id=project_id), profiles.filter(project_id=project_id)
+    if through is not None:
+        tasks = tasks.filter(ended_at__lte=through)
+    else:
+        # Only the tasks heard from since the last refresh (the last_event_at index), never a
+        # scan of every task; the overlap covers a refresh that ran late.
+        last = profiles.aggregate(m=Max("refreshed_at"))["m"]
+        if last is not None:
+            tasks = tasks.filter(last_event_at__gt=last - timedelta(seconds=2 * REFRESH_SECONDS))
     latest = tasks.values("project_id", "name", "release").annotate(newest=Max("ended_at"))
     known = {(p.project_id, p.agent, p.release): p.through for p in profiles}
     due = []
