@@ -12,6 +12,20 @@ from ingest.services import batch_store
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
 
+def stop_worker(worker) -> None:
+    """A Celery worker subprocess (started in a session of its own) stops warm, or is killed."""
+    import os
+    import signal
+    import subprocess
+
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
 def store_tasks(project, durations_ms, *, start: datetime, prefix: str = "t", name: str = "checkout-agent",
                 environment: str = "production", release: str = "v1", status: str = "ok",
                 spacing: timedelta = timedelta(seconds=1), steps: list[dict] | None = None) -> list[str]:

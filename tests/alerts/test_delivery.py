@@ -9,26 +9,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from analysis.alerts import channels, delivery
+from analysis.alerts import delivery
 from analysis.alerts.evaluation import rules_evaluate
-from analysis.alerts.models import AlertEvent, AlertRule, Delivery, Notification
+from analysis.alerts.models import AlertEvent, Delivery, Notification
 
+from . import test_channels
 from .conftest import NOW, settle
 from .receiver import Receiver
+from .test_channels import quick_retries  # noqa: F401  (autouse: 1 s webhook timeouts here too)
 
 DEAD = "http://127.0.0.1:9/refused"
 
 
-@pytest.fixture(autouse=True)
-def quick_timeouts(monkeypatch):
-    monkeypatch.setattr(channels, "WEBHOOK_TIMEOUT_SECONDS", 1.0)
-
-
 def slow_rule(project, urls, name="p95"):
-    return AlertRule.objects.create(
-        project=project, name=name, metric="task_duration_p95", threshold=5000, window_minutes=10,
-        min_samples=5, filters={"task_name": "checkout-agent"},
-        channels=[{"type": "webhook", "url": url} for url in urls])
+    return test_channels.slow_rule(project, [{"type": "webhook", "url": url} for url in urls], name=name)
 
 
 def test_an_event_is_notified_only_once_a_delivery_succeeds(db, project, store):

@@ -10,7 +10,6 @@ periodic queue must stay free for the next job."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from analysis.alerts.models import AlertEvent, AlertRule, Delivery, Notification
 from analysis.alerts.tasks import evaluate_alerts
 from ingest.models import Project
 
-from .conftest import store_tasks
+from .conftest import stop_worker, store_tasks
 from .receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,15 +73,6 @@ class Silent:
 def _worker(command: list[str], env: dict, log_path: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
-
-
-def _stop(worker: subprocess.Popen) -> None:
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
 
 
 def _rule(project, name, urls):
@@ -146,7 +136,7 @@ def test_dead_webhooks_of_one_project_never_delay_another_projects_alert(stack_e
         overlap = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
         assert overlap <= delivery.PROJECT_SLOTS
     finally:
-        _stop(alerts)
-        _stop(periodic)
+        stop_worker(alerts)
+        stop_worker(periodic)
         for name in ("periodic.log", "alerts.log"):
             print(name, (tmp_path / name).read_text()[-2000:])

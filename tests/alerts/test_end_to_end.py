@@ -9,7 +9,6 @@ compete with it)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from analysis.alerts.tasks import evaluate_alerts
 from ingest.models import IngestKey, Project
 from ingest.services import key_create
 
+from .conftest import stop_worker
 from .receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,11 +107,6 @@ def test_slow_traffic_fires_once_and_recovery_resolves_once(live_server, stack_e
             assert [e["state"] for e in events] == ["resolved", "firing", "pending"]
             assert all(d["ok"] for e in events for d in e["deliveries"])
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        stop_worker(worker)
         log.seek(0)
         print(log.read()[-3000:])
