@@ -153,6 +153,10 @@ class SpanFacts:
     tool_call_ids: list[str] = field(default_factory=list)
     session_id: str = ""
     task_name: str = ""
+    # The inference server that answered (client spans), see `server_key`.
+    server: str = ""
+    # An inference server's own request span (vLLM `llm_request`): its timings in ms.
+    serving: dict | None = None
     used: set[str] = field(default_factory=set)
 
 
@@ -200,6 +204,29 @@ def _ttft_ms(attributes: dict, used: set[str]) -> float | None:
             used.add(key)
             return float(value) * 1000.0
     return None
+
+
+# vLLM's request span (SERVER kind, `llm_request`, child of the client's call when the client
+# propagates trace context) reports where the call's time went on the server, in seconds.
+SERVING_SECONDS_KEYS = {
+    "gen_ai.latency.time_in_queue": "queue_ms",
+    "gen_ai.latency.time_to_first_token": "ttft_ms",
+    "gen_ai.latency.time_in_model_prefill": "prefill_ms",
+    "gen_ai.latency.time_in_model_decode": "decode_ms",
+    "gen_ai.latency.time_in_model_inference": "inference_ms",
+    "gen_ai.latency.e2e": "e2e_ms",
+}
+SERVING_KEY = "agentops.serving"
+
+
+def serving_timings(attributes: dict) -> dict | None:
+    """The server-side timings (ms) of an inference server's request span; None for other spans."""
+    timings = {}
+    for key, name in SERVING_SECONDS_KEYS.items():
+        value = attributes.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e6:
+            timings[name] = round(float(value) * 1000.0, 3)
+    return timings or None
 
 
 def parse_json_value(value: object) -> object:
@@ -334,6 +361,13 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     facts.device = _text(attributes, (DEVICE_KEY,), used)
     if not facts.device and resource:
         facts.device = _text(resource, (DEVICE_KEY,), set())
+    facts.serving = serving_timings(attributes)
+    if facts.serving is not None:
+        # The server's own span: the server is its resource (service.instance.id, host.name).
+        facts.server = server_key({}, resource or {})
+    elif kind == "llm":
+        # A client call names the server that answered (server.address/server.port).
+        facts.server = server_key(attributes, {}) if "server.address" in attributes else ""
     facts.tool_name = _text(attributes, TOOL_NAME_KEYS, used)
     if not facts.tool_name and kind == "tool":
         facts.tool_name = _text(attributes, ("traceloop.entity.name",), used)
@@ -360,9 +394,11 @@ def resource_session(resource: dict) -> str:
 
 # --- device telemetry (/v1/metrics) ----------------------------------------------------
 
-# metric name → (resource sample field, factor to the field's unit). The hw.* names are the
-# OTel hardware conventions (fractions 0..1, watts, °C); DCGM exporter names are NVIDIA's,
-# whose utilisations are percentages, hence the factor 0.01.
+# metric name → (resource sample field, factor to the field's unit). GPU series: the OTel
+# hardware conventions (fractions 0..1, watts, °C) and dcgm-exporter's names (NVIDIA DCGM field
+# ids; utilisations in percent, hence 0.01; clocks in MHz; frame buffer in MiB). The clock-event
+# reasons field is the raw bitmask (`CLOCK_REASONS`); it was called CLOCK_THROTTLE_REASONS
+# before DCGM 3.3 and exporters send either name.
 DEVICE_METRICS: dict[str, tuple[str, float]] = {
     "hw.gpu.utilization": ("utilization", 1.0),
     "hw.gpu.memory.utilization": ("mem_bw_util", 1.0),
@@ -370,12 +406,49 @@ DEVICE_METRICS: dict[str, tuple[str, float]] = {
     "hw.gpu.power": ("power_w", 1.0),
     "hw.temperature": ("temperature_c", 1.0),
     "DCGM_FI_DEV_GPU_UTIL": ("utilization", 0.01),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("utilization", 1.0),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_bw_util", 0.01),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_reasons", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_reasons", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_mib", 1.0),
+    # Triton's own GPU gauges (fractions and watts), labelled gpu_uuid.
+    "nv_gpu_utilization": ("utilization", 1.0),
+    "nv_gpu_power_usage": ("power_w", 1.0),
 }
+# Inference-server series, by name with ':' and '.' read as '_' and a counter's `_total` dropped
+# (a Prometheus scrape through the Collector keeps vLLM's `vllm:` names; other bridges rewrite
+# them). Waiting requests are the server's queue depth, running requests its batch, KV-cache
+# usage a fraction 0..1 (vLLM's `_perc` gauges are fractions despite the name: "1 means 100
+# percent usage"), preemptions a counter.
+SERVER_METRICS: dict[str, tuple[str, float]] = {
+    "vllm_num_requests_waiting": ("queue_depth", 1.0),
+    "vllm_num_requests_running": ("batch_size", 1.0),
+    "vllm_kv_cache_usage_perc": ("kv_cache_usage", 1.0),
+    "vllm_gpu_cache_usage_perc": ("kv_cache_usage", 1.0),
+    "vllm_num_preemptions": ("preemptions", 1.0),
+    "sglang_num_queue_reqs": ("queue_depth", 1.0),
+    "sglang_num_running_reqs": ("batch_size", 1.0),
+    "sglang_token_usage": ("kv_cache_usage", 1.0),
+    "tgi_queue_size": ("queue_depth", 1.0),
+    "tgi_batch_current_size": ("batch_size", 1.0),
+    "nv_inference_pending_request_count": ("queue_depth", 1.0),
+}
+# Server fields that several series of one server add up to (one series per model, or per
+# engine of a data-parallel vLLM); the others take the largest.
+SERVER_SUMMED = frozenset({"queue_depth", "batch_size", "preemptions"})
 AGENTOPS_DEVICE_PREFIX = "agentops.device."
 DCGM_PREFIX = "DCGM_FI_"
+ROLE_SERVER = "server"
+ROLE_GPU = "gpu"
+
+
+def _server_name(name: str) -> str:
+    name = name.replace(":", "_").replace(".", "_")
+    return name[:-6] if name.endswith("_total") else name
 
 
 def device_metric(name: str) -> tuple[str, float] | None:
@@ -387,16 +460,60 @@ def device_metric(name: str) -> tuple[str, float] | None:
     return None
 
 
+def server_metric(name: str) -> tuple[str, float] | None:
+    """The resource sample field an inference server's series feeds; None if it is not one."""
+    return SERVER_METRICS.get(_server_name(name))
+
+
+def _attr(point: dict, resource: dict, key: str) -> str:
+    for attrs in (point, resource):
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return ""
+
+
+def short_host(name: str) -> str:
+    """A host as servers and GPUs are matched on: lower case, its first DNS label (a client
+    names `vllm-1.internal` where dcgm-exporter says `vllm-1`); IP addresses stay whole."""
+    name = name.strip().lower().strip("[]")
+    if not name or ":" in name or name.replace(".", "").isdigit():
+        return name
+    return name.split(".", 1)[0]
+
+
+def host_of_server(key: str) -> str:
+    """The host part of a server key `address[:port]`."""
+    address, _, port = key.rpartition(":")
+    return short_host(address if address and port.isdigit() else key)
+
+
+def server_key(point: dict, resource: dict) -> str:
+    """The inference server a series (or span) belongs to: `server.address[:server.port]`, else the
+    Prometheus `instance` label the Collector puts in `service.instance.id`, else `host.name`."""
+    address = _attr(point, resource, "server.address")
+    if address:
+        port = _attr(point, resource, "server.port")
+        return (f"{address}:{port}" if port else address).lower()
+    for key in ("instance", "service.instance.id", "host.name"):
+        value = _attr(point, resource, key)
+        if value:
+            return value.lower()
+    return ""
+
+
 def device_id(point: dict, resource: dict) -> str:
     """`hw.id` of the data point or its resource; for DCGM series the GPU's UUID, else
-    `<Hostname>-gpu<gpu>` (DCGM exporter labels)."""
+    `<Hostname>-gpu<gpu>` (DCGM exporter labels); Triton's `gpu_uuid`."""
     for attrs in (point, resource):
         value = attrs.get(DEVICE_KEY)
         if isinstance(value, str) and value:
             return value
-    for attrs in (point, resource):
-        uuid = attrs.get("UUID")
-        if isinstance(uuid, str) and uuid:
+    for key in ("UUID", "gpu_uuid"):
+        uuid = _attr(point, resource, key)
+        if uuid:
             return uuid
     gpu = point.get("gpu", resource.get("gpu"))
     if gpu is not None and gpu != "":
@@ -405,12 +522,22 @@ def device_id(point: dict, resource: dict) -> str:
     return ""
 
 
+def device_host(point: dict, resource: dict) -> str:
+    """The host a GPU series reports from: dcgm-exporter's `Hostname`, else `host.name`, else the
+    host of the server that exports it (Triton's GPU gauges)."""
+    host = _attr(point, resource, "Hostname") or _attr(point, resource, "host.name")
+    if host:
+        return short_host(host)
+    server = server_key(point, resource)
+    return host_of_server(server) if server else ""
+
+
 def device_vendor(point: dict, resource: dict, *, metric: str) -> str:
     for attrs in (point, resource):
         value = attrs.get("hw.vendor")
         if isinstance(value, str) and value:
             return "".join(ch for ch in value.lower() if ch.isalnum())
-    return "nvidia" if metric.startswith(DCGM_PREFIX) else ""
+    return "nvidia" if metric.startswith(DCGM_PREFIX) or metric.startswith("nv_gpu_") else ""
 
 
 def device_hardware(point: dict, resource: dict) -> str:

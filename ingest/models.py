@@ -193,6 +193,10 @@ class Device(models.Model):
     name = models.CharField(max_length=200)
     vendor = models.CharField(max_length=50, blank=True, default="")
     hardware = models.CharField(max_length=100, blank=True, default="")
+    # Where it sits (docs/otlp.md, "Which server and GPU served a call"): the host a GPU reports
+    # from or a server listens on, and "gpu" | "server" ("" when only steps named it).
+    host = models.CharField(max_length=200, blank=True, default="", db_default="")
+    role = models.CharField(max_length=16, blank=True, default="", db_default="")
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 
@@ -210,6 +214,7 @@ class ResourceSample(models.Model):
     METRICS = [
         "utilization", "queue_depth", "batch_size", "power_w", "temperature_c",
         "mem_bw_util", "kv_cache_hit_rate", "tokens_per_s", "throttled",
+        "sm_clock_mhz", "sm_clock_max_mhz", "clock_reasons", "kv_cache_usage", "preemptions",
     ]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -224,6 +229,13 @@ class ResourceSample(models.Model):
     kv_cache_hit_rate = models.FloatField(null=True)
     tokens_per_s = models.FloatField(null=True)
     throttled = models.FloatField(null=True)
+    # DCGM: SM clock and its maximum (MHz), the clock-event reasons bitmask. Inference servers:
+    # KV-cache usage (0..1) and the preemptions counter (cumulative).
+    sm_clock_mhz = models.FloatField(null=True)
+    sm_clock_max_mhz = models.FloatField(null=True)
+    clock_reasons = models.FloatField(null=True)
+    kv_cache_usage = models.FloatField(null=True)
+    preemptions = models.FloatField(null=True)
     extra = models.JSONField(default=dict, blank=True)
 
     class Meta:

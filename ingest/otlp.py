@@ -313,6 +313,17 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     facts = conventions.span_facts(attributes, resource=resource.attributes)
     events, event_ttft_ms, exception = _events(span)
     kind = facts.kind
+    input_tokens, output_tokens, cached_tokens = facts.input_tokens, facts.output_tokens, facts.cached_tokens
+    if facts.serving is not None:
+        # An inference server's request span is the server's view of its parent, the client's
+        # LLM call: a child of kind `other` whose timings the analysis folds into that call, not a
+        # second call (its token counts stay attributes, or every task would count them twice).
+        # With no parent (the client sent no trace context) it is the only record of the call.
+        attributes[conventions.SERVING_KEY] = facts.serving
+        if parent_id:
+            kind, input_tokens, output_tokens, cached_tokens = "other", None, None, None
+        else:
+            kind = "llm"
     if not parent_id and kind == "other":
         kind = "framework"  # an unclassified root span is the orchestration around the steps
     ttft_ms = facts.ttft_ms if facts.ttft_ms is not None else event_ttft_ms
@@ -339,10 +350,12 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
         events=clean_json(events, path="events"),
         model=_short(facts.model),
         provider=_short(facts.provider, 100),
-        device=_short(facts.device),
-        input_tokens=facts.input_tokens,
-        output_tokens=facts.output_tokens,
-        cached_tokens=facts.cached_tokens,
+        # hw.id when the span names its device; else the server that answered (docs/otlp.md,
+        # "Which server and GPU served a call").
+        device=_short(facts.device or facts.server),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached_tokens,
         ttft_ms=ttft_ms,
         streamed=streamed,
         tool_name=_short(facts.tool_name),
@@ -468,15 +481,29 @@ def _number(point) -> float | None:
 
 def _device_points(decoded: Decoded, samples: dict, metric, points, resource: dict, *, path: str) -> None:
     target = conventions.device_metric(metric.name)
+    role = conventions.ROLE_GPU
+    if target is None:
+        target = conventions.server_metric(metric.name)
+        role = conventions.ROLE_SERVER
     if target is None:
         return
     column, factor = target
+    column = _short(column, 100)
+    summed = role == conventions.ROLE_SERVER and column in conventions.SERVER_SUMMED
     for di, point in enumerate(points):
         try:
             attributes = _attributes(point.attributes)
-            device = conventions.device_id(attributes, resource)
-            if not device:
-                raise RecordError(f"{metric.name}: no hw.id on the data point or its resource")
+            if role == conventions.ROLE_SERVER:
+                device = conventions.server_key(attributes, resource)
+                host = conventions.host_of_server(device) if device else ""
+                if not device:
+                    raise RecordError(f"{metric.name}: no server.address, instance or service.instance.id "
+                                      "on the data point or its resource")
+            else:
+                device = conventions.device_id(attributes, resource)
+                host = conventions.device_host(attributes, resource)
+                if not device:
+                    raise RecordError(f"{metric.name}: no hw.id on the data point or its resource")
             value = _number(point)
             if value is None:
                 raise RecordError(f"{metric.name}: the data point has no finite value")
@@ -488,7 +515,14 @@ def _device_points(decoded: Decoded, samples: dict, metric, points, resource: di
         sample = samples.get(key)
         if sample is None:
             sample = samples[key] = SampleRecord(device=key[0], ts=ts)
-        sample.metrics[_short(column, 100)] = value * factor
+        known = sample.metrics.get(column)
+        value *= factor
+        if known is not None and role == conventions.ROLE_SERVER:
+            # One series per model (or engine) of the same server at the same instant.
+            value = known + value if summed else max(known, value)
+        sample.metrics[column] = value
+        sample.host = sample.host or _short(host, 200)
+        sample.role = sample.role or role
         sample.vendor = sample.vendor or _short(conventions.device_vendor(attributes, resource, metric=metric.name), 50)
         sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
 

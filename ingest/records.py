@@ -92,6 +92,10 @@ class SampleRecord:
     vendor: str = ""
     hardware: str = ""
     metrics: dict = field(default_factory=dict)
+    # Where the device sits: its host, and whether it is a GPU or an inference server
+    # ("gpu" | "server" | "" unknown); a step finds its server's GPUs by host.
+    host: str = ""
+    role: str = ""
 
 
 @dataclass(slots=True)

@@ -425,26 +425,29 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
 
 
 def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list[StepRecord], now) -> None:
-    devices: dict[str, tuple[str, str]] = {}
+    devices: dict[str, tuple[str, str, str, str]] = {}
     for s in steps:
         if s.device:
-            devices.setdefault(s.device, ("", ""))
+            devices.setdefault(s.device, ("", "", "", ""))
     for s in samples:
-        vendor, hardware = devices.get(s.device, ("", ""))
-        devices[s.device] = (s.vendor or vendor, s.hardware or hardware)
+        vendor, hardware, host, role = devices.get(s.device, ("", "", "", ""))
+        devices[s.device] = (s.vendor or vendor, s.hardware or hardware, s.host or host, s.role or role)
     # Remembered with what is known of them: a device first seen on a step (no vendor) must not
-    # hide the vendor and hardware its resource samples bring a moment later.
-    keys = {name: f"{name}\x00{v}\x00{h}" for name, (v, h) in devices.items()}
+    # hide the vendor, hardware and host its resource samples bring a moment later.
+    keys = {name: "\x00".join((name, *facts)) for name, facts in devices.items()}
     unseen = _unseen("device", project.pk, keys.values())
-    rows = [(project.pk, name, v, h, now, now) for name, (v, h) in sorted(devices.items()) if keys[name] in unseen]
+    rows = [(project.pk, name, v, h, host, role, now, now)
+            for name, (v, h, host, role) in sorted(devices.items()) if keys[name] in unseen]
     _upsert(
         cursor, table="ingest_device",
         columns=[("project_id", "bigint"), ("name", "text"), ("vendor", "text"), ("hardware", "text"),
-                 ("first_seen", "timestamptz"), ("last_seen", "timestamptz")],
+                 ("host", "text"), ("role", "text"), ("first_seen", "timestamptz"), ("last_seen", "timestamptz")],
         rows=rows, conflict="project_id, name",
         update=(
             "vendor = coalesce(nullif(EXCLUDED.vendor, ''), ingest_device.vendor), "
             "hardware = coalesce(nullif(EXCLUDED.hardware, ''), ingest_device.hardware), "
+            "host = coalesce(nullif(EXCLUDED.host, ''), ingest_device.host), "
+            "role = coalesce(nullif(EXCLUDED.role, ''), ingest_device.role), "
             "last_seen = EXCLUDED.last_seen"
         ),
     )
