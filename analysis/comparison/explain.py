@@ -88,7 +88,7 @@ def step_verdicts(*, task: Task) -> tuple[dict[str, str], set[str]]:
     earlier one (the repeated_tool_call findings: every step of one but the first)."""
     out: dict[str, str] = {}
     repeats: set[str] = set()
-    order = {"hardware_queueing": 0, "hardware_throttling": 0, "slow_step": 1, "context_growth": 2}
+    order = {"hardware_queueing": 0, "hardware_throttling": 0, "hardware_kv_cache_pressure": 0, "slow_step": 1, "context_growth": 2}
     findings = sorted(Finding.objects.filter(task=task).only("kind", "step_ids", "evidence"),
                       key=lambda f: order.get(f.kind, 3))
     for f in findings:

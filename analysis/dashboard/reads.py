@@ -47,7 +47,7 @@ BUCKETS_TARGET = 60
 BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
-HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling"]
+HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure"]
 LANE_PAD = timedelta(seconds=30)
 
 

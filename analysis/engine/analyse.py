@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from analysis.engine import learned
+from analysis.engine import learned, serving
 from analysis.engine import whatif as whatif_module
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.budget import latency_budget
@@ -44,8 +44,9 @@ log = logging.getLogger("agentops.analysis")
 
 _STEP_FIELDS = ("step_id", "kind", "name", "started_at", "ended_at", "parent_step_id", "status", "depends_on",
                 "model", "device", "input_tokens", "output_tokens", "ttft_ms", "tool_name", "tool_args", "tool_result",
-                "tool_call_id", "tool_call_ids")
-_SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled")
+                "tool_call_id", "tool_call_ids", "attributes__agentops.serving")
+_SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled",
+                   "batch_size", "kv_cache_usage", "preemptions", "sm_clock_mhz", "sm_clock_max_mhz", "clock_reasons")
 # Telemetry loaded around the task: enough to cover one sampling period either side.
 SAMPLE_MARGIN = timedelta(seconds=60)
 
@@ -63,12 +64,14 @@ def load_steps(task: Task) -> list[StepData]:
     return [StepData(step_id=r[0], kind=r[1], name=r[2], start_ms=_ms(r[3]), end_ms=_ms(r[4]),
                      parent_step_id=r[5], status=r[6], depends_on=tuple(r[7] or ()), model=r[8], device=r[9],
                      input_tokens=r[10], output_tokens=r[11], ttft_ms=r[12], tool_name=r[13], tool_args=r[14],
-                     tool_result=r[15], tool_call_id=r[16], tool_call_ids=tuple(r[17] or ()))
+                     tool_result=r[15], tool_call_id=r[16], tool_call_ids=tuple(r[17] or ()), serving=r[18])
             for r in rows]
 
 
 def load_context(task: Task, steps: list[StepData]) -> TaskContext:
     keys, devices = baseline_keys(steps)
+    related = serving.related_devices(task.project_id, devices)
+    devices = serving.expand(devices, related)
     rows = _baselines(task.project_id, keys, devices)
     found = {(b.kind, b.key) for b in rows}
     if any(k not in found for k in keys) or any((DEVICE, d) not in found for d in devices):
@@ -94,7 +97,7 @@ def load_context(task: Task, steps: list[StepData]) -> TaskContext:
         samples = dict(per_device)
     return context_build(task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=steps,
                          baselines=stats, device_normals=normals, samples=samples,
-                         profile=learned.profile_for(task.project_id, task.name, task.release))
+                         profile=learned.profile_for(task.project_id, task.name, task.release), related=related)
 
 
 def baseline_keys(steps: list[StepData]) -> tuple[set[tuple[str, str]], set[str]]:
@@ -138,12 +141,12 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
-                  device_normals: dict, samples: dict, profile=None) -> TaskContext:
+                  device_normals: dict, samples: dict, profile=None, related=None) -> TaskContext:
     """The TaskContext the detectors read (the same for one task and for a batch)."""
     start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
     end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
     return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
-                       device_normals=device_normals, samples=samples, profile=profile)
+                       device_normals=device_normals, samples=samples, profile=profile, related=related or {})
 
 
 def _baselines(project_id: int, keys: set[tuple[str, str]], devices: set[str]) -> list[Baseline]:

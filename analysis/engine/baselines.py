@@ -109,7 +109,8 @@ FROM line m JOIN mad d USING (kind, key, device)
 """
 
 _METRICS = ("utilization", "queue_depth", "batch_size", "power_w", "temperature_c", "mem_bw_util",
-            "kv_cache_hit_rate", "tokens_per_s", "throttled")
+            "kv_cache_hit_rate", "tokens_per_s", "throttled", "sm_clock_mhz", "sm_clock_max_mhz",
+            "clock_reasons", "kv_cache_usage")
 
 # Only the columns used are carried, and the MADs are grouped by device alone and joined to the
 # medians afterwards: grouping the joined rows by every median column sorted each sample's whole

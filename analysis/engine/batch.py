@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from analysis.engine import analyse, learned, pipeline
+from analysis.engine import analyse, learned, pipeline, serving
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.detectors.base import StepData
 from analysis.engine.verdicts import telemetry_devices
@@ -158,7 +158,7 @@ FROM ingest_task WHERE id = ANY(%s)"""
 _STEP_SQL = """SELECT task_id, step_id, kind, name,
     (extract(epoch FROM started_at) * 1000000)::int8, (extract(epoch FROM ended_at) * 1000000)::int8,
     parent_step_id, status, depends_on, model, device, input_tokens, output_tokens, ttft_ms, tool_name,
-    tool_args::text, tool_result, tool_call_id, tool_call_ids
+    tool_args::text, tool_result, tool_call_id, tool_call_ids, attributes->'agentops.serving'
 FROM ingest_step WHERE task_id = ANY(%s) ORDER BY task_id, started_at, step_id"""
 
 _BASELINE_SQL = """SELECT kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats::text
@@ -199,7 +199,7 @@ def _steps_load(cursor, tasks: dict[int, _Task]) -> None:
             parent_step_id=r[6], status=r[7], depends_on=tuple(r[8] or ()), model=r[9], device=r[10],
             input_tokens=r[11], output_tokens=r[12], ttft_ms=r[13], tool_name=r[14],
             tool_args=loads(r[15]) if r[15] is not None else None, tool_result=r[16], tool_call_id=r[17],
-            tool_call_ids=tuple(r[18] or ())))
+            tool_call_ids=tuple(r[18] or ()), serving=r[19]))
 
 
 def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tuple[dict, dict]:
@@ -278,6 +278,8 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, object]:
     contexts = {}
     for project_id, group in by_project.items():
         needs = {t.pk: analyse.baseline_keys(t.steps) for t in group}
+        related = serving.related_devices(project_id, set().union(*(d for _, d in needs.values())))
+        needs = {pk: (k, serving.expand(d, related)) for pk, (k, d) in needs.items()}
         stats, normals = _baselines_load(cursor, project_id, list(needs.values()))
         profiles = learned.profiles_for(project_id, [(t.name, t.release) for t in group])
         for task in group:
@@ -287,7 +289,7 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, object]:
             contexts[task.pk] = analyse.context_build(
                 task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
                 baselines=baselines, device_normals=normals, samples={},
-                profile=profiles.get((task.name, task.release)))
+                profile=profiles.get((task.name, task.release)), related=related)
         wanted = {t.pk: devices for t in group if (devices := telemetry_devices(contexts[t.pk]))}
         windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps)) is not None}
         telemetry = _samples_load(cursor, project_id, windows, wanted)

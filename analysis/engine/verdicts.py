@@ -1,7 +1,10 @@
 """Is it the chip? A hardware verdict for every slow LLM step: `throttling`, `queueing`,
-`prefill_bound` or `nominal`, from the device's samples over the step's interval against that
-device's own normal, and the step's TTFT split into queue wait and compute. The method (when a
-step is slow, the cut-offs, each verdict's rule) is docs/analysis.md, "Hardware verdict"."""
+`kv_cache_pressure`, `prefill_bound`, `decode_bound` or `nominal`, from what the serving side
+reported over the step's interval against each series' own normal: the inference server's
+request span (vLLM `llm_request`: queue, prefill, decode), the server's series (waiting and
+running requests, KV-cache use, preemptions) and its GPUs' (DCGM clocks and clock-event reasons,
+power, temperature, utilisation). Each verdict names the evidence it rests on. The method (when
+a step is slow, the cut-offs, each verdict's rule) is docs/analysis.md, "Hardware verdict"."""
 
 from __future__ import annotations
 
@@ -27,7 +30,34 @@ MIN_EXCESS_RATIO = 0.2
 Z_CORROBORATED = 2.0
 # Resolutions of device metrics, used as MAD floors: below these a difference is noise.
 RESOLUTION = {"queue_depth": 1.0, "utilization": 0.02, "temperature_c": 1.0, "tokens_per_s": 1.0,
-              "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02}
+              "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02,
+              "kv_cache_usage": 0.02, "clock_ratio": 0.02}
+# Metrics whose anomaly is a drop (the others: a rise).
+LOWER_IS_WORSE = {"tokens_per_s", "power_w", "clock_ratio"}
+SAMPLE_METRICS = ("queue_depth", "batch_size", "utilization", "temperature_c", "tokens_per_s", "power_w",
+                  "throttled", "kv_cache_usage")
+# The server's own account of a call decides when the part it names is the larger part of the
+# call's excess: half is the least share of which "the time went there" is true.
+SERVING_SHARE = 0.5
+# A clock under its normal counts only when at least this far under (fraction of max): a boost
+# clock wanders by a few percent with load and temperature, a slowdown halves it.
+CLOCK_DROP = 0.1
+# The KV cache delays admission only when nearly full: vLLM admits a request when its blocks fit,
+# so a cache at 60 % instead of a usual 30 % is busier, not in the way.
+KV_NEAR_FULL = 0.9
+
+# DCGM clock-event reasons (dcgm_fields.h, DCGM_CLOCKS_EVENT_REASON_*; NVML's
+# nvmlClocksEventReason* are the same bits). Categorical by nature: a bit says a protection
+# engaged, so a constant is the only reading; a bit the series carries in its own normal (a
+# device always capped) is not evidence.
+CLOCK_REASONS = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "SW power cap",
+                 0x8: "HW slowdown", 0x10: "sync boost", 0x20: "SW thermal slowdown",
+                 0x40: "HW thermal slowdown", 0x80: "HW power brake", 0x100: "display clock setting"}
+# Reasons that slow the clocks whatever the load: thermal and power protection.
+SLOWDOWN_BITS = 0x8 | 0x20 | 0x40 | 0x80
+# SW power cap is routine at full load (the GPU holds its power limit); evidence only with the
+# clock down too.
+POWER_CAP_BIT = 0x4
 
 
 def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = Z_SLOW) -> dict | None:
@@ -65,33 +95,129 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def _window(samples, start: float, end: float, times: list[float] | None = None):
     if times is None:
         times = [s.ts_ms for s in samples]
     return samples[bisect_left(times, start): bisect_right(times, end)]
 
 
-def device_signals(ctx: TaskContext, step: StepData, *, times: list[float] | None = None) -> dict:
-    """Peak robust z of each metric over the step's interval against the device's normal.
-    `times`: the samples' ts_ms of the step's device, when the caller has them already."""
-    normal = ctx.device_normals.get(step.device)
-    samples = ctx.samples.get(step.device, [])
+def _ratio(sample) -> float | None:
+    sm, top = sample.metrics.get("sm_clock_mhz"), sample.metrics.get("sm_clock_max_mhz")
+    return sm / top if sm is not None and top else None
+
+
+def _source_signals(ctx: TaskContext, device: str, step: StepData, times: list[float] | None) -> dict:
+    """The worst value of each metric of one device over the step, with its normal and z."""
+    normal = ctx.device_normals.get(device)
+    samples = ctx.samples.get(device, [])
     pad = (normal.interval_ms if normal else 1000.0) / 2
     window = _window(samples, step.start_ms - pad, step.end_ms + pad, times)
     if not window:
-        return {"samples": 0}
-    signals: dict = {"samples": len(window)}
-    for metric in ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled"):
-        values = [s.metrics[metric] for s in window if s.metrics.get(metric) is not None]
-        if not values:
-            continue
-        worst = min(values) if metric in ("tokens_per_s", "power_w") else max(values)
-        entry = {"value": round(worst, 3)}
-        ref = normal.metrics.get(metric) if normal else None
+        return {}
+    out: dict = {"samples": len(window)}
+    for metric in SAMPLE_METRICS:
+        values = [x.metrics[metric] for x in window if x.metrics.get(metric) is not None]
+        if values:
+            out[metric] = _entry(metric, min(values) if metric in LOWER_IS_WORSE else max(values),
+                                 normal.metrics.get(metric) if normal else None, device)
+    ratios = [(r, x) for x in window if (r := _ratio(x)) is not None]
+    if ratios:
+        worst, at = min(ratios, key=lambda pair: pair[0])
+        ref = None
+        if normal and "sm_clock_mhz" in normal.metrics and normal.metrics.get("sm_clock_max_mhz"):
+            top = normal.metrics["sm_clock_max_mhz"].median
+            if top:
+                ref = type(normal.metrics["sm_clock_mhz"])(normal.metrics["sm_clock_mhz"].median / top,
+                                                           normal.metrics["sm_clock_mhz"].mad / top)
+        entry = _entry("clock_ratio", worst, ref, device)
+        entry.update(mhz=round(at.metrics["sm_clock_mhz"]), max_mhz=round(at.metrics["sm_clock_max_mhz"]))
         if ref is not None:
-            entry["normal"] = round(ref.median, 3)
-            entry["z"] = round(robust_z(worst, ref.median, ref.mad, resolution=RESOLUTION[metric]), 2)
-        signals[metric] = entry
+            entry["normal_mhz"] = round(ref.median * at.metrics["sm_clock_max_mhz"])
+        out["clock_ratio"] = entry
+    bits = 0
+    for x in window:
+        if x.metrics.get("clock_reasons") is not None:
+            bits |= int(x.metrics["clock_reasons"])
+    if any(x.metrics.get("clock_reasons") is not None for x in window):
+        usual = normal.metrics.get("clock_reasons") if normal else None
+        usual_bits = int(usual.median) if usual else 0
+        out["clock_reasons"] = {"value": bits, "hex": hex(bits), "normal": usual_bits, "source": device,
+                                "reasons": [name for bit, name in CLOCK_REASONS.items() if bits & bit],
+                                "new": bits & ~usual_bits}
+    counts = [x.metrics["preemptions"] for x in window if x.metrics.get("preemptions") is not None]
+    if len(counts) >= 2:
+        # A counter: what it rose by over the call (a restart, a fall, is no preemption).
+        out["preempted"] = {"value": max(counts[-1] - counts[0], 0.0), "source": device}
+    return out
+
+
+def _entry(metric: str, worst: float, ref, device: str) -> dict:
+    entry = {"value": round(worst, 3), "source": device}
+    if ref is not None:
+        entry["normal"] = round(ref.median, 3)
+        entry["z"] = round(robust_z(worst, ref.median, ref.mad, resolution=RESOLUTION[metric]), 2)
+    return entry
+
+
+def _worse(metric: str, a: dict, b: dict) -> bool:
+    """Whether reading `a` is more anomalous than `b`."""
+    if "z" in a or "z" in b:
+        za, zb = a.get("z", 0.0), b.get("z", 0.0)
+        return za < zb if metric in LOWER_IS_WORSE else za > zb
+    return a["value"] < b["value"] if metric in LOWER_IS_WORSE else a["value"] > b["value"]
+
+
+def serving_of(ctx: TaskContext, step: StepData) -> dict | None:
+    """The server's timings of a call: its own (a server span standing alone) or its child
+    server span's (vLLM `llm_request` under the client's chat span)."""
+    if step.serving:
+        return step.serving
+    for other in ctx.steps:
+        if other.serving and other.parent_step_id == step.step_id:
+            return other.serving
+    return None
+
+
+def served_by(ctx: TaskContext, step: StepData) -> tuple[str, ...]:
+    """The devices whose telemetry describes a call: its device (or its server span's), and
+    those related to it (`TaskContext.related`)."""
+    device = step.device
+    if not device:
+        device = next((o.device for o in ctx.steps if o.serving and o.parent_step_id == step.step_id and o.device), "")
+    if not device:
+        return ()
+    return (device, *ctx.related.get(device, ()))
+
+
+def device_signals(ctx: TaskContext, step: StepData, *, times: dict[str, list[float]] | None = None) -> dict:
+    """Over the step's interval: the worst reading of each metric among the devices that served
+    it, against that device's own normal; the server's own timings. `times`: per device, the
+    samples' ts_ms, when the caller has them already."""
+    signals: dict = {"samples": 0}
+    sources = served_by(ctx, step)
+    for device in sources:
+        if times is not None and device not in times:
+            times[device] = [x.ts_ms for x in ctx.samples.get(device, [])]
+        found = _source_signals(ctx, device, step, times.get(device) if times is not None else None)
+        signals["samples"] += found.pop("samples", 0)
+        for metric, entry in found.items():
+            if metric == "clock_reasons" and metric in signals:
+                known = signals[metric]
+                entry = {**known, "value": known["value"] | entry["value"], "new": known["new"] | entry["new"]}
+                entry.update(hex=hex(entry["value"]),
+                             reasons=[n for bit, n in CLOCK_REASONS.items() if entry["value"] & bit])
+            elif metric in signals and not _worse(metric, entry, signals[metric]):
+                continue
+            signals[metric] = entry
+    if sources:
+        signals["devices"] = list(sources)
+    serving = serving_of(ctx, step)
+    if serving:
+        signals["serving"] = serving
     return signals
 
 
@@ -103,25 +229,100 @@ def _hot(signals: dict) -> bool:
     return _z(signals, "temperature_c") > Z_OUTLIER
 
 
-def device_anomaly(signals: dict) -> tuple[bool, bool]:
-    """(throttled, queued) from the device signals over a step."""
-    throttled = signals.get("throttled", {}).get("value", 0.0) >= 0.5 or (
-        _hot(signals) and (_z(signals, "tokens_per_s") < -Z_OUTLIER or _z(signals, "power_w") < -Z_OUTLIER))
+def _clock_down(signals: dict) -> bool:
+    """SM clock well under its normal share of max while the GPU was not idling."""
+    clock = signals.get("clock_ratio")
+    if not clock or "z" not in clock or clock["z"] >= -Z_OUTLIER or clock["value"] > clock["normal"] - CLOCK_DROP:
+        return False
+    util = signals.get("utilization", {})
+    return "normal" not in util or util["value"] >= util["normal"]
+
+
+def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[str]]:
+    """What each hardware cause has in its favour, as readings a person can check: keys
+    `throttling`, `kv_cache_pressure`, `queueing`, `thermal_only`; an absent key has none."""
+    found: dict[str, list[str]] = {}
+
+    def add(cause: str, text: str) -> None:
+        found.setdefault(cause, []).append(text)
+
+    reasons = signals.get("clock_reasons")
+    clock_down = _clock_down(signals)
+    if reasons:
+        slowing = reasons["new"] & (SLOWDOWN_BITS | (POWER_CAP_BIT if clock_down else 0))
+        if slowing:
+            names = ", ".join(n for bit, n in CLOCK_REASONS.items() if slowing & bit)
+            add("throttling", f"clock-event reasons {reasons['hex']} ({names})")
+    if clock_down:
+        c = signals["clock_ratio"]
+        add("throttling", f"SM clock {c['mhz']:,} MHz of a {c['max_mhz']:,} MHz max vs a usual {c['normal_mhz']:,}")
+    if signals.get("throttled", {}).get("value", 0.0) >= 0.5:
+        add("throttling", "throttle flag set")
+    if _hot(signals):
+        t = signals["temperature_c"]
+        hot = f"temperature {t['value']:g} °C vs a usual {t['normal']:g} °C"
+        slow_output = _z(signals, "tokens_per_s") < -Z_OUTLIER or _z(signals, "power_w") < -Z_OUTLIER
+        if slow_output or "throttling" in found:
+            add("throttling", hot)
+            if slow_output:
+                add("throttling", _reading(signals, "tokens_per_s", "tokens/s") or _reading(signals, "power_w", "power", " W"))
+        elif "clock_ratio" not in signals and "clock_reasons" not in signals:
+            # Hot and no clock readings to say whether it slowed: the heat is the only witness.
+            add("thermal_only", hot + " (no clock readings)")
+    preempted = signals.get("preempted", {}).get("value", 0.0)
+    if preempted >= 1:
+        # A preemption is by definition the KV cache running out: vLLM evicts a running request
+        # only when a decode step cannot get a block.
+        add("kv_cache_pressure", f"{preempted:g} request{'s' if preempted != 1 else ''} preempted during the call")
+    kv = signals.get("kv_cache_usage", {})
+    if kv.get("z", 0.0) > Z_OUTLIER and kv.get("value", 0.0) >= KV_NEAR_FULL:
+        add("kv_cache_pressure", f"KV cache {kv['value']:.0%} full vs a usual {kv['normal']:.0%}")
+    serving = signals.get("serving") or {}
+    queue_ms = serving.get("queue_ms")
+    if queue_ms is not None and excess_ms and queue_ms >= SERVING_SHARE * excess_ms:
+        total = serving.get("e2e_ms")
+        of = f" of {_s(total)}" if total else ""
+        add("queueing", f"the server reports {_s(queue_ms)}{of} in queue")
     queue = signals.get("queue_depth", {})
-    queued = (queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0) or (
-        _z(signals, "utilization") > Z_OUTLIER and signals.get("utilization", {}).get("value", 0.0) >= 0.9)
-    return throttled, queued
+    if queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0:
+        add("queueing", f"{queue['value']:g} requests waiting vs a usual {queue['normal']:g}")
+    util = signals.get("utilization", {})
+    if util.get("z", 0.0) > Z_OUTLIER and util.get("value", 0.0) >= 0.9:
+        add("queueing", f"utilisation {util['value']:.0%} vs a usual {util['normal']:.0%}")
+    return found
+
+
+def _s(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _reading(sig: dict, metric: str, label: str, unit: str = "") -> str | None:
+    entry = sig.get(metric)
+    if not entry:
+        return None
+    normal = f" vs a usual {entry['normal']:g}{unit}" if "normal" in entry else ""
+    return f"{label} {entry['value']:g}{unit}{normal}"
+
+
+def device_anomaly(signals: dict) -> tuple[bool, bool]:
+    """(throttled, queued) from the device signals over a step (no server timings)."""
+    found = evidence(signals)
+    return "throttling" in found, "queueing" in found
 
 
 def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict) -> dict:
     """The hardware verdict of one slow LLM step, with the numbers behind it."""
     stats = ctx.baseline(step)
-    throttled, queued = device_anomaly(signals)
+    found = evidence(signals, slowness["excess_ms"])
+    serving = signals.get("serving") or {}
+    excess = slowness["excess_ms"]
     long_prompt = False
     if step.input_tokens and stats and stats.input_median:
         long_prompt = (log_z(step.input_tokens, stats.input_median, stats.spread("input")) > Z_OUTLIER
                        or step.input_tokens >= 2 * stats.input_median)
-    decode_slow = slowness.get("slow_part") == "decode"
+    server_decode = serving.get("decode_ms") is not None and serving["decode_ms"] >= SERVING_SHARE * excess
+    server_prefill = serving.get("prefill_ms") is not None and serving["prefill_ms"] >= SERVING_SHARE * excess
+    decode_slow = slowness.get("slow_part") == "decode" or (server_decode and "queueing" not in found)
     compute = None
     if step.ttft_ms is not None and stats and stats.ttft_median is not None:
         scale = max(1.0, (step.input_tokens or 0) / stats.input_median) if stats.input_median else 1.0
@@ -130,22 +331,40 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     # by itself, whatever the queue did.
     prompt_explains = (long_prompt and not decode_slow and compute is not None
                        and step.ttft_ms <= compute * (1 + MIN_EXCESS_RATIO))
-    if throttled and (decode_slow or not queued):
+    server_queued = any(e.startswith("the server reports") for e in found.get("queueing", ()))
+    if "throttling" in found and (decode_slow or "queueing" not in found or not server_queued):
         verdict = "throttling"
-    elif queued and not prompt_explains:
+    elif "kv_cache_pressure" in found and any("preempted" in e for e in found["kv_cache_pressure"]):
+        verdict = "kv_cache_pressure"
+    elif "queueing" in found and not prompt_explains:
         verdict = "queueing"
-    elif _hot(signals) and decode_slow:
-        # Hot, not queued, and every token slower: the thermal signature, for devices that
-        # report neither a throttle flag nor throughput.
+    elif "kv_cache_pressure" in found:
+        verdict = "kv_cache_pressure"
+    elif "thermal_only" in found and slowness.get("slow_part") != "prefill":
+        # Heat slows every token; a slow start alone it does not explain.
         verdict = "throttling"
-    elif long_prompt and not decode_slow:
+    elif server_prefill or (long_prompt and not decode_slow):
         verdict = "prefill_bound"
+    elif server_decode:
+        verdict = "decode_bound"
     else:
         verdict = "nominal"
-    out = {"verdict": verdict, "device": step.device, "telemetry": "present" if signals["samples"] else "missing",
-           "signals": signals, **slowness}
-    if compute is not None:
-        queue_wait = step.ttft_ms - compute if verdict == "queueing" else 0.0
+    if verdict == "throttling":
+        reasons = found.get("throttling") or found.get("thermal_only", [])
+    else:
+        reasons = found.get(verdict, [])
+    if verdict == "prefill_bound" and server_prefill:
+        reasons = [f"the server reports {_s(serving['prefill_ms'])} in prefill"]
+    elif verdict == "decode_bound":
+        reasons = [f"the server reports {_s(serving['decode_ms'])} decoding {step.output_tokens or 'its'} tokens"]
+    out = {"verdict": verdict, "device": step.device or (signals.get("devices") or [""])[0],
+           "telemetry": "present" if signals["samples"] or serving else "missing",
+           "evidence": reasons, "signals": signals, **slowness}
+    if compute is not None or (serving.get("queue_ms") is not None and step.ttft_ms is not None):
+        if serving.get("queue_ms") is not None and step.ttft_ms is not None:
+            queue_wait = min(serving["queue_ms"], step.ttft_ms)
+        else:
+            queue_wait = step.ttft_ms - compute if verdict == "queueing" else 0.0
         out["ttft_split"] = {"ttft_ms": round(step.ttft_ms, 1), "queue_wait_ms": round(queue_wait, 1),
                              "compute_ms": round(step.ttft_ms - queue_wait, 1)}
     return out
@@ -161,7 +380,14 @@ def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
 def telemetry_devices(ctx: TaskContext) -> set[str]:
     """The devices whose samples `step_verdicts` reads for this task: a batch loads only theirs
     (reading every task's telemetry was a seventh of a worker's CPU)."""
-    return {step.device for step in ctx.steps if step.device and _verdict_candidate(ctx, step)}
+    out: set[str] = set()
+    for step in ctx.steps:
+        if _verdict_candidate(ctx, step):
+            out.update(served_by(ctx, step))
+    return out
+
+
+HARDWARE_VERDICTS = ("queueing", "throttling", "kv_cache_pressure")
 
 
 def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
@@ -172,15 +398,15 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
         if not _verdict_candidate(ctx, step):
             continue
         stats = ctx.baseline(step)
-        if step.device and step.device not in times:
-            times[step.device] = [s.ts_ms for s in ctx.samples.get(step.device, [])]
-        signals = device_signals(ctx, step, times=times[step.device]) if step.device else {"samples": 0}
-        corroborated = any(device_anomaly(signals)) or _hot(signals)
-        slowness = llm_slowness(step, stats, z_cut=Z_CORROBORATED if corroborated else Z_SLOW)
+        signals = device_signals(ctx, step, times=times)
+        loose = llm_slowness(step, stats, z_cut=Z_CORROBORATED)
+        corroborated = loose is not None and bool(
+            set(evidence(signals, loose["excess_ms"])) & {"throttling", "queueing", "kv_cache_pressure", "thermal_only"})
+        slowness = loose if corroborated else llm_slowness(step, stats)
         if slowness is None:
             continue
         verdict = verdict_for(ctx, step, slowness, signals)
-        if corroborated and verdict["verdict"] not in ("queueing", "throttling"):
+        if corroborated and verdict["verdict"] not in HARDWARE_VERDICTS:
             # The device evidence did not explain it: the step must be slow on its own merits.
             slowness = llm_slowness(step, stats)
             if slowness is None:
@@ -190,21 +416,8 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
     return verdicts
 
 
-def _reading(sig: dict, metric: str, label: str, unit: str = "") -> str | None:
-    entry = sig.get(metric)
-    if not entry:
-        return None
-    normal = f" vs normal {entry['normal']:g}{unit}" if "normal" in entry else ""
-    return f"{label} {entry['value']:g}{unit}{normal}"
-
-
-def _why(verdict_name: str, device: str, sig: dict) -> str:
-    if verdict_name == "queueing":
-        parts = [_reading(sig, "queue_depth", "queue depth"), _reading(sig, "utilization", "utilisation")]
-        return f"its device {device} was saturated ({'; '.join(p for p in parts if p) or 'no readings'})"
-    flag = "throttle flag set" if sig.get("throttled", {}).get("value", 0) >= 0.5 else None
-    parts = [flag, _reading(sig, "temperature_c", "temperature", " °C"), _reading(sig, "tokens_per_s", "tokens/s")]
-    return f"its device {device} was throttling ({'; '.join(p for p in parts if p) or 'no readings'})"
+WHAT = {"queueing": "its server was saturated", "throttling": "its GPU was throttling",
+        "kv_cache_pressure": "its server's KV cache was full"}
 
 
 def hardware_findings(ctx: TaskContext, verdict_name: str):
@@ -216,12 +429,14 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
         if verdict["verdict"] != verdict_name:
             continue
         step = by_id[step_id]
-        why = _why(verdict_name, step.device, verdict.get("signals", {}))
+        device = verdict.get("device") or "its device"
+        seen = "; ".join(verdict.get("evidence") or ()) or "no readings"
         wasted = verdict["excess_ms"]
         summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
-                   f"{fmt_ms(verdict['expected_ms'])}) because {why}.")
-        normal = ctx.device_normals.get(step.device)
+                   f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
+        normal = ctx.device_normals.get(step.device) or next(
+            (ctx.device_normals[d] for d in verdict.get("signals", {}).get("devices", ()) if d in ctx.device_normals), None)
         confidence, reason = baseline_confidence(normal.count if normal else 0,
-                                                 what=f"telemetry readings of {step.device or 'the device'}")
+                                                 what=f"telemetry readings of {device}")
         yield Finding(f"hardware_{verdict_name}", (step_id,), wasted, summary, dict(verdict),
                       ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

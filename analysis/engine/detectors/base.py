@@ -87,6 +87,9 @@ class StepData:
     tool_result: str = ""
     tool_call_id: str = ""
     tool_call_ids: tuple[str, ...] = ()
+    # An inference server's request span (vLLM `llm_request`): its timings in ms (queue_ms,
+    # ttft_ms, prefill_ms, decode_ms, inference_ms, e2e_ms), read as its parent call's.
+    serving: dict | None = None
 
     @property
     def duration_ms(self) -> float:
@@ -167,6 +170,10 @@ class TaskContext:
     baselines: dict[tuple[str, str, str], BaselineStats] = field(default_factory=dict)
     device_normals: dict[str, DeviceNormal] = field(default_factory=dict)
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # per device, by time
+    # device → the other devices whose telemetry describes the calls it served: its server's GPUs
+    # (same host), or a GPU's server (`analysis.engine.serving`); their samples and normals are
+    # loaded with the step's own.
+    related: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # What the agent's other runs say about its calls' values and pairs (dependencies.Profile;
     # None: nothing learned yet).
     profile: object = None
@@ -246,7 +253,7 @@ def register(kind: str) -> Callable[[Detector], Detector]:
 
 
 # The detector modules, in the order they run. Adding a kind: add a module and its name here.
-MODULES = ("slow_step", "hardware_queueing", "hardware_throttling", "repeated_tool_call",
+MODULES = ("slow_step", "hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure", "repeated_tool_call",
            "serial_gap", "parallelizable_calls", "context_growth")
 
 

@@ -1,4 +1,4 @@
-"""hardware_throttling: a slow LLM step whose device was throttling (throttled flag, or hot and slow) while it ran. The verdict and its thresholds live in
+"""hardware_throttling: a slow LLM step whose GPU was throttling (DCGM clock-event reasons, SM clock far under its normal, the native throttle flag, or hot and slow) while it ran. The verdict and its thresholds live in
 `analysis.engine.verdicts`; wasted = the step's excess over its token-aware expectation."""
 
 from analysis.engine.detectors.base import register

@@ -23,7 +23,7 @@ from analysis.engine.detectors.base import (
 )
 from analysis.engine.verdicts import MIN_EXCESS_MS, MIN_EXCESS_RATIO
 
-HARDWARE_VERDICTS = {"queueing", "throttling"}
+HARDWARE_VERDICTS = {"queueing", "throttling", "kv_cache_pressure"}
 # An agent step is made of its children; framework time is serial_gap's (one home per ms).
 SKIPPED_KINDS = ("agent", "framework")
 
@@ -33,12 +33,18 @@ def detect(ctx: TaskContext):
     for step in ctx.steps:
         if step.status != "ok" or step.kind in SKIPPED_KINDS:
             continue
+        if step.serving is not None and step.kind != "llm":
+            # An inference server's span of a call: the call is judged once, through the client's
+            # step, whose verdict reads these timings.
+            continue
         if step.kind == "llm":
             verdict = ctx.verdicts.get(step.step_id)
             if verdict is None or verdict["verdict"] in HARDWARE_VERDICTS:
                 continue
             wasted = verdict["excess_ms"]
-            why = {"prefill_bound": "the prompt was unusually long; the device was nominal",
+            seen = "; ".join(verdict.get("evidence") or ())
+            why = {"prefill_bound": f"{seen or 'the prompt was unusually long'}; the device was nominal",
+                   "decode_bound": f"{seen}; the device was nominal",
                    "nominal": "the device was nominal"}[verdict["verdict"]]
             summary = (f"{step.label} on {step.device or 'its device'} took {fmt_ms(step.duration_ms)}, "
                        f"{fmt_ms(wasted)} over the usual {fmt_ms(verdict['expected_ms'])}: {why}.")

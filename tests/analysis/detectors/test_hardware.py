@@ -96,3 +96,89 @@ def test_a_hot_device_does_not_lower_the_bar_for_a_step_it_does_not_explain():
     s = step("a", "llm", 10, 10.52, model="m", device="gpu-1", ttft_ms=320, input_tokens=2000, output_tokens=11)
     hot = [type(x)(x.ts_ms, {**x.metrics, "temperature_c": 85}) for x in samples(0, 30)]
     assert run(ctx_with(s, hot)) == ([], [], [])
+
+
+# --- telemetry in the shapes real exporters send: no `throttled` flag, no TTFT ----------------
+
+from analysis.engine.detectors import hardware_kv_cache_pressure  # noqa: E402
+from analysis.engine.detectors.base import DeviceNormal, MetricNormal, Sample  # noqa: E402
+
+from .builders import T0  # noqa: E402
+
+SERVER, GPU = "vllm-1:8000", "GPU-5f1c"
+NO_TTFT = {("llm", "m", SERVER): type(llm_stats())(count=200, median_ms=1000, mad_ms=60, line_a=300, line_b=7,
+                                                    line_log_mad=0.06, input_median=1500, input_mad=100)}
+
+
+def readings(metrics: dict, incident: dict, *, at=(9, 14)) -> list[Sample]:
+    return [Sample(T0 + t * 1000, {**metrics, **(incident if at[0] <= t <= at[1] else {})}) for t in range(0, 30)]
+
+
+def served(call, *, server=None, gpu=None, children=()):
+    normals = {SERVER: DeviceNormal({"queue_depth": MetricNormal(1, 1), "batch_size": MetricNormal(8, 1),
+                                     "kv_cache_usage": MetricNormal(0.35, 0.05)}, 1000, 5000),
+               GPU: DeviceNormal({"utilization": MetricNormal(0.65, 0.05), "sm_clock_mhz": MetricNormal(1410, 10),
+                                  "sm_clock_max_mhz": MetricNormal(1410, 0), "clock_reasons": MetricNormal(0, 0),
+                                  "temperature_c": MetricNormal(55, 2), "power_w": MetricNormal(410, 15)}, 1000, 5000)}
+    ctx = task([call, *children], baselines=NO_TTFT, device_normals=normals, related={SERVER: (GPU,)},
+               samples={SERVER: server or readings({"queue_depth": 1, "batch_size": 8, "kv_cache_usage": 0.35}, {}),
+                        GPU: gpu or readings({"utilization": 0.65, "sm_clock_mhz": 1410, "sm_clock_max_mhz": 1410,
+                                              "clock_reasons": 0, "temperature_c": 55, "power_w": 410}, {})})
+    ctx.verdicts = step_verdicts(ctx)
+    return ctx, {k: list(m.detect(ctx)) for k, m in (("queueing", hardware_queueing), ("throttling", hardware_throttling),
+                                                     ("kv", hardware_kv_cache_pressure), ("slow", slow_step))}
+
+
+def chat(**kw):
+    return step("c", "llm", 10, 13.0, model="m", device=SERVER, input_tokens=1500, output_tokens=100, **kw)
+
+
+def test_a_dcgm_power_brake_is_throttling_from_the_clock_event_reasons_without_ttft():
+    gpu = readings({"utilization": 0.65, "sm_clock_mhz": 1410, "sm_clock_max_mhz": 1410, "clock_reasons": 0,
+                    "temperature_c": 55, "power_w": 410}, {"sm_clock_mhz": 570, "clock_reasons": 0x88, "power_w": 200})
+    _, found = served(chat(), gpu=gpu)
+    [finding] = found["throttling"]
+    assert not found["queueing"] and not found["kv"] and not found["slow"]
+    assert "clock-event reasons 0x88 (HW slowdown, HW power brake)" in finding.summary
+    assert "SM clock 570 MHz of a 1,410 MHz max vs a usual 1,410" in finding.summary
+
+
+def test_a_routine_power_cap_at_full_clock_is_no_throttling():
+    gpu = readings({"utilization": 0.65, "sm_clock_mhz": 1410, "sm_clock_max_mhz": 1410, "clock_reasons": 0,
+                    "temperature_c": 55, "power_w": 410}, {"clock_reasons": 0x4, "utilization": 0.9})
+    _, found = served(chat(), gpu=gpu)
+    assert not found["throttling"] and found["slow"][0].evidence["verdict"] == "nominal"
+
+
+def test_a_vllm_queue_burst_is_queueing_from_the_server_span_and_the_waiting_gauge():
+    server_span = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="c", device="vllm-1",
+                       serving={"queue_ms": 1800.0, "prefill_ms": 90.0, "decode_ms": 700.0, "e2e_ms": 2300.0})
+    waiting = readings({"queue_depth": 1, "batch_size": 8, "kv_cache_usage": 0.35}, {"queue_depth": 41})
+    _, found = served(chat(), server=waiting, children=[server_span])
+    [finding] = found["queueing"]
+    assert "the server reports 1.8 s of 2.3 s in queue; 41 requests waiting vs a usual 1" in finding.summary
+    assert not found["slow"] and not found["throttling"]  # the server span is no step of its own
+
+
+def test_preemptions_during_the_call_are_kv_cache_pressure():
+    server = [Sample(T0 + t * 1000, {"queue_depth": 3 if 9 <= t <= 14 else 1, "batch_size": 8,
+                                     "kv_cache_usage": 0.99 if 9 <= t <= 14 else 0.35,
+                                     "preemptions": float(max(0, min(t, 14) - 9) * 2)}) for t in range(30)]
+    _, found = served(chat(), server=server)
+    [finding] = found["kv"]
+    assert "6 requests preempted during the call" in finding.summary and "KV cache 99% full vs a usual 35%" in finding.summary
+    assert not found["queueing"]
+
+
+def test_a_slow_call_with_every_series_at_its_normal_is_nominal():
+    _, found = served(chat())
+    assert [f.evidence["verdict"] for f in found["slow"]] == ["nominal"]
+    assert not found["queueing"] and not found["throttling"] and not found["kv"]
+
+
+def test_server_decode_time_makes_a_slow_call_decode_bound_when_the_hardware_was_fine():
+    server_span = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="c", device="vllm-1",
+                       serving={"queue_ms": 10.0, "prefill_ms": 90.0, "decode_ms": 2800.0, "e2e_ms": 2900.0})
+    _, found = served(chat(), children=[server_span])
+    [slow] = found["slow"]
+    assert slow.evidence["verdict"] == "decode_bound" and "2.8 s decoding 100 tokens" in slow.summary
