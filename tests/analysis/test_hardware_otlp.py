@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from analysis.engine import analyse
+from analysis.engine import analyse, batch
 from analysis.engine.baselines import baselines_refresh
 from analysis.models import Finding
 from ingest.models import Device, ResourceSample, Step, Task
@@ -161,14 +161,19 @@ def _send_metrics(url: str, key: str, base_ns: int) -> None:
     exporter.shutdown()
 
 
-@pytest.fixture
-def replayed(live_server, project, ingest_key):
+@pytest.fixture(params=["one task", "batch"])
+def replayed(request, live_server, project, ingest_key):
+    """The replay, analysed task by task or as one batch (the worker's path): the same findings."""
     base_ns = (time.time_ns() // S - 3 * 3600) * S
     _send_metrics(live_server.url, ingest_key, base_ns)
     _send_traces(live_server.url, ingest_key, base_ns)
     baselines_refresh(project=project, full=True)
-    for task in Task.objects.filter(project=project):
-        analyse.analyse_task(task.pk)
+    pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
+    if request.param == "batch":
+        batch.run_ids(pks, force=True, top_up=False)
+    else:
+        for pk in pks:
+            analyse.analyse_task(pk)
     return project
 
 
@@ -234,6 +239,7 @@ def _kv_full(replayed):
 
 
 # One replay (≈20 s) serves every check; each helper above is one behaviour.
+@pytest.mark.parametrize("replayed", ["one task"], indirect=True)
 def test_dcgm_and_vllm_series_are_read_without_configuration_and_the_server_span_is_folded(replayed):
     _series_read(replayed)
     _server_span_folded(replayed)
