@@ -88,7 +88,7 @@ def test_only_a_few_requests_wait_for_room_the_rest_are_refused_at_once(room, mo
         started = time.monotonic()
         with pytest.raises(BodyError) as refused, request_body(Request(b"y" * 300)):
             pass
-        assert refused.value.status == 503 and time.monotonic() - started < 0.2
+        assert refused.value.status == 503 and time.monotonic() - started < 1.0  # not the 2 s wait
         waiter.join(5)
     assert waiter_done.is_set()
 
