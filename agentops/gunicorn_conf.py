@@ -22,7 +22,7 @@ import ctypes
 import os
 
 
-def _limit_malloc_arenas(arenas: int = 2) -> None:
+def _limit_malloc_arenas(arenas: int = 1) -> None:
     """glibc gives each thread that allocates its own malloc arena and seldom hands an arena's
     freed memory to another: with 8 threads taking turns at 16 MB batches a worker's RSS grew with
     every new thread (the flood fault test). Set here in the master, before any worker thread
