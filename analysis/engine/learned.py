@@ -47,6 +47,7 @@ from analysis.engine.detectors.dependencies import (
     Profile,
     all_tokens,
     call_names,
+    concurrent,
     pair_verdict,
 )
 from analysis.engine.detectors.parallelizable_calls import distinct_calls, turn_groups
@@ -137,7 +138,7 @@ def pair_stats(runs: list[list], profile: Profile) -> dict[tuple[str, str], Pair
                     issuer = evidence.issuer(earlier)
                     if issuer is not None and issuer is evidence.issuer(later):
                         p.together_runs += 1
-                    if later.start_ms < earlier.end_ms - 1e-6:
+                    if concurrent(earlier, later):
                         p.concurrent_runs += 1
                     else:
                         p.saved_ms += min(earlier.duration_ms, later.duration_ms)

@@ -194,7 +194,9 @@ def test_projects_learn_apart(db, project, other_project):
     (30, 0, 0, 0, 1, "unknown"),      # a constant result cannot show flow
     (5, 0, 0, 0, 5, ""),              # too few runs: no history yet, the one trace decides
     (30, 10, 0, 0, 30, "unknown"),    # flow in a third of the runs: neither
-    (30, 30, 2, 0, 30, "independent"),  # the agent ran them together: it does not need the flow
+    (30, 30, 2, 0, 30, "dependent"),  # flow in most runs: the two concurrent runs were another part
+    (30, 12, 10, 0, 30, "unknown"),   # flow in some runs, concurrency in others: one name, two parts
+    (30, 0, 2, 0, 30, "independent"),  # never any flow, and run together elsewhere
     (3, 0, 0, 1, 1, "independent"),
 ])
 def test_pair_verdicts(runs, flow, concurrent, together, variants, verdict):

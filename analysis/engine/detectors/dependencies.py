@@ -167,17 +167,19 @@ class Profile:
 
 def pair_verdict(p) -> tuple[str, str]:
     """(verdict, basis) of a pair from its counts; ("", "") while its history is too short to
-    say anything (the one trace's evidence decides then)."""
-    if p.together_runs or p.concurrent_runs:
+    say anything (the one trace's evidence decides then). Runs together elsewhere prove
+    independence only for a pair whose values never (or barely) flowed: where flow shows in
+    some runs and concurrency in others, one name plays two parts, and nothing is known."""
+    flowed = p.flow_runs + p.blind_runs
+    if (p.together_runs or p.concurrent_runs) and flowed <= NO_FLOW_SHARE * p.runs:
         return INDEPENDENT, LEARNED_TOGETHER
     if p.runs < MIN_PAIR_RUNS:
         return "", ""
-    if p.runs >= MIN_PAIR_RUNS and p.flow_runs + p.blind_runs > MOST * p.runs:
+    if flowed > MOST * p.runs:
         # A value of the result passed on in most runs, even one common to them all (`page-1`
         # every time), is the agent's pattern, not a coincidence.
         return DEPENDENT, LEARNED_FLOW
-    if (p.runs >= MIN_PAIR_RUNS and p.flow_runs + p.blind_runs <= NO_FLOW_SHARE * p.runs
-            and p.result_variants >= MIN_VARIED):
+    if flowed <= NO_FLOW_SHARE * p.runs and p.result_variants >= MIN_VARIED:
         return INDEPENDENT, LEARNED_NO_FLOW
     return UNKNOWN_VERDICT, LEARNED_UNKNOWN
 
@@ -306,8 +308,9 @@ class Evidence:
         verdict, basis = pair_verdict(history) if history is not None else ("", "")
         if not verdict:
             history = None
-        if basis == LEARNED_TOGETHER:
-            return Link(a, b, False, basis)
+        # What this run shows of the two (a value they share) outweighs what other runs of
+        # calls with the same names showed: one name can play two parts (patch a file, then lint
+        # it; or lint another one beside the patch).
         if (self.args(earlier) | self.result(earlier)) & self.args(later):
             if after and self.follow_up(later):
                 return Link(a, b, True, DEPENDENT_FOLLOW_UP)
