@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from analysis.engine.detectors.base import StepData
 
 INDEPENDENT_IDS = "requested together in one model response"
-INDEPENDENT_CONCURRENT = "ran concurrently in this run"
+INDEPENDENT_CONCURRENT = "started before the other ended in this run, so it could not use its result"
 DEPENDENT_DATA = "arguments carry a value from the earlier call's result"
 DECLARED = "declared by the sender (depends_on)"
 DEPENDENT_FOLLOW_UP = "started by agent code on a value of the earlier call"
@@ -55,8 +55,8 @@ STRENGTH = {INDEPENDENT_IDS: "high", INDEPENDENT_CONCURRENT: "high", DEPENDENT_D
             INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low", UNKNOWN_COMMON: "low", LEARNED_FLOW: "medium",
             LEARNED_TOGETHER: "medium", LEARNED_NO_FLOW: "medium", LEARNED_UNKNOWN: "low"}
 
-# Two calls that overlapped by more than this share of the shorter one ran concurrently (less is
-# the dispatch skew of calls run one after another).
+# A call that started while another still ran, by more than this share of the shorter one, could
+# not use its result (less is clock and dispatch skew between calls run one after another).
 CONCURRENT_OVERLAP = 0.1
 
 # A pair's history says something once both calls ran in MIN_PAIR_RUNS of the agent's runs:
@@ -196,7 +196,7 @@ def call_names(group: list) -> dict[str, str]:
 
 
 def concurrent(a: StepData, b: StepData) -> bool:
-    """The two calls ran at the same time, beyond dispatch skew: neither waited for the other."""
+    """The two calls overlapped in time beyond skew: neither waited for the other's result."""
     overlap = min(a.end_ms, b.end_ms) - max(a.start_ms, b.start_ms)
     return overlap > CONCURRENT_OVERLAP * min(a.duration_ms, b.duration_ms)
 
@@ -314,6 +314,8 @@ class Evidence:
         if (self.args(earlier) | self.result(earlier)) & self.args(later):
             if after and self.follow_up(later):
                 return Link(a, b, True, DEPENDENT_FOLLOW_UP)
+            if history is not None and verdict == DEPENDENT:
+                return Link(a, b, True, basis)
             return Link(a, b, None, UNKNOWN_SHARED)
         if history is not None and verdict == DEPENDENT:
             return Link(a, b, True, basis)

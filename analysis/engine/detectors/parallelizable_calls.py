@@ -19,10 +19,12 @@ results does, low ("possible") when nothing was recorded either way; a low one i
 counts in no total.
 
 The waste is measured, not estimated, so the only guards are against calls that were in fact
-concurrent: the group must have run in at least two stages one after another (`serial_stages`:
-calls that overlapped by more than 10 % of the shorter one ran together and are one stage, so a
-serial chain with one concurrent sibling still counts while a batch dispatched at once with a
-little scheduling skew does not), and the waste must be ≥ 10 ms (clock and scheduling jitter). Repeats of an identical call are
+concurrent: the group must have run in at least two stages (`serial_stages`: calls that ran
+mostly at the same time, overlapping for more than half of the shorter one, are one stage, with
+only dispatch skew between them; a serial chain with one concurrent sibling, or calls started
+one by one while the previous still ran, are several), and the waste must be ≥ 10 ms (clock and
+scheduling jitter). A call that started before another ended could not use its result: that
+pair is independent (dependencies.concurrent). Repeats of an identical call are
 left out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
 """
 
@@ -44,7 +46,6 @@ from analysis.engine.detectors.base import (
     union_length,
 )
 from analysis.engine.detectors.dependencies import (
-    CONCURRENT_OVERLAP,
     DECLARED,
     INDEPENDENT_IDS,
     INDEPENDENT_NO_FLOW,
@@ -60,6 +61,8 @@ from analysis.engine.detectors.dependencies import (
 )
 
 MIN_WASTED_MS = 10.0
+# Calls that overlapped for more than this share of the shorter one ran together: one stage.
+STAGE_OVERLAP = 0.5
 MAX_EVIDENCE_LINKS = 20
 _RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
@@ -115,16 +118,16 @@ def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float
 
 
 def serial_stages(group: list[StepData]) -> int:
-    """How many stages the group ran in, one after another: calls that overlapped by more than
-    CONCURRENT_OVERLAP of the shorter one ran together and form one stage (a little overlap is
-    dispatch skew between calls run one after another). Calls all run at once are 1 stage; a
-    serial chain with one concurrent sibling is still a chain."""
+    """How many stages the group ran in: calls that ran mostly at the same time (overlapping for
+    more than STAGE_OVERLAP of the shorter one) are one stage, with nothing to win between them
+    but dispatch skew. A serial chain with one concurrent sibling, or calls started one by one
+    while the previous still ran (a stagger), are several."""
     stages: list[list[float]] = []  # [start, end, shortest duration] of each stage, by start
     for s in sorted(group, key=lambda c: (c.start_ms, c.end_ms)):
         if stages:
             last = stages[-1]
             overlap = min(last[1], s.end_ms) - s.start_ms
-            if overlap > CONCURRENT_OVERLAP * min(last[2], s.duration_ms):
+            if overlap > STAGE_OVERLAP * min(last[2], s.duration_ms):
                 last[1], last[2] = max(last[1], s.end_ms), min(last[2], s.duration_ms)
                 continue
         stages.append([s.start_ms, s.end_ms, s.duration_ms])

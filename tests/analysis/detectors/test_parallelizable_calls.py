@@ -245,15 +245,27 @@ def test_a_serial_chain_with_one_concurrent_sibling_is_still_a_chain():
     assert finding.step_ids == ("a", "b", "c")
     assert finding.wasted_ms == pytest.approx(1000, abs=15)  # c could have run beside a and b
     concurrent = [link for link in finding.evidence["links"] if {link["earlier"], link["later"]} == {"a", "b"}]
-    assert concurrent[0]["basis"] == "ran concurrently in this run"
+    assert concurrent[0]["basis"].startswith("started before the other ended")
 
 
-def test_calls_dispatched_together_with_a_little_skew_are_one_stage():
+def test_calls_that_ran_mostly_together_are_one_stage():
+    # A thread pool started b 10 ms after a (LangGraph's ToolNode does): nothing to win.
     ctx = task([chat("l1", 0, 1),
-                call("a", 1, 2, "get_weather", {"city": "Oslo"}, '{"temp": 3}'),
-                call("b", 1.3, 2.2, "get_news", {"topic": "markets"}, '{"items": 4}'),
-                chat("l2", 2.2, 3)])
+                call("a", 1, 1.05, "get_order", {"order_id": "ord_u39qcc"}, '{"status": "shipped"}'),
+                call("b", 1.01, 1.117, "search_kb", {"query": "return policy"}, '{"hits": 3}'),
+                chat("l2", 1.12, 1.5)])
     assert detect(ctx) == []
+
+
+def test_calls_started_one_by_one_while_the_previous_ran_could_all_start_at_once():
+    # A stagger: each call starts before the previous ends, never with it.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.4, "get_price", {"sku": "SKU-7"}, '{"price": 259.45}'),
+                call("b", 1.3, 1.7, "search_inventory", {"query": "stand"}, '{"items": 3}'),
+                call("c", 1.6, 2.0, "reserve_item", {"sku": "SKU-4"}, '{"reservation": "res_1"}'),
+                chat("l2", 2.0, 3)])
+    [finding] = detect(ctx)
+    assert finding.wasted_ms == pytest.approx(600, abs=15)  # span 1.0 s - the longest 0.4 s
 
 
 def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
