@@ -20,6 +20,8 @@ import time
 import zlib
 from collections.abc import Iterator
 
+from django.http import UnreadablePostError
+
 from ingest import limits
 
 _READ_SIZE = 64 * 1024
@@ -174,7 +176,10 @@ def _read_parts(read, most: int, share: _Share, meta) -> bytes:
                 break
             parts.append(part)
             size += len(part)
-    except TimeoutError:
+    except (TimeoutError, UnreadablePostError) as exc:
+        # Django's request.read wraps the socket's timeout in UnreadablePostError.
+        if not isinstance(exc, TimeoutError) and not isinstance(exc.__cause__, TimeoutError):
+            raise
         raise BodyError(408, f"body: nothing received for {limits.BODY_IDLE_SECONDS} s "
                              f"({size} bytes in {time.monotonic() - started:.0f} s)") from None
     finally:

@@ -108,6 +108,25 @@ def test_a_sender_silent_mid_body_gets_408_and_the_socket_is_left_as_it_was(room
         client.close()
 
 
+def test_the_silence_is_408_through_djangos_request_too(room, monkeypatch):
+    """Django's HttpRequest.read (what a view passes) wraps the socket's timeout in
+    UnreadablePostError: still 408, not a 500."""
+    from django.core.handlers.wsgi import WSGIRequest
+
+    monkeypatch.setattr(limits, "BODY_IDLE_SECONDS", 0.3)
+    server, client = socket.socketpair()
+    try:
+        client.sendall(b"x" * 100)
+        request = WSGIRequest({"REQUEST_METHOD": "POST", "PATH_INFO": "/", "CONTENT_LENGTH": "1000",
+                               "wsgi.input": server.makefile("rb"), "gunicorn.socket": server})
+        with pytest.raises(BodyError) as silent, request_body(request):
+            pass
+        assert silent.value.status == 408
+    finally:
+        server.close()
+        client.close()
+
+
 def test_ingest_and_otlp_answer_503_with_retry_after_while_the_process_has_no_room(
         live_server, ingest_key, monkeypatch):
     monkeypatch.setattr(limits, "BODY_ROOM_WAIT_SECONDS", 0.1)
