@@ -281,5 +281,7 @@ LOGGING = {
     "loggers": {
         "pgserver": {"level": "WARNING"},
         "django.server": {"level": "WARNING"},
+        # The MCP SDK logs every stateless exchange's session start and end at INFO.
+        "mcp": {"level": "WARNING"},
     },
 }

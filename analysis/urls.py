@@ -1,6 +1,7 @@
 from django.urls import include, path, register_converter
 
 from analysis.dashboard import agents, api, compare_api, compare_views, views
+from analysis.mcp.views import McpView
 from ingest.ids import IdConverter
 
 register_converter(IdConverter, "id")
@@ -16,6 +17,7 @@ urlpatterns = [
     path("api/v1/status", api.StatusView.as_view(), name="api-status"),
     path("api/v1/agents/<id:name>", agents.AgentDetailView.as_view(), name="api-agent-detail"),
     path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
+    path("mcp", McpView.as_view(), name="mcp"),
     path("", views.overview, name="overview"),
     path("charts/overview.json", views.overview_charts, name="overview-charts"),
     path("charts/overview-cost.json", views.overview_cost, name="overview-cost"),

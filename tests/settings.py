@@ -16,3 +16,5 @@ CACHES["default"]["KEY_PREFIX"] = f"test-{os.environ['AGENTOPS_TEST_RUN']}"  # n
 # The tests' webhook receivers listen on loopback, as an on-prem receiver would be allowed to;
 # tests/alerts/test_ssrf.py empties this to check the refusals.
 AGENTOPS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+# A test's own stack shortens the time a sender may stall mid-body (ingest/limits.py reads it here).
+AGENTOPS_BODY_IDLE_SECONDS = int(os.environ.get("AGENTOPS_BODY_IDLE_SECONDS", "30"))

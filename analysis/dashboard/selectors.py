@@ -110,6 +110,12 @@ def task_steps_json(*, task: Task) -> list[str]:
             for step, depth in tree_order(rows, presorted=True)]
 
 
+def task_steps_by_id(*, task: Task, step_ids: Sequence[str]) -> list[Step]:
+    """These steps of the task (a page of its critical path, say), without their large fields."""
+    return list(Step.objects.filter(task=task, step_id__in=list(step_ids)).only(
+        "step_id", "kind", "name", "started_at", "duration_ms", "status", "model", "device", "tool_name", "ttft_ms"))
+
+
 def task_findings(*, task: Task) -> list[Finding]:
     """The task's findings, most wasted time first; the low-confidence ones, which count in no
     total, after the others."""
