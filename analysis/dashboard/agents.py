@@ -29,7 +29,7 @@ from analysis.engine.detectors.dependencies import (
     pair_verdict,
 )
 from analysis.models import AgentProfile, CallPair
-from ingest.models import Project
+from ingest.models import Project, Task
 
 # How the page names an edge (a verdict and, for independent pairs, whether they ran together).
 FEEDS, TOGETHER, SERIAL, UNKNOWN = "feeds", "runs together", "independent, run one after another", "unknown"
@@ -85,8 +85,8 @@ def agent_graph(*, project: Project, agent: str, release: str | None = None) -> 
 @login_required
 def agent_detail(request, name: str):
     project = _project(request)
-    if project is None:
-        raise Http404("no project")
+    if project is None or not Task.objects.filter(project=project, name=name).exists():
+        raise Http404("no such agent")  # an agent of another project is not there
     release = request.GET.get("release") or None
     graph = agent_graph(project=project, agent=name, release=release)
     sections = [(r, TITLES[r], edges) for r in RELATIONS

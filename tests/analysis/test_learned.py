@@ -229,7 +229,10 @@ def test_the_agent_page_shows_which_calls_feed_which_and_which_could_run_togethe
     page = client.get("/agents/lookup", {"project": project.name}).content.decode()
     serial = page.split('data-relation="independent, run one after another"')[1].split("</table>")[0]
     assert "get_weather#0" in serial and "get_news#0" in serial
-    assert client.get("/agents/nobody", {"project": project.name}).status_code == 200  # says nothing learned
+    assert client.get("/agents/nobody", {"project": project.name}).status_code == 404  # no such agent here
+    run(project, 0, agent="fresh", a=("x", {"q": "a1b"}, "r"), b=("y", {"q": "b"}))
+    page = client.get("/agents/fresh", {"project": project.name})
+    assert page.status_code == 200 and "Nothing learned for this agent yet" in page.content.decode()
 
 
 def test_the_agent_api_gives_the_graph_with_its_evidence(live_server, project, other_project, make_key):

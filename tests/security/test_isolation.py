@@ -35,6 +35,7 @@ PATH_VALUES = {
     "step_id": lambda b: "s1",
     "rule_id": lambda b: str(b["rule"].pk),
     "session_id": lambda b: B_SESSION,
+    "name": lambda b: SECRET,  # /agents/<name>: B's agent (its tasks' name)
 }
 # Path parameters that name a kind of data, not an object of B: only the no-leak check applies.
 PATH_KINDS = {
