@@ -4,7 +4,8 @@ Pure: findings come in as plain `FindingView`s, so the scoring is tested without
 How to read the table, and why these rules: docs/analysis.md, "Evaluation".
 
 Units. A label is one injected problem; a finding is one finding. The kinds the product defines
-per step (`slow_step`, `hardware_queueing`, `hardware_throttling`: one finding per slowed step)
+per step (`slow_step`, `hardware_queueing`, `hardware_throttling`, `hardware_kv_cache_pressure`:
+one finding per slowed step)
 are scored per step: a label naming several steps (every LLM step one device incident slowed in
 the task) stands for one labelled problem per step, with that step's `step_magnitude_ms` as its
 wasted time when the label has one.
@@ -42,8 +43,8 @@ from dataclasses import dataclass, field
 
 from analysis.simulator.generate import KINDS
 
-PER_STEP_KINDS = {"slow_step", "hardware_queueing", "hardware_throttling"}
-SLOWING_KINDS = {"hardware_queueing", "hardware_throttling", "context_growth"}
+PER_STEP_KINDS = {"slow_step", "hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure"}
+SLOWING_KINDS = {"hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure", "context_growth"}
 MAGNITUDE_TOLERANCE = 0.30
 LOW = "low"
 

@@ -46,16 +46,25 @@ from analysis.simulator.catalog import (
     Tool,
     short_id,
 )
-from analysis.simulator.devices import SimDevice, Window, device_samples, make_devices
+from analysis.simulator.devices import (
+    THROTTLE_REASONS,
+    SimDevice,
+    Window,
+    device_readings,
+    make_devices,
+    otlp_metrics,
+    otlp_point_count,
+)
 from analysis.simulator.evidence import result_text, wire
 
 KINDS = ("slow_step", "repeated_tool_call", "serial_gap", "parallelizable_calls", "context_growth",
-         "hardware_queueing", "hardware_throttling")
-HARDWARE_KINDS = ("hardware_queueing", "hardware_throttling")
+         "hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure")
+HARDWARE_KINDS = ("hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure")
 KIND_WEIGHTS = {"slow_step": 0.22, "repeated_tool_call": 0.18, "serial_gap": 0.16,
                 "parallelizable_calls": 0.14, "context_growth": 0.12, "hardware_queueing": 0.09,
-                "hardware_throttling": 0.09}
-VERDICTS = {"hardware_queueing": "queueing", "hardware_throttling": "throttling"}
+                "hardware_throttling": 0.09, "hardware_kv_cache_pressure": 0.07}
+VERDICTS = {"hardware_queueing": "queueing", "hardware_throttling": "throttling",
+            "hardware_kv_cache_pressure": "kv_cache_pressure"}
 
 # Injected magnitudes, chosen to sit well clear of normal variation (see docs/simulator.md).
 SLOW_FACTOR = (6.0, 12.0)          # × the tool's median; normal p99.99 is ≤ 4.4×
@@ -63,6 +72,14 @@ GAP_MS = (1500.0, 6000.0)          # idle stall; normal gaps are 3–100 ms
 GROWTH_RESULT_TOKENS = (1500, 5000)  # raw tool output appended each turn; normal is 40–200
 QUEUE_EXTRA_TTFT_MS = (1200.0, 3000.0)
 WINDOW_S = (120.0, 300.0)
+THROTTLE_CLOCK_SHARE = (0.45, 0.65)  # of max SM clock while a GPU throttles
+# KV-cache incident: a call is preempted (evicted mid-decode, re-admitted, its prefix recomputed)
+# with this probability, and waits this long to be re-admitted.
+KV_PREEMPT_SHARE = 0.7
+KV_REQUEUE_MS = (600.0, 2500.0)
+# Share of tasks whose client propagates trace context to vLLM, so that the server's own
+# `llm_request` span arrives as a child of the client's chat span.
+SERVER_SPAN_RATE = 0.5
 # A step inside a fault window is labelled when the fault added at least 20 % to it and more
 # than timer/network jitter (20 ms): every step a device incident slowed materially belongs
 # to the incident, even a 90 ms answer that took 140. Below that, nobody could tell.
@@ -102,32 +119,43 @@ class SimulationConfig:
 @dataclass
 class Simulation:
     tasks: list[list[dict]]  # per task: its task event then its step events
-    samples: list[dict]
+    # Device telemetry: ExportMetricsServiceRequest bodies (OTLP JSON), as /v1/metrics takes them.
+    metrics: list[dict]
     labels: list[dict]
     step_count: int = 0
     # Evidence mode's ground truth, like the labels never sent: per task, {step id: the step
     # ids whose results its arguments quote}.
     dependencies: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # The inference servers' own `llm_request` spans (OTLP JSON resourceSpans), children of the
+    # client's chat steps of tasks whose client propagates trace context.
+    server_spans: list[dict] = field(default_factory=list)
 
     def events(self, *, chunk: int):
-        """Native events in batches of about `chunk` (a task and its steps stay together)."""
+        """What a sender sends, in order: native task and step events in batches of about
+        `chunk` (a task and its steps stay together), then OTLP requests, each yielded as
+        {"otlp": "traces" | "metrics", "body": <OTLP JSON>}: the servers' spans in requests of
+        about `chunk` spans, the telemetry as `metrics` holds it."""
         batch: list[dict] = []
         for task_events in self.tasks:
             if batch and len(batch) + len(task_events) > chunk:
                 yield batch
                 batch = []
             batch.extend(task_events)
-        for sample in self.samples:
-            if len(batch) >= chunk:
-                yield batch
-                batch = []
-            batch.append(sample)
         if batch:
             yield batch
+        for lo in range(0, len(self.server_spans), chunk):
+            yield {"otlp": "traces", "body": {"resourceSpans": self.server_spans[lo:lo + chunk]}}
+        for body in self.metrics:
+            yield {"otlp": "metrics", "body": body}
+
+    @property
+    def sample_count(self) -> int:
+        """Data points of device telemetry."""
+        return sum(otlp_point_count(body) for body in self.metrics)
 
     @property
     def event_count(self) -> int:
-        return sum(len(t) for t in self.tasks) + len(self.samples)
+        return sum(len(t) for t in self.tasks) + len(self.server_spans) + self.sample_count
 
     def label_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)
@@ -288,23 +316,28 @@ def simulate(config: SimulationConfig) -> Simulation:
     tasks: list[list[dict]] = []
     labels: list[dict] = []
     dependencies: dict[str, dict[str, list[str]]] = {}
+    server_spans: list[dict] = []
+    served: dict[str, dict[str, int]] = {}
     step_count = 0
     for arrival in arrivals:
-        events, task_labels, task_dependencies = _task(config, arrival,
-                                                       np.random.default_rng([config.seed, 1, arrival.index]))
+        events, task_labels, task_dependencies, spans = _task(
+            config, arrival, np.random.default_rng([config.seed, 1, arrival.index]))
         tasks.append(events)
         labels.extend(task_labels)
+        server_spans.extend(spans)
+        models = served.setdefault(arrival.device.name, {})
+        models[arrival.agent.model] = models.get(arrival.agent.model, 0) + 1
         if task_dependencies:
             dependencies[events[0]["task_id"]] = task_dependencies
         step_count += len(events) - 1
-    samples = []
+    metrics = []
     for i, device in enumerate(devices):
-        readings = device_samples(device, start_ms=config.start_ms, end_ms=config.end_ms,
-                                  rng=np.random.default_rng([config.seed, 2, i]))
-        samples.extend({"type": "resource", "device": device.name, "vendor": device.model.vendor,
-                        "hardware": device.model.hardware, "ts": _ns(t), "metrics": metrics}
-                       for t, metrics in readings)
-    return Simulation(tasks=tasks, samples=samples, labels=labels, step_count=step_count, dependencies=dependencies)
+        readings = device_readings(device, start_ms=config.start_ms, end_ms=config.end_ms,
+                                   rng=np.random.default_rng([config.seed, 2, i]))
+        models = served.get(device.name) or {"": 0}
+        metrics.extend(otlp_metrics(device, readings, served_model=max(models, key=lambda m: (models[m], m))))
+    return Simulation(tasks=tasks, metrics=metrics, labels=labels, step_count=step_count,
+                      dependencies=dependencies, server_spans=server_spans)
 
 
 def _arrivals(config: SimulationConfig, devices: list[SimDevice], rng: np.random.Generator) -> list[Arrival]:
@@ -378,9 +411,14 @@ def _open_windows(arrivals: list[Arrival], rng: np.random.Generator) -> None:
             a.kinds = tuple(k for k in a.kinds if k not in HARDWARE_KINDS)
             continue
         depth = 0.0
+        extra: dict = {}
         if hw[0] == "hardware_queueing":
             depth = round(float(rng.uniform(*QUEUE_EXTRA_TTFT_MS)) / a.device.model.queue_slot_ms)
-        a.device.add_window(Window(a.device.name, hw[0], start, end, depth))
+        elif hw[0] == "hardware_throttling":
+            extra = {"gpu": int(rng.integers(0, a.device.accelerators)),
+                     "reasons": THROTTLE_REASONS[int(rng.integers(0, len(THROTTLE_REASONS)))],
+                     "clock_share": float(rng.uniform(*THROTTLE_CLOCK_SHARE))}
+        a.device.add_window(Window(a.device.name, hw[0], start, end, depth, **extra))
 
 
 def _ns(t_ms: float) -> int:
@@ -397,9 +435,9 @@ def _median_ms(tool: Tool, release: int) -> float:
 
 
 def _task(config: SimulationConfig, a: Arrival,
-          rng: np.random.Generator) -> tuple[list[dict], list[dict], dict[str, list[str]]]:
-    """One task's events (task, root step, steps in time order), its labels and (evidence
-    mode) its dependencies."""
+          rng: np.random.Generator) -> tuple[list[dict], list[dict], dict[str, list[str]], list[dict]]:
+    """One task's events (task, root step, steps in time order), its labels, (evidence
+    mode) its dependencies and its server spans (OTLP resourceSpans)."""
     turns = _plan(rng, a.agent, a.kinds)
     marks = _inject(rng, a.agent, turns, a.kinds)
     _near_repeat(rng, turns)
@@ -428,7 +466,7 @@ def _task(config: SimulationConfig, a: Arrival,
         wire(evidence_rng, a.agent, turns, result_tokens=lambda: _result_tokens(evidence_rng, growth),
              user_id=short_id(evidence_rng, "c"))
     events, labels = timeline.run(turns, status)
-    return events, labels, timeline.dependencies
+    return events, labels, timeline.dependencies, timeline.server_spans
 
 
 class _Timeline:
@@ -452,6 +490,10 @@ class _Timeline:
         self.call_ids_reported = True
         self.calls_issued = 0
         self.dependencies: dict[str, list[str]] = {}
+        # Its own generator, so that whether a task carries server spans reshuffles nothing else.
+        self.span_rng = np.random.default_rng([config.seed, 4, a.index])
+        self.traced_to_server = bool(self.span_rng.random() < SERVER_SPAN_RATE)
+        self.server_spans: list[dict] = []
 
     def next_id(self) -> str:
         self.counter += 1
@@ -500,7 +542,7 @@ class _Timeline:
         if window is not None and window.kind == "hardware_queueing":
             state.update(queue_depth=window.queue_depth * float(rng.uniform(0.9, 1.1)),
                          batch_size=hw.max_batch * 0.9)
-        elif window is not None:
+        elif window is not None and window.kind == "hardware_throttling":
             state["throttled"] = True
         context = self.context
         cached = min(self.agent.system_tokens[0], context) if self.a.release_index >= 1 else 0
@@ -508,9 +550,18 @@ class _Timeline:
         ttft = hw.sample_ttft_ms(rng, prefill_tokens, **state)
         tpot = hw.sample_tpot_ms(rng, **state)
         duration = ttft + tpot * turn.output_tokens
+        preempted_ms = 0.0
+        if window is not None and window.kind == "hardware_kv_cache_pressure" \
+                and self.span_rng.random() < KV_PREEMPT_SHARE:
+            # Evicted mid-decode when the cache ran out: it waits to be re-admitted, then its
+            # prompt and the tokens so far are prefilled again.
+            preempted_ms = float(self.span_rng.uniform(*KV_REQUEUE_MS)) + hw.ttft_ms(
+                context + turn.output_tokens // 2, batch_size=nominal["batch_size"],
+                model_params_b=self.agent.model_params_b)
+            duration += preempted_ms
         step = {"type": "step", "task_id": self.task_id, "step_id": step_id, "parent_step_id": self.root_id,
                 "kind": "llm", "name": f"chat {self.agent.model}", "started_at": _ns(t),
-                "ended_at": _ns(t + duration), "status": "ok", "model": self.agent.model, "device": device.name,
+                "ended_at": _ns(t + duration), "status": "ok", "model": self.agent.model, "device": device.server,
                 "input_tokens": context, "output_tokens": turn.output_tokens, "cached_tokens": cached,
                 "ttft_ms": round(ttft, 3), "streamed": True, "depends_on": self.previous_tools,
                 "attributes": {"gen_ai.system": hw.vendor, "turn": len(self.llm_steps) + 1}}
@@ -519,16 +570,50 @@ class _Timeline:
         self.steps.append(step)
         self.llm_steps.append(step)
         device.llm_steps.append((t, t + duration))
+        if self.traced_to_server:
+            queue_ms = ttft * hw._queue_wait_ms(state["queue_depth"], model_params_b=self.agent.model_params_b) \
+                / hw.ttft_ms(prefill_tokens, **state)
+            self.server_span(step, t, duration, ttft, queue_ms, prefill_tokens)
         if window is not None:
             # What this very step would have taken without the fault: same luck, scaled by
             # the ratio of expected durations.
-            usual = duration * hw.step_ms(prefill_tokens, turn.output_tokens, **nominal) / hw.step_ms(
+            sampled = duration - preempted_ms
+            usual = sampled * hw.step_ms(prefill_tokens, turn.output_tokens, **nominal) / hw.step_ms(
                 prefill_tokens, turn.output_tokens, **state)
             extra = duration - usual
             if extra >= max(HW_MIN_EXTRA_MS, HW_MIN_EXTRA_RATIO * usual):
                 self.hw_hits.setdefault(window.kind, []).append((step_id, extra))
         self.context += turn.output_tokens
         return step_id, t + duration
+
+    def server_span(self, step: dict, t: float, duration: float, ttft: float, queue_ms: float,
+                    prefill_tokens: int) -> None:
+        """vLLM's `llm_request` span of this call (`--otlp-traces-endpoint`), a SERVER child of
+        the client's chat span: its queue, prefill and decode times as the server measured them."""
+        rng = self.span_rng
+        net = float(rng.uniform(0.3, 2.0))
+        seconds = lambda ms: {"doubleValue": round(max(ms, 0.0) / 1000.0, 6)}  # noqa: E731
+        attributes = {
+            "gen_ai.request.model": {"stringValue": self.agent.model},
+            "gen_ai.response.model": {"stringValue": self.agent.model},
+            "gen_ai.usage.prompt_tokens": {"intValue": str(step["input_tokens"])},
+            "gen_ai.usage.completion_tokens": {"intValue": str(step["output_tokens"])},
+            "gen_ai.latency.time_in_queue": seconds(queue_ms),
+            "gen_ai.latency.time_to_first_token": seconds(ttft - net),
+            "gen_ai.latency.time_in_model_prefill": seconds(ttft - queue_ms - net),
+            "gen_ai.latency.time_in_model_decode": seconds(duration - ttft - net),
+            "gen_ai.latency.time_in_model_inference": seconds(duration - queue_ms - 2 * net),
+            "gen_ai.latency.e2e": seconds(duration - 2 * net),
+        }
+        span = {"traceId": self.task_id, "spanId": _hex(self.task_id, "server", step["step_id"], n=16),
+                "parentSpanId": step["step_id"], "name": "llm_request", "kind": 2,
+                "startTimeUnixNano": str(_ns(t + net)), "endTimeUnixNano": str(_ns(t + duration - net)),
+                "attributes": [{"key": k, "value": v} for k, v in attributes.items()], "status": {}}
+        self.server_spans.append({
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "vllm"}},
+                                        {"key": "service.instance.id", "value": {"stringValue": self.device.server}},
+                                        {"key": "host.name", "value": {"stringValue": self.device.host}}]},
+            "scopeSpans": [{"scope": {"name": "vllm.llm_engine"}, "spans": [span]}]})
 
     def tool_calls(self, issued: float, turn: Turn) -> float:
         """The turn's calls: concurrent, chained (declared mode: each consuming the previous;
@@ -642,7 +727,7 @@ class _Timeline:
             self.label("context_growth", [s["step_id"] for s in self.llm_steps], extra,
                        input_tokens=[s["input_tokens"] for s in self.llm_steps])
         for kind, hits in sorted(self.hw_hits.items()):
-            self.label(kind, [s for s, _ in hits], sum(e for _, e in hits), device=self.device.name,
+            self.label(kind, [s for s, _ in hits], sum(e for _, e in hits), device=self.device.server,
                        verdicts={s: VERDICTS[kind] for s, _ in hits},
                        step_magnitude_ms={s: round(e, 1) for s, e in hits})
 

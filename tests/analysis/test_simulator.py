@@ -18,8 +18,9 @@ from django.db.models import Q
 from analysis.hardware import profile_for
 from analysis.simulator.catalog import AGENTS
 from analysis.simulator.generate import KINDS, SimulationConfig, simulate
-from analysis.simulator.sinks import SinkError, post_http
+from analysis.simulator.sinks import SinkError, _metrics_protobuf, post_http
 from ingest.models import Device, IngestKey, Project, ResourceSample, Step, Task
+from ingest.otlp import JSON, PROTOBUF, decode_metrics, decode_traces
 
 END_MS = 1_795_000_000_000.0  # 2026-11-18T09:46:40Z
 UNTIL = "2026-11-18T09:46:40Z"
@@ -62,10 +63,19 @@ def index(sim) -> dict:
     for label in sim.labels:
         labels[label["kind"]].append(label)
     labelled = {label["task_id"] for label in sim.labels}
+    # The telemetry as /v1/metrics reads it: through ingest's own mapping of the OTLP names.
     samples = defaultdict(list)
-    for s in sim.samples:
-        samples[s["device"]].append(s)
-    return {"steps": steps, "tasks": tasks, "labels": labels, "labelled": labelled, "samples": samples}
+    for body in sim.metrics:
+        decoded = decode_metrics(_metrics_protobuf(body), media=PROTOBUF)
+        assert decoded.rejected == 0, decoded.problems
+        for r in decoded.batch.samples:
+            samples[r.host].append({"device": r.device, "role": r.role, "vendor": r.vendor,
+                                    "ts": int(r.ts.timestamp() * 1e6) * 1000, "metrics": r.metrics})
+    decoded = decode_traces(json.dumps({"resourceSpans": sim.server_spans}).encode(), media=JSON)
+    assert decoded.rejected == 0, decoded.problems
+    server_steps = {(r.task_id, r.parent_step_id): r for r in decoded.batch.steps}
+    return {"steps": steps, "tasks": tasks, "labels": labels, "labelled": labelled, "samples": samples,
+            "server_steps": server_steps}
 
 
 def ms(ns: int) -> float:
@@ -108,7 +118,8 @@ def tpot(step: dict) -> float:
 
 def test_the_same_seed_gives_identical_data_and_another_seed_does_not(sim):
     again = simulate(config())
-    assert again.tasks == sim.tasks and again.samples == sim.samples and again.labels == sim.labels
+    assert again.tasks == sim.tasks and again.metrics == sim.metrics and again.labels == sim.labels
+    assert again.server_spans == sim.server_spans
     other = simulate(config(seed=6))
     assert other.tasks[0][0]["task_id"] != sim.tasks[0][0]["task_id"]
 
@@ -326,8 +337,8 @@ def test_the_same_seed_gives_identical_data_in_both_dependency_modes(sim, declar
     assert simulate(config(dependencies="declared")).tasks == declared_sim.tasks
     # The same workload either way: the same tasks, agents, releases and injected problems.
     assert [e[0]["task_id"] for e in sim.tasks] == [e[0]["task_id"] for e in declared_sim.tasks]
-    assert sorted((lab["task_id"], lab["kind"]) for lab in sim.labels if lab["kind"] not in KINDS[-2:]) == \
-        sorted((lab["task_id"], lab["kind"]) for lab in declared_sim.labels if lab["kind"] not in KINDS[-2:])
+    assert sorted((lab["task_id"], lab["kind"]) for lab in sim.labels if lab["kind"] not in KINDS[-3:]) == \
+        sorted((lab["task_id"], lab["kind"]) for lab in declared_sim.labels if lab["kind"] not in KINDS[-3:])
     with pytest.raises(ValueError, match="dependencies: one of evidence, declared"):
         simulate(config(dependencies="guessed"))
 
@@ -568,12 +579,13 @@ def _window_samples(data, label):
     """The device's samples from the first to the last labelled step of a hardware label."""
     steps = [data["steps"][label["task_id"]][i] for i in label["step_ids"]]
     start, end = min(s["started_at"] for s in steps), max(s["ended_at"] for s in steps)
-    return steps, [s for s in data["samples"][label["device"]] if start - 10**10 <= s["ts"] <= end + 10**10]
+    host = label["device"].split(":")[0]
+    return steps, [s for s in data["samples"][host] if start - 10**10 <= s["ts"] <= end + 10**10]
 
 
 def _normal_llm(data, device):
-    hw_steps = {i for k in ("hardware_queueing", "hardware_throttling") for lab in data["labels"][k]
-                for i in lab["step_ids"]}
+    hw_steps = {i for k in ("hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure")
+                for lab in data["labels"][k] for i in lab["step_ids"]}
     return [s for steps in data["steps"].values() for s in steps.values()
             if s.get("device") == device and s["kind"] == "llm" and s["step_id"] not in hw_steps]
 
@@ -588,45 +600,114 @@ def _hardware_steps(data, kind):
     return pairs
 
 
+SLOWDOWN_BITS = 0x8 | 0x20 | 0x40 | 0x80  # DCGM clock-event reasons: HW slowdown, thermal, power brake
+
+
+def _slowing(sample) -> bool:
+    """A GPU reporting a slowdown reason with its SM clock well under max, or (d-Matrix, Groq:
+    no clock readings) an accelerator at its throttle temperature."""
+    m = sample["metrics"]
+    if sample["role"] != "gpu":
+        return False
+    if "clock_reasons" in m:
+        return bool(int(m["clock_reasons"]) & SLOWDOWN_BITS) and m["sm_clock_mhz"] < 0.7 * m["sm_clock_max_mhz"]
+    return m["temperature_c"] >= profile_for(sample["vendor"]).throttle_temp_c - 2
+
+
+def _runs(data, hit):
+    """Per host, the [first, last] ts of consecutive samples of one device for which `hit` holds."""
+    runs = defaultdict(list)
+    for host, host_samples in data["samples"].items():
+        by_device = defaultdict(list)
+        for s in host_samples:
+            by_device[s["device"]].append(s)
+        for ordered in by_device.values():
+            ordered.sort(key=lambda s: s["ts"])
+            for prev, s in zip([None, *ordered], ordered, strict=False):
+                if hit(s):
+                    if prev is not None and hit(prev):
+                        runs[host][-1][1] = s["ts"]
+                    else:
+                        runs[host].append([s["ts"], s["ts"]])
+    return runs
+
+
 def test_throttling_window_shows_in_telemetry_and_slows_decode_on_that_device(data):
     assert data["labels"]["hardware_throttling"]
     for label in data["labels"]["hardware_throttling"]:
         steps, samples = _window_samples(data, label)
-        hot = [s for s in samples if s["metrics"]["throttled"] == 1.0]
-        family = label["device"].split("-")[0]
-        assert hot and all(s["metrics"]["temperature_c"] >= profile_for(family).throttle_temp_c - 2 for s in hot)
+        assert any(_slowing(s) for s in samples), label
         assert set(label["verdicts"].values()) == {"throttling"}
     ratios = [tpot(step) / median(tpot(n) for n in normal) for step, normal in _hardware_steps(data, "hardware_throttling")]
     assert median(ratios) > 1.4 and sum(r > 1.15 for r in ratios) >= 0.9 * len(ratios)
-    # Throttling comes in windows of at most 5.5 minutes, and the labelled steps sit inside them.
-    runs = defaultdict(list)
-    for device, device_samples in data["samples"].items():
-        ordered = sorted(device_samples, key=lambda s: s["ts"])
-        for prev, s in zip([None, *ordered], ordered, strict=False):
-            if s["metrics"]["throttled"]:
-                if prev is not None and prev["metrics"]["throttled"]:
-                    runs[device][-1][1] = s["ts"]
-                else:
-                    runs[device].append([s["ts"], s["ts"]])
-    assert all(hi - lo <= 330e9 for device_runs in runs.values() for lo, hi in device_runs)
+    # No slowdown outside the windows: they last at most 5.5 minutes, the labelled steps sit inside.
+    runs = _runs(data, _slowing)
+    assert all(hi - lo <= 330e9 for host_runs in runs.values() for lo, hi in host_runs)
     for label in data["labels"]["hardware_throttling"]:
         for step_id in label["step_ids"]:
             start = data["steps"][label["task_id"]][step_id]["started_at"]
-            assert any(lo - 10e9 <= start <= hi + 10e9 for lo, hi in runs[label["device"]])
+            assert any(lo - 10e9 <= start <= hi + 10e9 for lo, hi in runs[label["device"].split(":")[0]])
+
+
+def test_gpus_report_dcgm_names_and_servers_vllm_names(data):
+    gpu = [s for h, ss in data["samples"].items() if h.startswith("gpu-") for s in ss if s["role"] == "gpu"]
+    assert gpu and all({"utilization", "sm_clock_mhz", "sm_clock_max_mhz", "clock_reasons", "power_w",
+                        "temperature_c", "fb_used_mib"} <= set(s["metrics"]) for s in gpu)
+    assert all(s["vendor"] == "nvidia" and s["device"].startswith("GPU-") for s in gpu)
+    servers = [s for ss in data["samples"].values() for s in ss if s["role"] == "server"]
+    assert servers and all(set(s["metrics"]) == {"queue_depth", "batch_size", "kv_cache_usage", "preemptions"}
+                           for s in servers)
+    others = [s for h, ss in data["samples"].items() if not h.startswith("gpu-") for s in ss if s["role"] == "gpu"]
+    assert others and all(set(s["metrics"]) == {"power_w", "temperature_c"} for s in others)
+    # No private agentops.device.* field and no native throttle flag: only what exporters send.
+    assert not any("throttled" in s["metrics"] for ss in data["samples"].values() for s in ss)
+    # Every LLM step names the server that answered, as a client's server.address:server.port.
+    llm = [s for steps in data["steps"].values() for s in steps.values() if s["kind"] == "llm"]
+    assert {s["device"] for s in llm} <= {f"{h}:8000" for h in data["samples"]}
 
 
 def test_queueing_spike_shows_in_telemetry_and_delays_first_tokens(data):
     assert data["labels"]["hardware_queueing"]
-    normal_queue = [s["metrics"]["queue_depth"] for d in data["samples"].values() for s in d
-                    if s["metrics"]["utilization"] < 0.95]
-    assert max(normal_queue) <= 8
+    runs = _runs(data, lambda s: s["role"] == "server" and s["metrics"]["queue_depth"] > 8)
+    assert all(hi - lo <= 330e9 for host_runs in runs.values() for lo, hi in host_runs)
+    with_span = 0
     for label in data["labels"]["hardware_queueing"]:
         _, samples = _window_samples(data, label)
-        assert max(s["metrics"]["queue_depth"] for s in samples) >= 15
+        assert max(s["metrics"]["queue_depth"] for s in samples if s["role"] == "server") >= 15
         assert set(label["verdicts"].values()) == {"queueing"}
+        for step_id, extra in label["step_magnitude_ms"].items():
+            server = data["server_steps"].get((label["task_id"], step_id))
+            if server is not None:
+                with_span += 1
+                # The server's own account: the call waited in its queue (the rest of the added
+                # time is decoding in a batch that is nearly full).
+                assert server.attributes["agentops.serving"]["queue_ms"] >= min(300.0, 0.5 * extra)
+    assert with_span
     excess = [step["ttft_ms"] - median(n["ttft_ms"] for n in normal)
               for step, normal in _hardware_steps(data, "hardware_queueing")]
     assert median(excess) > 800 and sum(e > 400 for e in excess) >= 0.9 * len(excess)
+
+
+def test_kv_cache_incident_fills_the_cache_preempts_and_slows_only_the_preempted_calls(data):
+    assert data["labels"]["hardware_kv_cache_pressure"]
+    full = _runs(data, lambda s: s["role"] == "server" and s["metrics"]["kv_cache_usage"] > 0.9)
+    assert all(hi - lo <= 330e9 for host_runs in full.values() for lo, hi in host_runs)
+    for label in data["labels"]["hardware_kv_cache_pressure"]:
+        _, samples = _window_samples(data, label)
+        server = sorted((s for s in samples if s["role"] == "server"), key=lambda s: s["ts"])
+        assert max(s["metrics"]["kv_cache_usage"] for s in server) >= 0.95
+        assert server[-1]["metrics"]["preemptions"] > server[0]["metrics"]["preemptions"]
+        assert set(label["verdicts"].values()) == {"kv_cache_pressure"}
+        assert min(label["step_magnitude_ms"].values()) >= 600  # re-admission wait + recomputed prefill
+
+
+def test_server_spans_are_vllm_llm_request_children_of_the_client_call(data):
+    assert data["server_steps"]
+    for (task_id, parent), server in data["server_steps"].items():
+        client = data["steps"][task_id][parent]
+        timings = server.attributes["agentops.serving"]
+        assert client["kind"] == "llm" and server.name == "llm_request" and server.device == client["device"]
+        assert 0 <= timings["queue_ms"] <= timings["ttft_ms"] <= timings["e2e_ms"] <= ms(client["ended_at"]) - ms(client["started_at"])
 
 
 def test_releases_differ_the_way_the_docs_say(data):
@@ -665,8 +746,10 @@ def test_simulate_stores_through_ingest_and_labels_never_reach_the_database(db, 
     assert IngestKey.objects.filter(project=project).exists()  # created with a key, printed once
     assert "ingest key" in out.err and "Simulated 80 tasks" in out.out and "Injected problems:" in out.out
     assert Task.objects.filter(project=project).count() == 80
-    assert set(Device.objects.filter(project=project).values_list("name", "vendor", "hardware")) == {
-        ("gpu-h100-01", "nvidia", "H100"), ("dmatrix-corsair-01", "dmatrix", "Corsair"), ("groq-lpu-01", "groq", "LPU")}
+    assert set(Device.objects.filter(project=project).values_list("host", "role", "vendor", "hardware")) == {
+        ("gpu-h100-01", "server", "", ""), ("gpu-h100-01", "gpu", "nvidia", "NVIDIA H100 80GB HBM3"),
+        ("dmatrix-corsair-01", "server", "", ""), ("dmatrix-corsair-01", "gpu", "dmatrix", "Corsair"),
+        ("groq-lpu-01", "server", "", ""), ("groq-lpu-01", "gpu", "groq", "LPU")}
     rows = [json.loads(line) for line in labels.read_text().splitlines()]
     assert rows and {r["task_id"] for r in rows} <= set(Task.objects.filter(project=project).values_list("task_id", flat=True))
     # Nothing label-only is stored anywhere: no kind names, magnitudes or verdicts.

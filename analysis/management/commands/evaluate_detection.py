@@ -179,7 +179,7 @@ class Command(BaseCommand):
         _empty(project)
         store_in_process(project=project, batches=sim.events(chunk=5000), progress=lambda n: None)
         self.stdout.write(f"Simulated seed {seed}: {config.tasks} tasks over {SIMULATED_DAYS} days, {sim.step_count} "
-                          f"steps, {len(sim.samples)} samples into {project.name!r} "
+                          f"steps, {sim.sample_count} telemetry data points into {project.name!r} "
                           f"({time.monotonic() - started:.1f} s); labels per kind: "
                           + ", ".join(f"{k}={counts[k]}" for k in KINDS))
         self._replay(project, refresh=refresh)

@@ -165,7 +165,7 @@ class Command(BaseCommand):
 
         counts = sim.label_counts()
         self.stdout.write(
-            f"Simulated {len(sim.tasks)} tasks, {sim.step_count} steps, {len(sim.samples)} resource samples "
+            f"Simulated {len(sim.tasks)} tasks, {sim.step_count} steps, {sim.sample_count} telemetry data points "
             f"into {where} in {elapsed:.1f} s (generation {generated:.1f} s, "
             f"{sim.step_count / max(elapsed, 1e-9):,.0f} steps/s)."
         )
