@@ -1,7 +1,7 @@
 """Pipeline health, as a user sees it: how far findings are behind ingest, how far the rollups
 are behind the clock, and how many analysis messages wait in the broker.
 
-- Analysis lag: the age of the oldest task that is due (ended and quiet, analysis/engine/pipeline.py)
+- Analysis lag: the age of the oldest task that is due (ended and quiet, analysis/engine/batch.py)
   and not analysed since its last event, counted from the moment it became due. 0 when every
   due task is analysed. Nothing is dropped while it grows: due tasks wait in the database and
   the sweep hands them out as workers free up.
@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from agentops.db import read_connection
 from analysis import rollups
-from analysis.engine import pipeline
+from analysis.engine import batch
 from ingest.models import Project
 
 log = logging.getLogger("agentops.analysis")
@@ -42,16 +42,13 @@ def analysis_lag(*, project: Project, now: datetime | None = None) -> dict:
     with read_connection().cursor() as cursor:
         cursor.execute(f"""
             SELECT count(*), min(due) FROM (
-                SELECT CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.last_event_at + %(quiet)s
-                            ELSE t.last_event_at + %(abandon)s END AS due
+                SELECT CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.last_event_at + %(quiet_for)s
+                            ELSE t.last_event_at + %(abandon_after)s END AS due
                 FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
-                WHERE t.project_id = %(project)s AND t.last_event_at > %(horizon)s
-                  AND ((t.reported AND t.ended_at IS NOT NULL AND t.last_event_at < %(now)s - %(quiet)s)
-                       OR t.last_event_at < %(now)s - %(abandon)s)
-                  AND (a.task_id IS NULL OR a.analyzed_through IS NULL OR a.analyzed_through < t.last_event_at)
+                WHERE t.project_id = %(project)s AND t.last_event_at > %(horizon)s AND {batch.DUE_SQL}
                 LIMIT {COUNT_CAP}) due""",
-                       {"quiet": quiet, "abandon": abandon, "project": project.pk, "now": now,
-                        "horizon": now - timedelta(seconds=pipeline.SWEEP_HORIZON_SECONDS)})
+                       {"quiet_for": quiet, "abandon_after": abandon, "project": project.pk, **batch.due_params(now),
+                        "horizon": now - timedelta(seconds=batch.SWEEP_HORIZON_SECONDS)})
         pending, oldest = cursor.fetchone()
     lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
     return {"lag_seconds": round(lag, 1), "pending_tasks": pending,

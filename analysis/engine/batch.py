@@ -1,20 +1,28 @@
-"""Batch analysis: a worker claims hundreds of due tasks at once and analyses them with a
-handful of set-based statements instead of ~9 round trips per task.
+"""The analysis of claimed tasks, one path for one task or hundreds: who may analyse a task (the due
+rule and the claim), how a batch of them is loaded, analysed and stored.
 
-One batch is: one claim statement (analysis/engine/pipeline.py's conditional INSERT … ON CONFLICT,
-over many tasks: only free, expired or `queued` claims are taken, so two workers never
-analyse one task); one query for the tasks, one for all their steps, one for the baselines
+A task is *due* when it has ended (a task event with an end, or an OTLP root span) and no event
+arrived for ANALYSIS_QUIET_SECONDS — or, if its end was never reported, after
+ANALYSIS_ABANDON_SECONDS of silence — and it was never analysed or got events after the last
+analysis (`TaskAnalysis.analyzed_through` < `Task.last_event_at`): `DUE_SQL`, the one rule the
+claims, the sweep, `is_due` and the status page read.
+
+Claiming is one conditional INSERT … ON CONFLICT DO UPDATE (`_CLAIM`) over any number of tasks:
+it sets `claimed_until` and a random `claim_token` only where nobody holds an unexpired claim, so
+two workers never analyse one task. A worker may take a task that is `queued` (the sweep marks due
+tasks so, with a short lease, before it enqueues them; the same statement with the token QUEUED).
+
+One batch is: that claim; one query for the tasks, one for all their steps, one for the baselines
 of every key the batch needs (per project, shared by all its tasks) and one for the device
 telemetry around them (the tasks' windows merged per device); the pure analysis
 (`analyse.analyse`, the detector registry) task by task; and one transaction that stores the
 results of the tasks whose claim is still ours: a multi-row UPDATE of their TaskAnalysis rows
 that checks the claim token under the row locks, one DELETE of their old findings and one
-COPY of the new ones. A worker killed mid-batch writes nothing; its claims expire and the
-sweep hands the tasks out again. Late data makes a task due again (`analyzed_through`).
-
-Each task's context is built exactly as `analyse.load_context` builds it (the same baselines,
-the same telemetry window), so a task's findings do not depend on the path that analysed it.
-How the time per task went before and after: docs/analysis.md, "Throughput".
+COPY of the new ones. A worker whose claim expired (stalled, or SIGKILLed and later resurrected)
+can never overwrite the new owner's results; a worker killed mid-batch writes nothing: its claims
+expire and the sweep hands the tasks out again. Late data makes a task due again
+(`analyzed_through`). One task ("analyse this one now", `pipeline.run`) is a batch of one.
+How the time per task went: docs/analysis.md, "Throughput".
 """
 
 from __future__ import annotations
@@ -26,17 +34,19 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.rows import dict_row, kwargs_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from analysis.engine import analyse, learned, pipeline, serving
+from analysis.engine import analyse, learned, serving
 from analysis.engine.baselines import DEVICE, baselines_ensure
-from analysis.engine.detectors.base import StepData
+from analysis.engine.detectors.base import StepData, TaskContext
 from analysis.engine.verdicts import telemetry_devices
 from ingest.models import Project
 
@@ -54,13 +64,22 @@ DRAIN_SECONDS = 20.0
 # The top-up looks at tasks whose last event is this recent first (the common case: analysis
 # keeps up), and only then at the sweep's whole horizon.
 RECENT_SECONDS = 300
+# A claim outlives any sane analysis (a 50,000-step task takes seconds); a crashed worker's
+# task is handed out again after this.
+CLAIM_SECONDS = getattr(settings, "ANALYSIS_CLAIM_SECONDS", 300)
+# The claim token of a task the sweep enqueued: any worker may take it.
+QUEUED = "queued"
+# Due tasks are looked for among those whose last event is at most this old, so each claim reads
+# a recent slice of the (project, last_event_at) index instead of every task ever stored. Tasks
+# left unanalysed longer (an outage of hours) are picked up by `manage.py analyze --due`.
+SWEEP_HORIZON_SECONDS = getattr(settings, "ANALYSIS_SWEEP_HORIZON_SECONDS", 6 * 3600)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
 
 def _ms_of_us(us: int) -> float:
-    """Epoch microseconds as analyse._ms gives a datetime: timestamp() × 1000, bit for bit."""
+    """Epoch microseconds in ms as datetime.timestamp() × 1000 gives them, bit for bit."""
     return us / 1_000_000 * 1000.0
 
 
@@ -70,41 +89,56 @@ def _us(dt: datetime) -> int:
 
 # --- claiming ------------------------------------------------------------------------------------
 
+# Ended and quiet, or silent for the abandon period, and not analysed since its last event
+# (`t` the task, `a` its TaskAnalysis row if any; the thresholds from `due_params`).
+DUE_SQL = """((t.reported AND t.ended_at IS NOT NULL AND t.last_event_at < %(quiet)s) OR t.last_event_at < %(abandon)s)
+  AND (a.task_id IS NULL OR a.analyzed_through IS NULL OR a.analyzed_through < t.last_event_at)"""
+
+# Nobody holds the claim: never claimed, released, expired, or queued by the sweep (which only a
+# worker's claim may take: the sweep does not queue a task twice).
+_FREE = """(a.claimed_until IS NULL OR a.claimed_until < %(now)s
+        OR (a.claim_token = %(queued)s AND %(token)s <> %(queued)s))"""
+
+# The candidates, by last event, up to `limit` and up to `max_steps` steps in all (always one;
+# NULL: no bound).
+_CANDIDATES = """SELECT id, project_id, analyzed_through FROM (
+    SELECT t.id, t.project_id, a.analyzed_through, row_number() OVER w AS n,
+           sum(greatest(t.step_count, 1)) OVER w AS running
+    FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+    WHERE {where} WINDOW w AS (ORDER BY t.last_event_at ROWS UNBOUNDED PRECEDING)
+    ORDER BY t.last_event_at LIMIT %(limit)s) x
+  WHERE n = 1 OR %(max_steps)s::int8 IS NULL OR running <= %(max_steps)s"""
+
+# The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
+# a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
+# released) would be claimed again and analysed twice. So, unless forced, a task is taken only if
+# nobody analysed it since the candidates were chosen (EXCLUDED carries the analyzed_through they saw).
 _CLAIM = """
-INSERT INTO analysis_taskanalysis (task_id, project_id, critical_path, budget, whatif, wasted_ms,
+INSERT INTO analysis_taskanalysis AS a (task_id, project_id, critical_path, budget, whatif, wasted_ms,
     top_finding, finding_kinds, claim_token, claimed_until, analyzed_through)
 SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s, c.analyzed_through
 FROM ({candidates}) c
 ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
-WHERE (analysis_taskanalysis.claimed_until IS NULL OR analysis_taskanalysis.claimed_until < %(now)s
-       OR analysis_taskanalysis.claim_token = %(queued)s)
-  {unchanged}
+WHERE {free} AND (%(force)s OR a.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through)
 RETURNING task_id
 """
-# The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
-# a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
-# released) would be claimed again and analysed twice. So a due task is taken only if nobody
-# analysed it since the candidates were chosen (EXCLUDED carries the analyzed_through they saw).
-_UNCHANGED = "AND analysis_taskanalysis.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through"
-
-# Ended and quiet, or silent for the abandon period, and not analysed since its last event.
-_DUE = """((t.reported AND t.ended_at IS NOT NULL AND t.last_event_at < %(quiet)s) OR t.last_event_at < %(abandon)s)
-  AND (a.task_id IS NULL OR a.analyzed_through IS NULL OR a.analyzed_through < t.last_event_at)"""
-
-# The first tasks (by last event) whose steps add up to at most BATCH_STEPS (always one).
-_BOUNDED = """SELECT id, project_id, analyzed_through FROM (
-    SELECT t.id, t.project_id, a.analyzed_through, row_number() OVER w AS n, sum(greatest(t.step_count, 1)) OVER w AS running
-    FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
-    WHERE {where} WINDOW w AS (ORDER BY t.last_event_at ROWS UNBOUNDED PRECEDING)
-    ORDER BY t.last_event_at LIMIT %(limit)s) x
-  WHERE n = 1 OR running <= %(max_steps)s"""
 
 
-def _params(now: datetime, token: str, limit: int) -> dict:
-    return {"token": token, "until": now + timedelta(seconds=pipeline.CLAIM_SECONDS), "now": now,
-            "queued": pipeline.QUEUED, "limit": limit, "max_steps": BATCH_STEPS,
-            "quiet": now - timedelta(seconds=settings.ANALYSIS_QUIET_SECONDS),
+def due_params(now: datetime) -> dict:
+    """The thresholds DUE_SQL reads, at `now`."""
+    return {"quiet": now - timedelta(seconds=settings.ANALYSIS_QUIET_SECONDS),
             "abandon": now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)}
+
+
+def _claim(where: str, *, token: str, limit: int, seconds: int | None = None, max_steps: int | None = None,
+           force: bool = False, **params) -> list[int]:
+    """Claim, with `token` for `seconds`, the tasks (`t`, `a`) matching `where`: the ids claimed."""
+    now = timezone.now()
+    params.update(due_params(now), token=token, until=now + timedelta(seconds=seconds or CLAIM_SECONDS),
+                  now=now, queued=QUEUED, limit=limit, max_steps=max_steps, force=force)
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM.format(candidates=_CANDIDATES.format(where=where), free=_FREE), params)
+        return [r[0] for r in cursor.fetchall()]
 
 
 def claim_ids(task_pks: list[int], *, force: bool = False) -> tuple[str, list[int]]:
@@ -113,34 +147,34 @@ def claim_ids(task_pks: list[int], *, force: bool = False) -> tuple[str, list[in
     token = secrets.token_hex(8)
     if not task_pks:
         return token, []
-    now = timezone.now()
-    where = "t.id = ANY(%(ids)s)" + ("" if force else f" AND {_DUE}")
-    candidates = (f"SELECT t.id, t.project_id, a.analyzed_through FROM ingest_task t LEFT JOIN analysis_taskanalysis a"
-                  f" ON a.task_id = t.id WHERE {where}")
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM.format(candidates=candidates, unchanged="" if force else _UNCHANGED),
-                       {**_params(now, token, 0), "ids": list(task_pks)})
-        return token, [r[0] for r in cursor.fetchall()]
+    where = "t.id = ANY(%(ids)s)" + ("" if force else f" AND {DUE_SQL}")
+    return token, _claim(where, token=token, limit=len(set(task_pks)), force=force, ids=list(task_pks))
 
 
 def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id: int | None = None,
-              horizon_seconds: int | None = None) -> tuple[str, list[int]]:
-    """Claim up to `limit` due tasks nobody holds, oldest last event first, within
-    `horizon_seconds` of now (the sweep's horizon by default): (token, ids claimed)."""
+              horizon_seconds: int | None = None, seconds: int | None = None,
+              bounded: bool = True) -> tuple[str, list[int]]:
+    """Claim up to `limit` due tasks nobody holds (and, if `bounded`, up to BATCH_STEPS steps),
+    oldest last event first, within `horizon_seconds` of now (the sweep's horizon by default), for
+    `seconds` (CLAIM_SECONDS by default): (token, ids claimed)."""
     token = token or secrets.token_hex(8)
     if limit <= 0:
         return token, []
-    now = timezone.now()
-    horizon = pipeline.SWEEP_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds
-    where = (f"{_DUE} AND t.last_event_at > %(horizon)s"
-             " AND (a.claimed_until IS NULL OR a.claimed_until < %(now)s OR a.claim_token = %(queued)s)")
-    params = {**_params(now, token, limit), "horizon": now - timedelta(seconds=horizon)}
+    horizon = SWEEP_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds
+    where = f"{DUE_SQL} AND t.last_event_at > %(horizon)s AND {_FREE}"
+    params = {"horizon": timezone.now() - timedelta(seconds=horizon)}
     if project_id is not None:
         where += " AND t.project_id = %(project)s"
         params["project"] = project_id
+    return token, _claim(where, token=token, limit=limit, seconds=seconds,
+                         max_steps=BATCH_STEPS if bounded else None, **params)
+
+
+def is_due(task_pk: int) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM.format(candidates=_BOUNDED.format(where=where), unchanged=_UNCHANGED), params)
-        return token, [r[0] for r in cursor.fetchall()]
+        cursor.execute(f"SELECT 1 FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id"
+                       f" WHERE t.id = %(pk)s AND {DUE_SQL}", {"pk": task_pk, **due_params(timezone.now())})
+        return cursor.fetchone() is not None
 
 
 def release(task_pks: list[int], token: str) -> None:
@@ -152,19 +186,40 @@ def release(task_pks: list[int], token: str) -> None:
 
 # --- loading -------------------------------------------------------------------------------------
 
-_TASK_SQL = """SELECT id, project_id, task_id, started_at, ended_at, last_event_at, release, name
+# Rows are read by column name (the aliases), never by position: a column added to a query or a
+# field added to StepData cannot shift the others.
+
+
+@dataclass(slots=True)
+class _Task:
+    pk: int
+    project_id: int
+    task_id: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    last_event_at: datetime
+    release: str
+    name: str
+    steps: list[StepData] = field(default_factory=list)
+
+
+_TASK_SQL = f"""SELECT {", ".join("id AS pk" if f.name == "pk" else f.name for f in fields(_Task) if f.name != "steps")}
 FROM ingest_task WHERE id = ANY(%s)"""
 
-_STEP_SQL = """SELECT task_id, step_id, kind, name,
-    (extract(epoch FROM started_at) * 1000000)::int8, (extract(epoch FROM ended_at) * 1000000)::int8,
-    parent_step_id, status, depends_on, model, device, input_tokens, output_tokens, ttft_ms, tool_name,
-    tool_args::text, tool_result, tool_call_id, tool_call_ids, attributes->'agentops.serving'
+# Every StepData field from the ingest_step column of its name, but the times (epoch µs here, ms
+# in StepData), the arguments (JSON text, decoded by json.loads) and the server span's timings
+# (an attribute).
+_STEP_SELECT = {"start_ms": "(extract(epoch FROM started_at) * 1000000)::int8",
+                "end_ms": "(extract(epoch FROM ended_at) * 1000000)::int8", "tool_args": "tool_args::text",
+                "serving": "attributes->'agentops.serving'"}
+_STEP_SQL = f"""SELECT task_id AS task_pk, {", ".join(f"{_STEP_SELECT.get(f.name, f.name)} AS {f.name}" for f in fields(StepData))}
 FROM ingest_step WHERE task_id = ANY(%s) ORDER BY task_id, started_at, step_id"""
 
-_BASELINE_SQL = """SELECT kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats::text
+_BASELINE_SQL = """SELECT kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats::text AS stats
 FROM analysis_baseline WHERE project_id = %s AND kind = ANY(%s) AND key = ANY(%s)"""
 
 # One index range scan per window (LATERAL): a join would read every sample of the project.
+# Its metric columns are analyse._SAMPLE_METRICS, in that order (`analyse.sample_of`).
 _SAMPLE_SQL = f"""SELECT w.device, (extract(epoch FROM r.ts) * 1000000)::int8, {", ".join(f"r.{m}" for m in analyse._SAMPLE_METRICS)}
 FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[]) w(device, lo, hi)
 CROSS JOIN LATERAL (SELECT * FROM ingest_resourcesample x WHERE x.project_id = %s AND x.device = w.device
@@ -172,34 +227,29 @@ CROSS JOIN LATERAL (SELECT * FROM ingest_resourcesample x WHERE x.project_id = %
 ORDER BY w.device, r.ts"""
 
 
-def _binary_rows(cursor, sql: str, params: list) -> list[tuple]:
-    """The rows of a big load in the binary protocol, on the same connection (and transaction):
+def _binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
+    """The rows of a load in the binary protocol, on the same connection (and transaction):
     integers and floats arrive as machine values, not text to parse (a quarter less of a
     worker's time in decoding the steps)."""
-    with psycopg.Cursor(cursor.cursor.connection) as raw:
+    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
         raw.execute(sql, params, binary=True)
         return raw.fetchall()
 
 
-class _Task:
-    __slots__ = ("pk", "project_id", "task_id", "started_at", "ended_at", "last_event_at", "release", "name",
-                 "steps")
-
-    def __init__(self, row):
-        (self.pk, self.project_id, self.task_id, self.started_at, self.ended_at, self.last_event_at, self.release,
-         self.name) = row
-        self.steps: list[StepData] = []
-
-
-def _steps_load(cursor, tasks: dict[int, _Task]) -> None:
+def _tasks_load(cursor, task_pks: list[int]) -> dict[int, _Task]:
+    """The tasks, each with its steps in start order."""
+    tasks = {t.pk: t for t in _binary_rows(cursor, _TASK_SQL, [list(task_pks)], kwargs_row(_Task))}
+    if not tasks:
+        return tasks
     loads = json.loads
-    for r in _binary_rows(cursor, _STEP_SQL, [list(tasks)]):
-        tasks[r[0]].steps.append(StepData(
-            step_id=r[1], kind=r[2], name=r[3], start_ms=_ms_of_us(r[4]), end_ms=_ms_of_us(r[5]),
-            parent_step_id=r[6], status=r[7], depends_on=tuple(r[8] or ()), model=r[9], device=r[10],
-            input_tokens=r[11], output_tokens=r[12], ttft_ms=r[13], tool_name=r[14],
-            tool_args=loads(r[15]) if r[15] is not None else None, tool_result=r[16], tool_call_id=r[17],
-            tool_call_ids=tuple(r[18] or ()), serving=r[19]))
+    for step in _binary_rows(cursor, _STEP_SQL, [list(tasks)], dict_row):
+        step["start_ms"], step["end_ms"] = _ms_of_us(step["start_ms"]), _ms_of_us(step["end_ms"])
+        step["depends_on"] = tuple(step["depends_on"] or ())
+        step["tool_call_ids"] = tuple(step["tool_call_ids"] or ())
+        if step["tool_args"] is not None:
+            step["tool_args"] = loads(step["tool_args"])
+        tasks[step.pop("task_pk")].steps.append(StepData(**step))
+    return tasks
 
 
 def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tuple[dict, dict]:
@@ -214,27 +264,28 @@ def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tu
     if not keys and not devices:
         return {}, {}
 
-    def fetch() -> list[tuple]:
-        cursor.execute(_BASELINE_SQL, [project_id, sorted({k for k, _ in keys} | {DEVICE}),
-                                       sorted({n for _, n in keys} | devices)])
-        return cursor.fetchall()
+    def fetch() -> list[dict]:
+        return _binary_rows(cursor, _BASELINE_SQL, [project_id, sorted({k for k, _ in keys} | {DEVICE}),
+                                                    sorted({n for _, n in keys} | devices)], dict_row)
 
     rows = fetch()
-    found = {(r[0], r[1]) for r in rows}
+    found = {(r["kind"], r["key"]) for r in rows}
     if any(k not in found for k in keys) or any((DEVICE, d) not in found for d in devices):
         baselines_ensure(project=Project(pk=project_id), keys=keys, devices=devices)
         rows = fetch()
     stats: dict[tuple[str, str], dict] = defaultdict(dict)
     normals: dict[str, object] = {}
-    for kind, key, device, count, median, mad, p90, p99, raw in rows:
-        entry = analyse.baseline_entry(kind, key, device, count, median, mad, p90, p99,
-                                      json.loads(raw) if raw is not None else None)
+    for row in rows:
+        if row["stats"] is not None:
+            row["stats"] = json.loads(row["stats"])
+        entry = analyse.baseline_entry(**row)
         if entry is None:
             continue
+        kind, key = row["kind"], row["key"]
         if kind == DEVICE:
             normals[key] = entry
         elif (kind, key) in keys:
-            stats[(kind, key)][(kind, key, device)] = entry
+            stats[(kind, key)][(kind, key, row["device"])] = entry
     return stats, normals
 
 
@@ -268,10 +319,10 @@ def _samples_load(cursor, project_id: int, windows: dict[int, tuple[datetime, da
     return out
 
 
-def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, object]:
+def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
     """Every task's TaskContext, built from the batch's shared baselines and telemetry. Telemetry
     is read only for the devices whose samples the verdicts will look at (`telemetry_devices`),
-    over the task's whole window as one task reads it: the samples a verdict sees are the same."""
+    over the task's whole window: what a task's analysis sees does not depend on its batch."""
     by_project: dict[int, list[_Task]] = defaultdict(list)
     for task in tasks.values():
         by_project[task.project_id].append(task)
@@ -358,20 +409,24 @@ def _store(tasks: dict[int, _Task], results: dict[int, dict], *, token: str) -> 
 # --- a batch -------------------------------------------------------------------------------------
 
 
-def _load(task_pks: list[int], token: str) -> tuple[dict[int, _Task], dict[int, object]]:
+def _load(task_pks: list[int], token: str) -> tuple[dict[int, _Task], dict[int, TaskContext]]:
     try:
         with connection.cursor() as cursor:
-            cursor.execute(_TASK_SQL, [list(task_pks)])
-            tasks = {row[0]: _Task(row) for row in cursor.fetchall()}
-            if tasks:
-                _steps_load(cursor, tasks)
+            tasks = _tasks_load(cursor, task_pks)
             return tasks, _contexts(cursor, tasks)
     except Exception:
         release(task_pks, token)
         raise
 
 
-def _analyse(contexts: dict[int, object]) -> tuple[dict[int, dict], list[int]]:
+def contexts_load(task_pks: list[int]) -> dict[int, TaskContext]:
+    """The contexts these tasks are analysed with, as a batch of them is loaded (nothing claimed or
+    stored): what the detectors would see."""
+    with connection.cursor() as cursor:
+        return _contexts(cursor, _tasks_load(cursor, task_pks))
+
+
+def _analyse(contexts: dict[int, TaskContext]) -> tuple[dict[int, dict], list[int]]:
     results, failed = {}, []
     for pk, ctx in contexts.items():
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from analysis.engine.analyse import analyse_task
+from analysis.engine import pipeline
 from ingest.models import Task
 from tests.analysis.factories import make_finding, make_task
 
@@ -26,7 +26,7 @@ def analysed(project):
     for i in range(3):
         task, steps = problem_task(f"p{i}", start + i * 20)
         store(project, task, steps)
-        analyse_task(Task.objects.get(project=project, task_id=f"p{i}").pk)
+        pipeline.run(Task.objects.get(project=project, task_id=f"p{i}").pk, force=True)
     return project
 
 

@@ -1,11 +1,13 @@
 """Batch analysis: many tasks claimed in one statement, loaded in a few queries and stored by
-COPY, with the same results as the one-task path and the same claim guarantees."""
+COPY; a task gets the same results alone (a batch of one) as among others, and the same claim
+guarantees."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
+from dataclasses import fields
 from datetime import timedelta
 from io import StringIO
 
@@ -16,12 +18,12 @@ from django.utils import timezone
 from scipy.stats import kendalltau
 
 from analysis.engine import batch, pipeline
-from analysis.engine.analyse import analyse_task
 from analysis.engine.baselines import baselines_refresh
+from analysis.engine.detectors.base import StepData
 from analysis.engine.detectors.context_growth import kendall_tau
 from analysis.engine.tasks import analyse_tasks
 from analysis.models import Finding, TaskAnalysis
-from ingest.models import Task
+from ingest.models import Step, Task
 from ingest.records import Batch, StepRecord
 from ingest.services import batch_store
 
@@ -47,22 +49,44 @@ def results(project) -> tuple[list, list]:
     return findings, analyses
 
 
-def test_a_batch_gives_every_task_the_results_of_the_one_task_path(project):
+def test_a_task_analysed_alone_gets_the_results_it_gets_in_a_batch(project):
+    # A batch shares its baselines, telemetry reads and learned profiles among its tasks: what a
+    # task's analysis sees must not depend on which tasks it was batched with.
     call_command("simulate", project=project.name, tasks=150, seed=11, since="1d", stdout=StringIO(),
                  stderr=StringIO())
     baselines_refresh(project=project, full=True)
     pks = list(Task.objects.filter(project=project).order_by("pk").values_list("pk", flat=True))
-    for pk in pks:
-        analyse_task(pk)
-    one_by_one = results(project)
-    assert len(one_by_one[0]) > 20  # the simulator injected problems: there is something to compare
-    Finding.objects.filter(project=project).delete()
-    TaskAnalysis.objects.filter(project=project).delete()
     token, claimed = batch.claim_ids(pks, force=True)
     assert sorted(claimed) == pks
     outcome = batch.analyse_claimed(claimed, token=token)
     assert outcome["analysed"] == len(pks) and outcome["claim_lost"] == outcome["failed"] == 0
-    assert results(project) == one_by_one
+    together = results(project)
+    assert len(together[0]) > 20  # the simulator injected problems: there is something to compare
+    Finding.objects.filter(project=project).delete()
+    TaskAnalysis.objects.filter(project=project).delete()
+    for pk in pks:
+        assert pipeline.run(pk, force=True) == "analysed"
+    assert results(project) == together
+
+
+def test_every_step_field_is_loaded_from_its_own_column(project):
+    # By name, not by position: each StepData field holds the value of the column it is named after.
+    batch_store(project=project, batch=Batch(steps=[
+        StepRecord("a", "t1", at(0), at(1), kind="tool", name="lookup", tool_name="lookup", tool_args={"id": 7},
+                   tool_result="{\"id\": 7}", tool_call_id="call-a", status="error", error="boom"),
+        StepRecord("b", "t1", at(1), at(3), kind="llm", name="chat", parent_step_id="a", depends_on=["a"],
+                   model="m-1", device="gpu-1", input_tokens=11, output_tokens=22, ttft_ms=33.5,
+                   tool_call_ids=["call-a", "call-b"], attributes={"agentops.serving": {"queue_ms": 5.0}})]))
+    task = Task.objects.get(project=project, task_id="t1")
+    loaded = {s.step_id: s for s in batch.contexts_load([task.pk])[task.pk].steps}
+    for row in Step.objects.filter(task=task):
+        step = loaded[row.step_id]
+        assert (step.start_ms, step.end_ms) == (row.started_at.timestamp() * 1000, row.ended_at.timestamp() * 1000)
+        assert step.serving == row.attributes.get("agentops.serving")  # an attribute, not a column
+        for f in fields(StepData):
+            if f.name not in ("start_ms", "end_ms", "serving"):
+                stored = getattr(row, f.name)
+                assert getattr(step, f.name) == (tuple(stored) if isinstance(stored, list) else stored), f.name
 
 
 def test_analysing_a_batch_twice_replaces_its_findings(project, quiet):
@@ -83,7 +107,7 @@ def test_analysing_a_batch_twice_replaces_its_findings(project, quiet):
 def test_a_batch_claim_leaves_out_tasks_another_worker_holds(project, quiet):
     history(project, tasks=5)
     held = Task.objects.get(project=project, task_id="n0")
-    assert pipeline.claim(held.pk)
+    assert batch.claim_ids([held.pk])[1] == [held.pk]
     pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
     token, claimed = batch.claim_ids(pks)
     assert held.pk not in claimed and len(claimed) == len(pks) - 1
@@ -161,7 +185,7 @@ def test_a_batch_whose_claim_on_one_task_expired_stores_only_the_rest(project, q
     token, claimed = batch.claim_ids(pks)
     stolen = Task.objects.get(project=project, task_id="p0")
     TaskAnalysis.objects.filter(task=stolen).update(claimed_until=timezone.now() - timedelta(seconds=1))
-    assert pipeline.claim(stolen.pk)  # the new owner
+    assert batch.claim_ids([stolen.pk])[1] == [stolen.pk]  # the new owner
     outcome = batch.analyse_claimed(claimed, token=token)
     assert outcome["claim_lost"] == 1 and outcome["analysed"] == len(pks) - 1
     assert not Finding.objects.filter(task=stolen).exists()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from analysis.engine import pipeline
-from analysis.engine.analyse import analyse_task
 from analysis.models import Baseline, Finding, TaskAnalysis
 from ingest.models import Task
 
@@ -26,7 +25,7 @@ def kinds(task):
 
 
 def test_a_task_with_known_problems_gets_exactly_those_findings(problem):
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
     assert kinds(problem) == ["repeated_tool_call", "serial_gap", "slow_step"]
     repeat = Finding.objects.get(task=problem, kind="repeated_tool_call")
     assert repeat.step_ids == ["p1-a", "p1-b", "p1-c"]
@@ -39,7 +38,7 @@ def test_a_task_with_known_problems_gets_exactly_those_findings(problem):
 
 
 def test_the_analysis_has_a_path_a_budget_summing_to_the_duration_and_what_if(problem):
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
     analysis = TaskAnalysis.objects.get(task=problem)
     assert analysis.critical_path == ["p1-l1", "p1-a", "p1-b", "p1-c", "p1-l2", "p1-d"]
     assert sum(analysis.budget.values()) == pytest.approx(problem.duration_ms, abs=0.01)
@@ -57,17 +56,17 @@ def test_the_analysis_has_a_path_a_budget_summing_to_the_duration_and_what_if(pr
 
 
 def test_reanalysis_replaces_findings_and_never_duplicates(problem):
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
     first = sorted(Finding.objects.filter(task=problem).values_list("kind", "wasted_ms"))
-    analyse_task(problem.pk)
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
+    pipeline.run(problem.pk, force=True)
     assert sorted(Finding.objects.filter(task=problem).values_list("kind", "wasted_ms")) == first
     assert TaskAnalysis.objects.filter(task=problem).count() == 1
 
 
 def test_baselines_missing_at_analysis_time_are_computed_on_demand(problem):
     assert not Baseline.objects.exists()
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
     tool = Baseline.objects.get(project=problem.project, kind="tool", key="search_order", device="")
     assert tool.count == 34 and tool.median_ms == pytest.approx(400, abs=30)
     llm = Baseline.objects.get(project=problem.project, kind="llm", key="llama-3-70b", device="gpu-1")
@@ -89,6 +88,6 @@ def test_findings_stay_in_their_project(problem, other_project):
     start = history(other_project)
     task, steps = problem_task("p1", start)
     store(other_project, task, steps)
-    analyse_task(problem.pk)
+    pipeline.run(problem.pk, force=True)
     assert not Finding.objects.filter(project=other_project).exists()
     assert set(Finding.objects.filter(task=problem).values_list("project_id", flat=True)) == {problem.project_id}

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from analysis.engine import analyse, batch
+from analysis.engine import batch, pipeline
 from analysis.engine.baselines import baselines_refresh
 from analysis.models import Finding
 from ingest.models import Device, ResourceSample, Step, Task
@@ -163,7 +163,7 @@ def _send_metrics(url: str, key: str, base_ns: int) -> None:
 
 @pytest.fixture(params=["one task", "batch"])
 def replayed(request, live_server, project, ingest_key):
-    """The replay, analysed task by task or as one batch (the worker's path): the same findings."""
+    """The replay, analysed task by task (batches of one) or as one batch: the same findings."""
     base_ns = (time.time_ns() // S - 3 * 3600) * S
     _send_metrics(live_server.url, ingest_key, base_ns)
     _send_traces(live_server.url, ingest_key, base_ns)
@@ -173,7 +173,7 @@ def replayed(request, live_server, project, ingest_key):
         batch.run_ids(pks, force=True, top_up=False)
     else:
         for pk in pks:
-            analyse.analyse_task(pk)
+            assert pipeline.run(pk, force=True) == "analysed"
     return project
 
 

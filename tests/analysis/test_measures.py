@@ -11,7 +11,7 @@ from django.db import connection
 from analysis import rollups
 from analysis.alerts.metrics import MetricSpec, measure
 from analysis.dashboard import reads
-from analysis.engine import analyse
+from analysis.engine import batch
 from analysis.engine.baselines import DEVICE, baselines_refresh
 from analysis.filters import TaskFilters
 from analysis.measures import FAILED_SQL, baseline_key, baseline_key_sql
@@ -51,7 +51,8 @@ def test_sql_and_python_give_every_step_the_same_baseline_key(project):
                       "k-3": ("tool", "lookup"), "k-4": ("retrieval", "docs"), "k-5": ("agent", "planner"),
                       "k-6": ("other", "")}
     # The detectors' steps (StepData.key) and any row with the fields (baseline_key) agree.
-    assert {s.step_id: (s.kind, s.key) for s in analyse.load_steps(Task.objects.get(project=project))} == in_sql
+    pk = Task.objects.get(project=project).pk
+    assert {s.step_id: (s.kind, s.key) for s in batch.contexts_load([pk])[pk].steps} == in_sql
     assert {s.step_id: (s.kind, baseline_key(s)) for s in Step.objects.filter(project=project)} == in_sql
     # The baselines are stored under the keys the detectors look them up by.
     baselines_refresh(project=project, full=True)

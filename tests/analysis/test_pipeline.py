@@ -8,8 +8,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from analysis.engine import pipeline
-from analysis.engine.analyse import ClaimLost, analyse_task
+from analysis.engine import batch, pipeline
 from analysis.engine.signals import TRIGGER_WINDOW_SECONDS
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
@@ -34,22 +33,21 @@ def ended(project, quiet):
 
 
 def test_a_claimed_task_is_not_analysed_by_a_second_worker(ended):
-    token = pipeline.claim(ended.pk)
-    assert token
-    assert pipeline.claim(ended.pk) is None
+    assert batch.claim_ids([ended.pk])[1] == [ended.pk]
+    assert batch.claim_ids([ended.pk])[1] == []
     assert pipeline.run(ended.pk) == "claimed_elsewhere"
+    assert pipeline.run(ended.pk, force=True) == "claimed_elsewhere"
     assert not Finding.objects.filter(task=ended).exists()
 
 
 def test_an_expired_claim_is_taken_over_and_the_stale_worker_cannot_write(ended):
-    stale = pipeline.claim(ended.pk)
+    stale, _ = batch.claim_ids([ended.pk])
     TaskAnalysis.objects.filter(task=ended).update(claimed_until=timezone.now() - timedelta(seconds=1))
-    fresh = pipeline.claim(ended.pk)
-    assert fresh and fresh != stale
-    with pytest.raises(ClaimLost):
-        analyse_task(ended.pk, claim_token=stale)
+    fresh, claimed = batch.claim_ids([ended.pk])
+    assert claimed == [ended.pk] and fresh != stale
+    assert batch.analyse_claimed([ended.pk], token=stale)["claim_lost"] == 1
     assert not Finding.objects.filter(task=ended).exists()
-    analyse_task(ended.pk, claim_token=fresh)
+    assert batch.analyse_claimed([ended.pk], token=fresh)["analysed"] == 1
     # Three tasks of history are a cold start: no slow_step yet, only the history-free kinds.
     assert sorted(Finding.objects.filter(task=ended).values_list("kind", flat=True)) == [
         "repeated_tool_call", "serial_gap"]
@@ -65,16 +63,16 @@ def test_the_sweep_hands_out_a_due_task_once_and_the_worker_takes_it(ended):
     assert ended.pk not in pipeline.sweep()
 
 
-def test_a_task_another_worker_analysed_between_the_check_and_the_claim_is_not_analysed_again(ended,
-                                                                                                 monkeypatch):
-    claim, theirs = pipeline.claim, {}
+def test_a_task_another_worker_analysed_just_before_our_claim_is_not_analysed_again(ended, monkeypatch):
+    claim, theirs = batch.claim_ids, {}
 
-    def claim_after_another_worker(task_pk, **kwargs):
-        analyse_task(task_pk)  # the other worker analyses and releases the task meanwhile
-        theirs["analyzed_at"] = TaskAnalysis.objects.get(task_id=task_pk).analyzed_at
-        return claim(task_pk, **kwargs)
+    def claim_after_another_worker(task_pks, **kwargs):
+        token, [pk] = claim(task_pks)  # the other worker claims, analyses and releases the task meanwhile
+        batch.analyse_claimed([pk], token=token)
+        theirs["analyzed_at"] = TaskAnalysis.objects.get(task_id=pk).analyzed_at
+        return claim(task_pks, **kwargs)
 
-    monkeypatch.setattr(pipeline, "claim", claim_after_another_worker)
+    monkeypatch.setattr(batch, "claim_ids", claim_after_another_worker)
     assert pipeline.run(ended.pk) == "not_due"
     row = TaskAnalysis.objects.get(task=ended)
     assert row.analyzed_at == theirs["analyzed_at"]  # their analysis stands, not a second one

@@ -181,7 +181,7 @@ def test_a_low_confidence_finding_is_left_out_of_the_top_findings(client, projec
 
 
 def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_finding(client, project, monkeypatch):
-    from analysis.engine import analyse
+    from analysis.engine import analyse, pipeline
     from analysis.engine.detectors.base import Finding as Detected
 
     task = make_task(project, "run-1", duration_ms=2000.0)
@@ -197,7 +197,7 @@ def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_fi
                        confidence_reason=POSSIBLE)
 
     monkeypatch.setattr(analyse, "all_detectors", lambda: {"test": detect})
-    analyse.analyse_task(task.pk)
+    pipeline.run(task.pk, force=True)
     row = page(client, "/tasks").split('<div class="muted small">run-1</div>')[1].split("</tr>")[0]
     assert '<span class="finding-kind">serial_gap</span> <span class="muted">200.0 ms</span>' in row
     assert "parallelizable_calls" not in row

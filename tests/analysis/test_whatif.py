@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.engine.analyse import analyse, analyse_task
+from analysis.engine import pipeline
+from analysis.engine.analyse import analyse
 from analysis.engine.critical_path import critical_path
 from analysis.engine.whatif import model_params_b, projections
 from analysis.hardware import PROFILES
@@ -79,7 +80,7 @@ def test_every_analysed_task_has_its_whatif_projections(project):
     task_record, steps = problem_task("p1", start)
     store(project, task_record, steps)
     for t in Task.objects.filter(project=project):
-        analyse_task(t.pk)
+        pipeline.run(t.pk, force=True)
     whatifs = {a.task.task_id: a.whatif for a in TaskAnalysis.objects.filter(project=project).select_related("task")}
     assert len(whatifs) == 26
     problem = whatifs.pop("p1")

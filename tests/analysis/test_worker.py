@@ -16,8 +16,9 @@ import pytest
 import requests
 from django.utils import timezone
 
+from analysis.engine import batch
 from analysis.engine import tasks as analysis_tasks
-from analysis.engine.analyse import analyse, load_context, load_steps
+from analysis.engine.analyse import analyse
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord
@@ -152,7 +153,7 @@ def test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings(st
         wait_for(lambda: TaskAnalysis.objects.filter(task=task, analyzed_at__isnull=False).exists(), timeout=120)
     finally:
         stop(worker)
-    expected = analyse(load_context(task, load_steps(task)))["findings"]
+    expected = analyse(batch.contexts_load([task.pk])[task.pk])["findings"]
     stored = list(Finding.objects.filter(task=task).values_list("kind", "step_ids"))
     assert len(stored) == len(expected) > 0
     assert len({(k, tuple(ids)) for k, ids in stored}) == len(stored)

@@ -21,7 +21,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agentops.db import read_alias, replica_reads
-from analysis.engine import analyse
+from analysis.engine import pipeline
 from ingest.models import IngestKey, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,7 +101,7 @@ def test_analysis_jobs_and_reads_inside_a_transaction_stay_on_the_primary(replic
     _ingest(Client(), make_key(project, IngestKey.SCOPE_INGEST))
     task = Task.objects.get(project=project, task_id="t-1")
     with CaptureQueriesContext(replica) as copy:
-        analyse.analyse_task(task.pk)  # what a Celery worker runs: never inside replica_reads()
+        pipeline.run(task.pk, force=True)  # what a Celery worker runs: never inside replica_reads()
         with replica_reads(), transaction.atomic():
             assert read_alias() == "default"
             assert Task.objects.filter(project=project).count() == 1
