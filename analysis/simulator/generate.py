@@ -132,19 +132,30 @@ class Simulation:
 
     def events(self, *, chunk: int):
         """What a sender sends, in order: native task and step events in batches of about
-        `chunk` (a task and its steps stay together), then OTLP requests, each yielded as
-        {"otlp": "traces" | "metrics", "body": <OTLP JSON>}: the servers' spans in requests of
-        about `chunk` spans, the telemetry as `metrics` holds it."""
+        `chunk` (a task and its steps stay together), each followed by the servers' spans of
+        those tasks (as the inference servers export them while the tasks run, not hours later:
+        a span arriving after its task was analysed would make it due again), then the telemetry
+        as `metrics` holds it. OTLP requests are yielded as {"otlp": "traces" | "metrics",
+        "body": <OTLP JSON>}."""
+        by_trace: dict[str, list[dict]] = {}
+        for resource_spans in self.server_spans:
+            trace = resource_spans["scopeSpans"][0]["spans"][0]["traceId"]
+            by_trace.setdefault(trace, []).append(resource_spans)
+
+        def with_spans(batch: list[dict]):
+            yield batch
+            spans = [rs for e in batch if e.get("type") == "task" for rs in by_trace.get(e["task_id"], ())]
+            if spans:
+                yield {"otlp": "traces", "body": {"resourceSpans": spans}}
+
         batch: list[dict] = []
         for task_events in self.tasks:
             if batch and len(batch) + len(task_events) > chunk:
-                yield batch
+                yield from with_spans(batch)
                 batch = []
             batch.extend(task_events)
         if batch:
-            yield batch
-        for lo in range(0, len(self.server_spans), chunk):
-            yield {"otlp": "traces", "body": {"resourceSpans": self.server_spans[lo:lo + chunk]}}
+            yield from with_spans(batch)
         for body in self.metrics:
             yield {"otlp": "metrics", "body": body}
 

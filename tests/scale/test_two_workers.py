@@ -84,8 +84,12 @@ def test_two_workers_analyse_every_task_exactly_once(stack_env, settings, tmp_pa
     # Both consumed messages of the one queue (a drain claims whatever is due, so when one worker
     # keeps up with the simulator it may analyse every task while the other's claims find none) ...
     assert all(RESULT.search(log.read_text()) for log in logs), per_worker
-    # ... and between them analysed each task once: no task twice, none lost.
-    assert sum(per_worker) == expected, (per_worker, expected)
+    # ... and between them analysed each task once per request that brought its data: a task's
+    # steps come in one native batch, and for some tasks their server's llm_request spans follow
+    # in an OTLP request moments later, which (with no quiet period) rightly makes the task due
+    # again. A task analysed twice at once, or lost, would break the bounds.
+    late = Task.objects.filter(pk__in=ended, steps__name="llm_request").distinct().count()
+    assert expected <= sum(per_worker) <= expected + late, (per_worker, expected, late)
     doubled = (Finding.objects.filter(task__project=project).values("task", "kind", "step_ids")
                .annotate(n=Count("id")).filter(n__gt=1))
     assert not doubled.exists()
