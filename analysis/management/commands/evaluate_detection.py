@@ -90,7 +90,20 @@ class Command(BaseCommand):
                                  "before every task)")
 
     def handle(self, *args, **o):
-        self.results = self._run(**o)  # the scores, for callers in this process (call_command)
+        try:
+            self.results = self._run(**o)  # the scores, for callers in this process (call_command)
+        finally:
+            if getattr(self, "_called_from_command_line", False):
+                # The embedded services that loading the settings started for this command stop
+                # with it (ones already running stay). Only as `manage.py evaluate_detection`:
+                # called from another program (call_command), they are that program's.
+                from django.conf import settings
+                from django.db import connections
+
+                from agentops import embedded
+
+                connections.close_all()
+                embedded.stop_started(settings.DATA_DIR)
 
     def _run(self, **o):
         refresh = o["refresh_minutes"]
