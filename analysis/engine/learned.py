@@ -177,8 +177,7 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
     with transaction.atomic():
         profile, _ = AgentProfile.objects.update_or_create(
             project_id=project_id, agent=agent, release=release,
-            defaults={"runs": n, "common_tokens": sorted(common), "through": newest,
-                      "refresh_ms": (time.perf_counter() - started) * 1000})
+            defaults={"runs": n, "common_tokens": sorted(common), "through": newest})
         if not whole:
             CallPair.objects.filter(project_id=project_id, agent=agent, release=release).delete()
             rows = []
@@ -192,6 +191,7 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
                                      result_variants=len(p.variants),
                                      serial_ms=p.saved_ms / serial if serial else 0.0, verdict=verdict, basis=basis))
             CallPair.objects.bulk_create(rows, batch_size=1000)
+    # What the whole refresh cost, pairs included: written once they are.
     profile.refresh_ms = (time.perf_counter() - started) * 1000
     AgentProfile.objects.filter(pk=profile.pk).update(refresh_ms=profile.refresh_ms)
     return profile
