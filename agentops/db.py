@@ -23,11 +23,36 @@ page and read endpoint). A streamed response (CSV, exports) reads from the repli
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
+
+log = logging.getLogger("agentops")
+T = TypeVar("T")
+
+# A statement or transaction that loses a deadlock (Postgres cancels one of two transactions
+# waiting on each other, after deadlock_timeout) is run again, at most this many times in all.
+DEADLOCK_ATTEMPTS = 3
+DEADLOCK_SQLSTATE = "40P01"
+
+
+def deadlock_retried(run: Callable[[], T], *, what: str, context: str = "") -> T:
+    """`run()`, once more (up to DEADLOCK_ATTEMPTS in all) each time Postgres cancels it to break a
+    deadlock: the deadlock rolled its transaction back whole, so running it again is safe. Unless
+    the caller holds a transaction of its own, which the deadlock has ended: the error goes up.
+    A retry is logged as `<what>.deadlock_retried <context> attempt=N`."""
+    for attempt in range(1, 1 if connection.in_atomic_block else DEADLOCK_ATTEMPTS):
+        try:
+            return run()
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_SQLSTATE:
+                raise
+            log.warning("%s.deadlock_retried %sattempt=%d", what, f"{context} " if context else "", attempt)
+    return run()
 
 REPLICA = "replica"
 # (app label, model name) whose reads may be served by the replica: the big, append-mostly

@@ -18,10 +18,11 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from agentops.db import deadlock_retried
 from ingest import conventions, partitions
 from ingest.models import IngestKey, Project, ResourceSample
 from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
@@ -149,25 +150,13 @@ _TASK_COLUMNS = (
 )
 
 
-# A batch that loses a deadlock (Postgres cancels one of two transactions waiting on each other)
-# is stored again, at most this many times in all.
-DEADLOCK_ATTEMPTS = 3
-DEADLOCK_SQLSTATE = "40P01"
-
-
 def batch_store(*, project: Project, batch: Batch) -> StoreResult:
     """Store a batch of records in one transaction; idempotent for the same ids. A deadlock (with
     a concurrent batch, or with the creation of a week's partition, which locks the tasks table
     for its foreign key) rolls the whole batch back, so it is simply stored again; unless the
     caller holds a transaction of its own, which the deadlock has ended: the error goes up."""
-    for attempt in range(1, 1 if connection.in_atomic_block else DEADLOCK_ATTEMPTS):
-        try:
-            return _batch_store(project=project, batch=batch)
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_SQLSTATE:
-                raise
-            log.warning("ingest.deadlock_retried project=%s attempt=%d", project.pk, attempt)
-    return _batch_store(project=project, batch=batch)
+    return deadlock_retried(lambda: _batch_store(project=project, batch=batch), what="ingest",
+                            context=f"project={project.pk}")
 
 
 def _batch_store(*, project: Project, batch: Batch) -> StoreResult:

@@ -44,6 +44,7 @@ from django.utils import timezone
 from psycopg.rows import dict_row, kwargs_row, tuple_row
 from psycopg.types.json import Jsonb
 
+from agentops.db import deadlock_retried
 from analysis.engine import analyse, learned, serving
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.detectors.base import StepData, TaskContext
@@ -109,6 +110,10 @@ _CANDIDATES = """SELECT id, project_id, analyzed_through FROM (
     ORDER BY t.last_event_at LIMIT %(limit)s) x
   WHERE n = 1 OR %(max_steps)s::int8 IS NULL OR running <= %(max_steps)s"""
 
+# Rows are inserted (and conflicting rows locked) in task id order, whatever order the candidates
+# were chosen in: two workers claiming overlapping sets in different orders (ties of last_event_at
+# are common: a batch's tasks share one) deadlocked on the unique index, and the loser's message
+# was lost until the sweep (tests/scale/test_two_workers.py, on a loaded machine).
 # The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
 # a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
 # released) would be claimed again and analysed twice. So, unless forced, a task is taken only if
@@ -117,7 +122,7 @@ _CLAIM = """
 INSERT INTO analysis_taskanalysis AS a (task_id, project_id, critical_path, budget, whatif, wasted_ms,
     top_finding, finding_kinds, claim_token, claimed_until, analyzed_through)
 SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s, c.analyzed_through
-FROM ({candidates}) c
+FROM ({candidates}) c ORDER BY c.id
 ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
 WHERE {free} AND (%(force)s OR a.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through)
 RETURNING task_id
@@ -136,9 +141,14 @@ def _claim(where: str, *, token: str, limit: int, seconds: int | None = None, ma
     now = timezone.now()
     params.update(due_params(now), token=token, until=now + timedelta(seconds=seconds or CLAIM_SECONDS),
                   now=now, queued=QUEUED, limit=limit, max_steps=max_steps, force=force)
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM.format(candidates=_CANDIDATES.format(where=where), free=_FREE), params)
-        return [r[0] for r in cursor.fetchall()]
+    sql = _CLAIM.format(candidates=_CANDIDATES.format(where=where), free=_FREE)
+
+    def claim() -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [r[0] for r in cursor.fetchall()]
+
+    return deadlock_retried(claim, what="analysis.claim")
 
 
 def claim_ids(task_pks: list[int], *, force: bool = False) -> tuple[str, list[int]]:
@@ -378,6 +388,10 @@ def _store(tasks: dict[int, _Task], results: dict[int, dict], *, token: str) -> 
     their ids (the others' claims were lost and their results are dropped)."""
     if not results:
         return []
+    return deadlock_retried(lambda: _store_once(tasks, results, token=token), what="analysis.store")
+
+
+def _store_once(tasks: dict[int, _Task], results: dict[int, dict], *, token: str) -> list[int]:
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_STAGE_SQL)
@@ -390,7 +404,11 @@ def _store(tasks: dict[int, _Task], results: dict[int, dict], *, token: str) -> 
                 copy.write_row((pk, tasks[pk].last_event_at, result["critical_path"], Jsonb(result["budget"]),
                                 Jsonb(result["whatif"]), round(result["wasted_ms"], 3),
                                 max(totals, key=totals.get) if totals else "", sorted(totals)))
-        # The UPDATE locks the rows until commit: the claim check and the writes are atomic.
+        # The UPDATE locks the rows until commit: the claim check and the writes are atomic. They
+        # are locked first in task id order, the order a claim takes them in, so a store and a
+        # concurrent claim that wants some of the same rows cannot deadlock.
+        cursor.execute(f"SELECT 1 FROM analysis_taskanalysis WHERE task_id IN (SELECT task_id FROM {_STAGE})"
+                       " ORDER BY task_id FOR UPDATE")
         cursor.execute(_STORE_SQL, [now, token])
         mine = [r[0] for r in cursor.fetchall()]
         if not mine:
