@@ -46,9 +46,12 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python bench/run.py --only soak --soak-args "$(SOAK_ARGS)" --out bench/results/soak-run.json
 
-# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood): ~2 minutes.
+# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood), and the
+# whole commands (bench, soak, demo_setup, simulate over HTTP) checked for what they leave behind
+# and for every figure the bench reports: ~7 minutes. CI runs it after `make test`.
+FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py
 faults: $(STAMP)
-	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
+	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 
 # Re-record the agent-framework OTLP fixtures (tests/fixtures/agents/, see its README): real
 # frameworks and instrumentations, fully offline, in their own venv so that .venv (the suite's

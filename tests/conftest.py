@@ -19,6 +19,12 @@ hypothesis_settings.register_profile("reproducible", derandomize=True, deadline=
 hypothesis_settings.register_profile("explore", deadline=None)
 hypothesis_settings.load_profile("explore" if os.environ.get("AGENTOPS_FUZZ_RANDOM") == "1" else "reproducible")
 
+# The pass CI makes after the suite, `make faults`: fault injection (services stopped under a running
+# stack), and whole commands (bench, soak, demo_setup, simulate over HTTP) checked for what they
+# leave behind. Minutes of processes starting and stopping that `make test` is spared.
+faults_pass = pytest.mark.skipif(os.environ.get("AGENTOPS_FAULTS") != "1",
+                                 reason="runs under `make faults` (AGENTOPS_FAULTS=1)")
+
 
 def pytest_unconfigure(config):
     """The embedded PostgreSQL and Redis this run started stop with it (a running `make demo`

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import faults_pass
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -73,6 +75,7 @@ def test_the_embedded_services_a_run_starts_stop_with_it(tmp_path, node, code):
     shutil.rmtree(data, ignore_errors=True)
 
 
+@faults_pass
 @pytest.mark.slow
 def test_simulate_over_http_leaves_no_embedded_service_running(live_server, transactional_db, tmp_path):
     from ingest.models import IngestKey, Project, Task
@@ -148,6 +151,7 @@ def interrupt(proc: subprocess.Popen, how: str, *, timeout: float = 150) -> int:
         raise
 
 
+@faults_pass
 @pytest.mark.slow
 def test_a_bench_run_stops_the_embedded_services_it_started(data, tmp_path):
     out = tmp_path / "latest.json"
@@ -160,6 +164,7 @@ def test_a_bench_run_stops_the_embedded_services_it_started(data, tmp_path):
     assert none_left(data) == []
 
 
+@faults_pass
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupted_bench_run_stops_its_web_server_and_services(data, tmp_path, how):
@@ -173,6 +178,7 @@ def test_an_interrupted_bench_run_stops_its_web_server_and_services(data, tmp_pa
     assert none_left(data) == []
 
 
+@faults_pass
 @pytest.mark.slow
 def test_a_soak_stops_its_stack_senders_and_services(data, tmp_path):
     out = tmp_path / "soak.json"
@@ -184,6 +190,7 @@ def test_a_soak_stops_its_stack_senders_and_services(data, tmp_path):
     assert none_left(data) == []
 
 
+@faults_pass
 @pytest.mark.slow
 def test_an_interrupted_soak_stops_its_stack_senders_and_services(data, tmp_path):
     log, out = tmp_path / "soak.log", tmp_path / "soak.json"
@@ -198,6 +205,7 @@ def test_an_interrupted_soak_stops_its_stack_senders_and_services(data, tmp_path
 # --- make demo's setup ------------------------------------------------------------------------
 
 
+@faults_pass
 @pytest.mark.slow
 def test_demo_setup_stops_the_services_it_started(data):
     data.mkdir()
@@ -211,6 +219,7 @@ def test_demo_setup_stops_the_services_it_started(data):
     assert none_left(data) == []
 
 
+@faults_pass
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_demo_setup_interrupted_while_seeding_stops_the_services_it_started(data, tmp_path, how):

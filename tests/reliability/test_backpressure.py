@@ -15,7 +15,6 @@ peak in the first half (no growth with the flood's length).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -24,12 +23,12 @@ import pytest
 import requests
 
 from ingest import limits
+from tests.conftest import faults_pass
 from tests.reliability.harness import ROOT, Tally, run_id, send_with_retries
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("AGENTOPS_FAULTS") != "1",
-                       reason="the flood runs under `make faults` (AGENTOPS_FAULTS=1)"),
+    faults_pass,
 ]
 SENDERS, BATCHES_EACH = 3, 4
 

@@ -14,7 +14,6 @@ These take 20–40 s each, so they run under `make faults`, not `make test`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import psycopg
 import pytest
 
 from agentops import embedded
+from tests.conftest import faults_pass
 from tests.reliability.harness import (
     ROOT,
     Server,
@@ -39,8 +39,7 @@ from tests.reliability.harness import (
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("AGENTOPS_FAULTS") != "1",
-                       reason="fault injection runs under `make faults` (AGENTOPS_FAULTS=1)"),
+    faults_pass,
 ]
 ARTIFACT = ROOT / "test-artifacts" / "faults.txt"
 SCENARIO_SECONDS = 60

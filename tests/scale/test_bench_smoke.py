@@ -15,10 +15,10 @@ import pytest
 from django.conf import settings
 
 from bench.queries import PAIR_PER_TURN, PAIR_TURNS
-from tests.conftest import subprocess_database_url
+from tests.conftest import faults_pass, subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, faults_pass]
 
 
 @pytest.fixture
