@@ -285,6 +285,12 @@ def _unwrap_result(parsed: object) -> tuple[object, str]:
     return message.get("content"), call_id if isinstance(call_id, str) else ""
 
 
+# What OpenInference sends in place of a hidden value (OPENINFERENCE_HIDE_INPUTS / _OUTPUTS,
+# openinference-instrumentation config.py REDACTED_VALUE): no content, so no arguments or result.
+# Read as arguments, every call of a tool would look like a repeat of the one before.
+REDACTED_VALUE = "__REDACTED__"
+
+
 def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
     """The call's arguments and, when a wrapper names it, the call id."""
     for key in TOOL_ARGS_KEYS:
@@ -295,6 +301,8 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str
         # On LLM and chain spans input.value is the prompt, not arguments.
         return None, ""
     for key in ("traceloop.entity.input", "input.value", "tool.parameters"):
+        if attributes.get(key) == REDACTED_VALUE:
+            return None, ""  # hidden, and tool.parameters is the schema, not these arguments
         if attributes.get(key) is not None:
             used.add(key)
             return _unwrap_arguments(parse_json_value(attributes[key]))
@@ -311,6 +319,8 @@ def _tool_result(attributes: dict, kind: str, used: set[str]) -> tuple[object, s
         # On LLM and chain spans output.value is the answer, not a tool's result.
         return None, ""
     for key in ("output.value", "traceloop.entity.output"):
+        if attributes.get(key) == REDACTED_VALUE:
+            return None, ""
         if attributes.get(key) is not None:
             used.add(key)
             return _unwrap_result(parse_json_value(attributes[key]))

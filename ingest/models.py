@@ -268,3 +268,46 @@ class LatencyHistogram(models.Model):
             models.UniqueConstraint(fields=["project", "metric", "model", "device", "ts"],
                                     name="histogram_unique_point")
         ]
+
+
+class InstrumentationCount(models.Model):
+    """Spans of one hour, service, instrumentation scope, release, environment and step kind, and
+    how many of them carried each field the analysis reads (ingest/instrumentation.py `FIELDS`),
+    added up at ingest. The Instrumentation page reads these, never the steps: a week is a few
+    thousand rows whatever the number of steps behind them."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.DateTimeField()
+    service = models.CharField(max_length=200, blank=True, default="")
+    scope_name = models.CharField(max_length=200, blank=True, default="")
+    scope_version = models.CharField(max_length=200, blank=True, default="")
+    sdk_name = models.CharField(max_length=200, blank=True, default="")
+    sdk_language = models.CharField(max_length=200, blank=True, default="")
+    sdk_version = models.CharField(max_length=200, blank=True, default="")
+    release = models.CharField(max_length=200, blank=True, default="")
+    environment = models.CharField(max_length=100, blank=True, default="")
+    kind = models.CharField(max_length=16)
+    spans = models.BigIntegerField(default=0)
+    model = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    ttft = models.BigIntegerField(default=0)
+    responses = models.BigIntegerField(default=0)
+    call_ids = models.BigIntegerField(default=0)
+    server_address = models.BigIntegerField(default=0)
+    device = models.BigIntegerField(default=0)
+    serving = models.BigIntegerField(default=0)
+    tool_name = models.BigIntegerField(default=0)
+    tool_args = models.BigIntegerField(default=0)
+    args_redacted = models.BigIntegerField(default=0)
+    tool_result = models.BigIntegerField(default=0)
+    result_redacted = models.BigIntegerField(default=0)
+    tool_call_id = models.BigIntegerField(default=0)
+    session = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["project", "hour", "service", "scope_name", "scope_version", "sdk_name", "sdk_language",
+                    "sdk_version", "release", "environment", "kind"], name="instrumentation_count_key")]
+
+    def __str__(self) -> str:
+        return f"{self.service}/{self.scope_name}@{self.hour:%Y-%m-%d %H}h {self.kind}"

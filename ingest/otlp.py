@@ -42,7 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ingest import conventions, limits
+from ingest import conventions, instrumentation, limits
 from ingest.records import (
     Batch,
     HistogramRecord,
@@ -388,12 +388,13 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     return task, step
 
 
-def _add_span(decoded: Decoded, span, resource: _Resource, *, path: str) -> None:
+def _add_span(decoded: Decoded, span, resource: _Resource, *, path: str, source: tuple[str, ...] = ()) -> None:
     try:
         task, step = span_records(span, resource)
     except RecordError as exc:
         decoded.reject(path, str(exc))
         return
+    step.source = source
     decoded.batch.steps.append(step)
     if task is not None:
         decoded.batch.tasks.append(task)
@@ -442,8 +443,10 @@ def decode_traces(body: bytes, *, media: str) -> Decoded:
         for ri, resource_spans in enumerate(request.resource_spans):
             resource = _Resource.of(resource_spans.resource)
             for si, scope_spans in enumerate(resource_spans.scope_spans):
+                source = instrumentation.source_of(resource.attributes, scope_name=scope_spans.scope.name,
+                                                   scope_version=scope_spans.scope.version)
                 for pi, span in enumerate(scope_spans.spans):
-                    _add_span(decoded, span, resource,
+                    _add_span(decoded, span, resource, source=source,
                               path=f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]")
         return decoded
     payload = _parse_json(body)
@@ -455,6 +458,10 @@ def decode_traces(body: bytes, *, media: str) -> Decoded:
         scopes = _json_list(resource_spans, ("scopeSpans", "instrumentationLibrarySpans"), rpath)
         for si, scope_spans in enumerate(scopes):
             spath = f"{rpath}.scopeSpans[{si}]"
+            scope = _json_object(scope_spans, spath).get("scope", scope_spans.get("instrumentationLibrary"))
+            scope = scope if isinstance(scope, dict) else {}
+            source = instrumentation.source_of(resource.attributes, scope_name=scope.get("name"),
+                                               scope_version=scope.get("version"))
             for pi, value in enumerate(_json_list(_json_object(scope_spans, spath), ("spans",), spath)):
                 path = f"{spath}.spans[{pi}]"
                 try:
@@ -462,7 +469,7 @@ def decode_traces(body: bytes, *, media: str) -> Decoded:
                 except RecordError as exc:
                     decoded.reject(path, str(exc))
                     continue
-                _add_span(decoded, span, resource, path=path)
+                _add_span(decoded, span, resource, path=path, source=source)
     return decoded
 
 

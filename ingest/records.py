@@ -83,6 +83,9 @@ class StepRecord:
     release: str = ""
     environment: str = ""
     session_id: str = ""
+    # The instrumentation that sent it (ingest/instrumentation.py `source_of`): service, scope name
+    # and version, telemetry.sdk name, language and version; empty for the native API.
+    source: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from agentops.db import deadlock_retried
-from ingest import conventions, partitions
+from ingest import conventions, instrumentation, partitions
 from ingest.models import IngestKey, Project, ResourceSample
 from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
 
@@ -180,6 +180,8 @@ def _batch_store(*, project: Project, batch: Batch) -> StoreResult:
         _devices_upsert(cursor, project=project, samples=samples, steps=steps, now=now)
         _samples_upsert(cursor, project=project, samples=samples)
         _histograms_upsert(cursor, project=project, histograms=histograms)
+        # Last: concurrent batches of one service share its counter rows, locked until commit.
+        _instrumentation_upsert(cursor, project=project, steps=steps)
         if ended:
             transaction.on_commit(
                 lambda: tasks_ended.send(sender=Project, project_id=project.pk, task_ids=ended)
@@ -479,6 +481,23 @@ def _histograms_upsert(cursor, *, project, histograms: list[HistogramRecord]) ->
     )
 
 
+_COUNT_KEY = ("hour", "service", "scope_name", "scope_version", "sdk_name", "sdk_language", "sdk_version",
+              "release", "environment", "kind")
+
+
+def _instrumentation_upsert(cursor, *, project, steps: list[StepRecord]) -> None:
+    """Add this batch's spans to the per-hour, per-scope field counters (ingest/instrumentation.py)."""
+    rows = [(project.pk, *row) for row in instrumentation.tally(steps)]
+    counts = ("spans", *instrumentation.FIELDS)
+    _upsert(
+        cursor, table="ingest_instrumentationcount",
+        columns=[("project_id", "bigint"), ("hour", "timestamptz"), *((k, "text") for k in _COUNT_KEY[1:]),
+                 *((c, "bigint") for c in counts)],
+        rows=rows, conflict="project_id, " + ", ".join(_COUNT_KEY),
+        update=", ".join(f"{c} = ingest_instrumentationcount.{c} + EXCLUDED.{c}" for c in counts),
+    )
+
+
 # --- deletion ----------------------------------------------------------------------------
 
 
@@ -487,19 +506,21 @@ def data_delete(*, project: Project | None = None, before=None, chunk: int = 5_0
     """Delete a project's data (everything, or only what started before `before`), or — with no
     project — every project's data older than `before`. Tasks go in chunks so memory and lock
     time stay bounded; their steps and everything derived from them go with them."""
-    from ingest.models import LatencyHistogram, Task
+    from ingest.models import InstrumentationCount, LatencyHistogram, Task
 
     if project is None and before is None:
         raise ValueError("name a project, a cut-off time, or both")
     tasks = Task.objects.all()
     samples = ResourceSample.objects.all()
     histograms = LatencyHistogram.objects.all()
+    counts = InstrumentationCount.objects.all()
     if project is not None:
-        tasks, samples, histograms = (qs.filter(project=project) for qs in (tasks, samples, histograms))
+        tasks, samples, histograms, counts = (qs.filter(project=project) for qs in (tasks, samples, histograms, counts))
     if before is not None:
         tasks = tasks.filter(last_event_at__lt=before).exclude(started_at__gte=before)
         samples = samples.filter(ts__lt=before)
         histograms = histograms.filter(ts__lt=before)
+        counts = counts.filter(hour__lt=before)
     deleted = {"tasks": 0, "samples": 0, "histograms": 0}
     while True:
         ids = list(tasks.values_list("pk", flat=True)[:chunk])
@@ -512,5 +533,6 @@ def data_delete(*, project: Project | None = None, before=None, chunk: int = 5_0
             progress(deleted["tasks"])
     deleted["samples"] = samples.delete()[0]
     deleted["histograms"] = histograms.delete()[0]
+    counts.delete()
     log.info("ingest.deleted %s", deleted)
     return deleted

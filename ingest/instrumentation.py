@@ -1,0 +1,128 @@
+"""What each instrumentation sends: per span, which of the fields the analysis needs arrived, counted
+at ingest per hour, service, instrumentation scope (otel.scope.name / version, telemetry.sdk.*),
+release, environment and step kind. No Django.
+
+The Instrumentation page reads only these counters (a few rows per hour and scope), never the
+steps: whether tool arguments arrive cannot be read back from millions of steps on every visit,
+and the scope a span came from is not stored on the step at all. Counting is a handful of
+attribute look-ups per span, done on the records the decoders already built, so a field counts
+as arrived exactly when the mapping (ingest.conventions) found it.
+
+A span sent twice is counted twice (counters are added, not upserted per span): shares do not
+move, as both the spans and the fields they carry are counted again. A batch that fails is rolled
+back with its counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from ingest import limits
+from ingest.conventions import REDACTED_VALUE as REDACTED
+from ingest.records import StepRecord, clean_text
+
+SERVICE_KEY = "service.name"
+SDK_KEYS = ("telemetry.sdk.name", "telemetry.sdk.language", "telemetry.sdk.version")
+# Where a source's key is empty: the native API (POST /api/v1/ingest) has no OpenTelemetry scope.
+NATIVE = ("", "", "", "", "", "")
+
+# Counted per span; each a column of ingest_instrumentationcount, in this order.
+FIELDS = (
+    "model",            # a model name (LLM steps)
+    "tokens",           # input or output tokens
+    "ttft",             # a time to first token
+    "responses",        # the response was recorded (output messages): what the calls it requested are read from
+    "call_ids",         # the response requested tool calls, by id
+    "server_address",   # server.address on a model call: the server that answered
+    "device",           # a device or server the step ran on (hw.id, server.address, or its own server's)
+    "serving",          # an inference server's own request span (vLLM llm_request)
+    "tool_name",
+    "tool_args",
+    "args_redacted",    # tool input sent as OpenInference's "__REDACTED__"
+    "tool_result",
+    "result_redacted",  # tool output sent as "__REDACTED__"
+    "tool_call_id",     # the id of the call a tool step answered
+    "session",          # a session (conversation) id
+)
+SERVING_KEY = "agentops.serving"
+# Output messages of a model call, as each convention records them: GenAI's structured messages,
+# the first flattened message of OpenInference and of OpenLLMetry's older form (looked up by key:
+# scanning every key of a long prompt costs more than the rest of the count), and the span event
+# the GenAI conventions' event form puts them in.
+OUTPUT_MESSAGE_KEYS = ("gen_ai.output.messages", "llm.output_messages.0.message.role",
+                       "llm.output_messages.0.message.content", "gen_ai.completion.0.role",
+                       "gen_ai.completion.0.content")
+OUTPUT_EVENT = "gen_ai.client.inference.operation.details"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        return ""
+    return clean_text(text, limit=limits.MAX_NAME_LENGTH - len(limits.TRUNCATION_MARKER))
+
+
+def source_of(resource: dict, *, scope_name: object, scope_version: object) -> tuple[str, ...]:
+    """(service, scope name, scope version, sdk name, sdk language, sdk version) of a span."""
+    return (_text(resource.get(SERVICE_KEY)), _text(scope_name), _text(scope_version),
+            *(_text(resource.get(k)) for k in SDK_KEYS))
+
+
+def _responded(step: StepRecord) -> bool:
+    if step.tool_call_ids:
+        return True
+    attributes = step.attributes
+    if any(k in attributes for k in OUTPUT_MESSAGE_KEYS):
+        return True
+    value = attributes.get("output.value")
+    if value is not None and value != REDACTED:
+        return True
+    return any(isinstance(e, dict) and e.get("name") == OUTPUT_EVENT
+               and OUTPUT_MESSAGE_KEYS[0] in (e.get("attributes") or {}) for e in step.events)
+
+
+def presence(step: StepRecord) -> tuple[int, ...]:
+    """1 for each of FIELDS this step carries, else 0."""
+    a = step.attributes
+    llm = step.kind == "llm"
+    return (
+        int(bool(step.model)),
+        int(step.input_tokens is not None or step.output_tokens is not None),
+        int(step.ttft_ms is not None),
+        int(llm and _responded(step)),
+        int(bool(step.tool_call_ids)),
+        int(llm and "server.address" in a),
+        int(bool(step.device)),
+        int(SERVING_KEY in a),
+        int(bool(step.tool_name)),
+        int(step.tool_args is not None),
+        int(step.tool_args is None and a.get("input.value") == REDACTED),
+        int(bool(step.tool_result)),
+        int(not step.tool_result and a.get("output.value") == REDACTED),
+        int(bool(step.tool_call_id)),
+        int(bool(step.session_id)),
+    )
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def tally(steps: Iterable[StepRecord]) -> list[tuple]:
+    """Counter rows: (hour, *source, release, environment, kind, spans, *FIELDS counts), in key order
+    (concurrent batches then lock shared rows in one order)."""
+    counts: dict[tuple, list[int]] = {}
+    width = len(FIELDS) + 1
+    for step in steps:
+        key = (_hour(step.started_at), *(step.source or NATIVE), step.release, step.environment, step.kind)
+        row = counts.get(key)
+        if row is None:
+            row = counts[key] = [0] * width
+        row[0] += 1
+        for i, present in enumerate(presence(step), 1):
+            row[i] += present
+    return [(*key, *row) for key, row in sorted(counts.items())]
