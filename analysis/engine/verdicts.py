@@ -95,10 +95,6 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
-
-
 def _window(samples, start: float, end: float, times: list[float] | None = None):
     if times is None:
         times = [s.ts_ms for s in samples]

@@ -194,6 +194,16 @@ class TaskContext:
                 return stats
         return None
 
+    def own_device_count(self, step: StepData) -> int | None:
+        """How many runs of the step's key its own device's baseline holds, when `baseline(step)`
+        fell back to the key across devices because that is too few (None when it did not: the
+        step has no device, or its device's baseline was used)."""
+        if not step.device:
+            return None
+        own = self.baselines.get((step.kind, step.key, step.device))
+        count = own.count if own is not None else 0
+        return None if count >= MIN_BASELINE_COUNT else count
+
     def call_args(self, step: StepData) -> str:
         """canonical_args(step.tool_args), once per step of the task: repeated_tool_call and
         parallelizable_calls both group calls by it."""

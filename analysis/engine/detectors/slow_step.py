@@ -5,7 +5,9 @@ Non-LLM steps: log-scale modified z of the duration against the (kind, name) bas
 median. LLM steps use the token-aware expectation of `verdicts.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
-No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent).
+No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent). An LLM
+step whose own device has too few calls of its model is judged against the model's calls on other
+devices, whose hardware may differ: low confidence ("possible").
 Failed steps are skipped: their duration measures the failure, not slowness; so are agent
 steps (made of their children) and framework steps (overhead is serial_gap's).
 """
@@ -50,6 +52,13 @@ def detect(ctx: TaskContext):
                        f"{fmt_ms(wasted)} over the usual {fmt_ms(verdict['expected_ms'])}: {why}.")
             stats = ctx.baseline(step)
             confidence, reason = baseline_confidence(stats.count if stats else 0, what=f"calls of {step.key}")
+            own = ctx.own_device_count(step)
+            if own is not None:
+                # The same model on other hardware is another normal (an H100's time per token is
+                # several times an LPU's): a call judged by those is only possibly slow.
+                confidence = "low"
+                reason = (f"Possible: {step.device} has served only {own:,} calls of {step.key}, so this one "
+                          f"was judged against its calls on other devices, whose hardware may differ.")
             yield Finding("slow_step", (step.step_id,), wasted, summary, {**verdict},
                           ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
             continue

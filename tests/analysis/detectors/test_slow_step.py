@@ -83,3 +83,18 @@ def test_a_slow_step_judged_against_a_short_history_is_not_high_confidence():
     [unsure], [sure] = detect(short), detect(long)
     assert (unsure.confidence, sure.confidence) == ("medium", "high")
     assert "only 30 runs" in unsure.confidence_reason
+
+
+def test_an_llm_call_judged_by_the_models_calls_on_other_devices_is_only_possibly_slow():
+    # The model's 400 calls are on other hardware; this device has served it 4 times. The call is
+    # slow against those, but an H100 is not an LPU: possible, not counted.
+    call = dict(model="m", device="gpu-new", ttft_ms=1400, input_tokens=2100, output_tokens=91)
+    elsewhere = task([step("a", "llm", 0, 3.2, **call)],
+                     baselines={("llm", "m", ""): llm_stats(), ("llm", "m", "gpu-new"): llm_stats(count=4)},
+                     device_normals={"gpu-new": device_normal()}, samples={"gpu-new": samples(-5, 10)})
+    here = task([step("a", "llm", 0, 3.2, **call)],
+                baselines={("llm", "m", ""): llm_stats(), ("llm", "m", "gpu-new"): llm_stats(count=400)},
+                device_normals={"gpu-new": device_normal()}, samples={"gpu-new": samples(-5, 10)})
+    [possible], [sure] = detect(elsewhere), detect(here)
+    assert (possible.confidence, sure.confidence) == ("low", "high")
+    assert "gpu-new has served only 4 calls of m" in possible.confidence_reason
