@@ -1,6 +1,6 @@
 from django.urls import include, path, register_converter
 
-from analysis.dashboard import agents, api, compare_api, compare_views, views
+from analysis.dashboard import agents, api, compare_api, compare_views, instrumentation_views, views
 from analysis.mcp.views import McpView
 from ingest.ids import IdConverter
 
@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/v1/latency", api.LatencyView.as_view(), name="api-latency"),
     path("api/v1/status", api.StatusView.as_view(), name="api-status"),
     path("api/v1/agents/<id:name>", agents.AgentDetailView.as_view(), name="api-agent-detail"),
+    path("api/v1/instrumentation", instrumentation_views.InstrumentationView.as_view(), name="api-instrumentation"),
     path("api/v1/export/<str:entity>", api.ExportView.as_view(), name="api-export"),
     path("mcp", McpView.as_view(), name="mcp"),
     path("", views.overview, name="overview"),
@@ -39,6 +40,7 @@ urlpatterns = [
     path("charts/latency.json", views.latency_charts, name="latency-charts"),
     path("agents/<id:name>", agents.agent_detail, name="agent-detail"),
     path("devices", views.devices, name="devices"),
+    path("instrumentation", instrumentation_views.instrumentation_page, name="instrumentation"),
     path("charts/devices.json", views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),
     path("", include("analysis.releases.urls")),

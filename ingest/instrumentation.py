@@ -39,7 +39,7 @@ FIELDS = (
     "serving",          # an inference server's own request span (vLLM llm_request)
     "tool_name",
     "tool_args",
-    "args_redacted",    # tool input sent as OpenInference's "__REDACTED__"
+    "args_redacted",    # a tool's input sent as OpenInference's "__REDACTED__"
     "tool_result",
     "result_redacted",  # tool output sent as "__REDACTED__"
     "tool_call_id",     # the id of the call a tool step answered
@@ -89,6 +89,7 @@ def presence(step: StepRecord) -> tuple[int, ...]:
     """1 for each of FIELDS this step carries, else 0."""
     a = step.attributes
     llm = step.kind == "llm"
+    tool = step.kind == "tool"  # input.value / output.value of other spans are prompts and answers
     return (
         int(bool(step.model)),
         int(step.input_tokens is not None or step.output_tokens is not None),
@@ -100,9 +101,9 @@ def presence(step: StepRecord) -> tuple[int, ...]:
         int(SERVING_KEY in a),
         int(bool(step.tool_name)),
         int(step.tool_args is not None),
-        int(step.tool_args is None and a.get("input.value") == REDACTED),
+        int(tool and step.tool_args is None and a.get("input.value") == REDACTED),
         int(bool(step.tool_result)),
-        int(not step.tool_result and a.get("output.value") == REDACTED),
+        int(tool and not step.tool_result and a.get("output.value") == REDACTED),
         int(bool(step.tool_call_id)),
         int(bool(step.session_id)),
     )

@@ -24,6 +24,7 @@ from analysis.access import project_for_user
 from analysis.comparison import explain
 from analysis.dashboard import charts, export_slots, reads, selectors, sessions, status
 from analysis.dashboard.exports import CSV_DANGEROUS
+from analysis.dashboard.instrumentation import task_coverage
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
 from ingest.models import IngestKey, Task
@@ -234,6 +235,7 @@ def task_detail(request, task_id: str):
                  running=running, typical=typical, behind=_behind(project),
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=findings, possible_findings=any(not f.is_counted for f in findings),
+                 coverage=task_coverage(task=task),
                  whatif=reads.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),

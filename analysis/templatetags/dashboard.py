@@ -17,7 +17,7 @@ register = template.Library()
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
 NAV = [("overview", "Overview"), ("tasks", "Tasks"), ("sessions", "Sessions"), ("latency", "Latency"), ("devices", "Devices"),
-       ("releases", "Releases"), ("alerts", "Alerts")]
+       ("releases", "Releases"), ("alerts", "Alerts"), ("instrumentation", "Instrumentation")]
 
 
 def _url(name: str) -> str | None:

@@ -1,0 +1,350 @@
+"""Instrumentation health: per service and instrumentation scope, which of the fields the analysis
+reads arrive and on what share of spans, what that leaves the detectors unable to see, and the
+switch that fixes it in that library (analysis/dashboard/libraries.py); and, for one task, the
+checks its own steps left blind ("repeated calls not checked: …") for the task page.
+
+The page reads only ingest's counters (ingest.models.InstrumentationCount: spans and fields per
+hour, service, scope, release, environment and kind), over a bounded window of hours: a week is a
+few thousand rows whatever the number of steps behind them. The task's checks read that task's
+own steps, one aggregate over the (task, step) index.
+
+Thresholds: a field on fewer than 5 % of the spans it applies to is "not recorded" (`NONE`: a
+field a library records it records on nearly every span; a few odd spans are not a switch); on
+fewer than 90 % it is "recorded on some" (`MOST`: a failing tool has no result, a final answer
+requests no calls, so a healthy share of some fields is below 100 %, never below 90 % of the
+spans that could carry them for the fields checked here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, Max, Q, Sum
+
+from analysis.dashboard.libraries import Fix, Library, library_of, package_name
+from analysis.filters import TaskFilters
+from ingest.instrumentation import FIELDS, REDACTED
+from ingest.models import InstrumentationCount, Project, Step, Task
+
+NONE = 0.05
+MOST = 0.9
+DEFAULT_WINDOW = timedelta(days=7)
+MAX_WINDOW = timedelta(days=31)
+HOUR = timedelta(hours=1)
+
+BLIND, WEAKENED, OK = "blind", "weakened", "ok"
+STATUS_ORDER = {BLIND: 0, WEAKENED: 1, OK: 2}
+TOOL_KINDS = ("tool",)
+# The fields the page shows, their label and the step kinds whose spans they are counted over.
+SHOWN = [
+    ("model", "model", ("llm",)),
+    ("tokens", "tokens", ("llm",)),
+    ("ttft", "TTFT", ("llm",)),
+    ("responses", "response recorded", ("llm",)),
+    ("call_ids", "requested call ids", ("llm",)),
+    ("tool_name", "tool name", TOOL_KINDS),
+    ("tool_args", "tool arguments", TOOL_KINDS),
+    ("tool_result", "tool result", TOOL_KINDS),
+    ("tool_call_id", "tool call id", TOOL_KINDS),
+    ("session", "session id", None),
+    ("server_address", "server.address", ("llm",)),
+    ("device", "device or server", ("llm",)),
+]
+HARDWARE_FIX = Fix("server.address / server.port (or hw.id)",
+                   "on each model call: the server that answered, as its metrics name it (docs/otlp.md, \"Which "
+                   "server and GPU served a call\")")
+
+
+@dataclass
+class Check:
+    check: str          # what cannot be seen: a finding kind, or a page
+    status: str         # blind | weakened | ok
+    because: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+
+    def worse(self, status: str, because: str, fix: Fix | None) -> None:
+        if STATUS_ORDER[status] < STATUS_ORDER[self.status]:
+            self.status = status
+        self.because.append(because)
+        if fix is not None and fix not in self.fixes:
+            self.fixes.append(fix)
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "status": self.status, "because": "; ".join(self.because),
+                "fixes": [{"switch": f.switch, "text": f.text} for f in self.fixes]}
+
+
+def _share(count: int, total: int) -> float | None:
+    return round(count / total, 4) if total else None
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+# --- the window ------------------------------------------------------------------------------
+
+
+def window(*, project: Project, filters: TaskFilters, now: datetime | None = None) -> dict:
+    """The hours read: the filters' range when given, else the week up to the newest counted hour
+    (the data's time, as baselines use: replayed data behaves like live data); never more than
+    MAX_WINDOW (the last 31 days of a longer range)."""
+    now = now or datetime.now(tz=UTC)
+    until = filters.until
+    if until is None and filters.since is not None:
+        until = now
+    if until is None:
+        newest = InstrumentationCount.objects.filter(project=project).aggregate(h=Max("hour"))["h"]
+        until = (newest + HOUR) if newest else now
+    since = filters.since or until - DEFAULT_WINDOW
+    clipped = until - since > MAX_WINDOW
+    if clipped:
+        since = until - MAX_WINDOW
+    return {"since": since, "until": until, "clipped": clipped}
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+
+def _rows(*, project: Project, filters: TaskFilters, span: dict) -> list[dict]:
+    first_hour = span["since"].replace(minute=0, second=0, microsecond=0)
+    qs = InstrumentationCount.objects.filter(project=project, hour__gte=first_hour, hour__lt=span["until"])
+    if filters.release:
+        qs = qs.filter(release=filters.release)
+    if filters.environment:
+        qs = qs.filter(environment=filters.environment)
+    keys = ("service", "scope_name", "scope_version", "sdk_name", "sdk_language", "sdk_version", "kind")
+    return list(qs.values(*keys).annotate(spans=Sum("spans"), **{f: Sum(f) for f in FIELDS}).order_by(*keys))
+
+
+def _field_rows(kinds: dict[str, dict]) -> list[dict]:
+    out = []
+    for name, label, applies in SHOWN:
+        over = [k for k in kinds if applies is None or k in applies]
+        of = sum(kinds[k]["spans"] for k in over)
+        if not of:
+            continue
+        count = sum(kinds[k][name] for k in over)
+        out.append({"field": name, "label": label, "of": "all" if applies is None else "/".join(applies),
+                    "count": count, "spans": of, "share": _share(count, of)})
+    return out
+
+
+def _checks(kinds: dict[str, dict], library: Library) -> list[Check]:
+    """What the detectors cannot see in this scope's spans, and the switch that fixes it."""
+    checks: list[Check] = []
+    tools = kinds.get("tool")
+    llm = kinds.get("llm")
+
+    def share(kind: dict, name: str) -> float:
+        return kind[name] / kind["spans"]
+
+    if tools:
+        repeated = Check("repeated_tool_call", OK)
+        args = share(tools, "tool_args")
+        if args < NONE:
+            redacted = tools["args_redacted"] / tools["spans"] >= NONE
+            repeated.worse(BLIND, "tool arguments arrive redacted (__REDACTED__)" if redacted
+                           else "this scope does not record tool arguments", library.args)
+        elif args < MOST:
+            repeated.worse(WEAKENED, f"tool arguments on {_pct(args)} of tool calls: the others are not compared",
+                           library.args)
+        checks.append(repeated)
+        parallel = Check("parallelizable_calls", OK)
+        ids, results = share(tools, "tool_call_id"), share(tools, "tool_result")
+        if ids < NONE and results < NONE:
+            parallel.worse(BLIND, "no tool-call ids and no tool results: calls run one after another are only "
+                                  "possible findings, counted in no total", library.call_ids)
+            if library.results != library.call_ids:
+                parallel.fixes.append(library.results)
+        elif ids < NONE:
+            parallel.worse(WEAKENED, "tool spans carry no call ids: which calls one response requested is "
+                                     "inferred from timing, independence from recorded results (medium confidence)",
+                           _call_id_fix(library, results))
+        elif ids < MOST:
+            parallel.worse(WEAKENED, f"tool-call ids on {_pct(ids)} of tool calls", library.call_ids)
+        if results < NONE <= ids:
+            parallel.worse(WEAKENED, "no tool results: a value passed from one call to the next cannot be seen",
+                           library.results)
+        checks.append(parallel)
+    if llm:
+        if share(llm, "responses") < NONE:
+            parallel = next((c for c in checks if c.check == "parallelizable_calls"), None)
+            if parallel is None:
+                parallel = Check("parallelizable_calls", OK)
+                checks.append(parallel)
+            parallel.worse(WEAKENED, "model responses are not recorded: the calls one response requested "
+                                     "together (independent by construction) cannot be told", library.responses)
+        slow = Check("slow_step", OK)
+        growth = Check("context_growth", OK)
+        ttft = share(llm, "ttft")
+        if ttft < NONE:
+            slow.worse(WEAKENED, "no TTFT: slow model calls are judged on their whole duration and output tokens, "
+                                 "without the TTFT / time-per-token split", library.ttft)
+            growth.worse(WEAKENED, "no TTFT: the prompt's cost is estimated from duration less decode",
+                         library.ttft)
+        elif ttft < MOST:
+            slow.worse(WEAKENED, f"TTFT on {_pct(ttft)} of model calls: the others are judged on their whole "
+                                 "duration", library.ttft)
+        if share(llm, "tokens") < NONE:
+            slow.worse(WEAKENED, "no token counts: a long answer cannot be told from a slow one", None)
+            growth.worse(BLIND, "no token counts: a growing prompt cannot be seen", None)
+        if share(llm, "model") < NONE:
+            slow.worse(WEAKENED, "no model name: model calls share one baseline", None)
+        hardware = Check("hardware verdicts", OK)
+        if share(llm, "device") < NONE:
+            hardware.worse(BLIND, "model calls name no server (server.address) or device (hw.id): no verdict can "
+                                  "read the serving side, every slow call is 'nominal'", HARDWARE_FIX)
+        checks.extend([slow, growth, hardware])
+    order = {"repeated_tool_call": 0, "parallelizable_calls": 1, "slow_step": 2, "context_growth": 3}
+    return sorted(checks, key=lambda c: (STATUS_ORDER[c.status], order.get(c.check, 9)))
+
+
+def _call_id_fix(library: Library, results: float) -> Fix:
+    """With the results arriving the content switch is on: a library that still sends no call id
+    has no switch for it."""
+    if results < MOST:
+        return library.call_ids
+    return Fix("", f"no switch: {library.name or 'this instrumentation'} records no call id on tool spans")
+
+
+def instrumentation_health(*, project: Project, filters: TaskFilters, now: datetime | None = None) -> dict:
+    """Per service, its scopes with the share of spans carrying each field and what is blind or
+    weakened as a result; services and scopes by span count."""
+    span = window(project=project, filters=filters, now=now)
+    sources: dict[tuple, dict] = {}
+    for row in _rows(project=project, filters=filters, span=span):
+        key = (row["service"], row["scope_name"], row["scope_version"], row["sdk_name"], row["sdk_language"],
+               row["sdk_version"])
+        sources.setdefault(key, {})[row["kind"]] = row
+    services: dict[str, dict] = {}
+    for key, kinds in sources.items():
+        service, scope_name, scope_version, sdk_name, sdk_language, sdk_version = key
+        library = library_of(scope_name, scope_version)
+        spans = sum(k["spans"] for k in kinds.values())
+        totals = {f: sum(k[f] for k in kinds.values()) for f in ("session", "serving")}
+        checks = _checks(kinds, library)
+        entry = services.setdefault(service, {"service": service, "spans": 0, "session": 0, "scopes": [],
+                                              "checks": []})
+        entry["spans"] += spans
+        entry["session"] += totals["session"]
+        entry["scopes"].append({
+            "scope": {"name": scope_name, "version": scope_version},
+            "sdk": {"name": sdk_name, "language": sdk_language, "version": sdk_version},
+            "library": {"key": library.key, "name": library.name, "package": package_name(scope_name, library)},
+            "spans": spans,
+            "kinds": {k: v["spans"] for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["spans"])},
+            "unclassified": kinds.get("other", {}).get("spans", 0),
+            "server_spans": totals["serving"],
+            "fields": _field_rows(kinds),
+            "checks": [c.as_dict() for c in checks],
+        })
+    for entry in services.values():
+        entry["scopes"].sort(key=lambda s: -s["spans"])
+        if entry["spans"] and not entry["session"]:  # one span per task is enough to name its session
+            main = library_of(entry["scopes"][0]["scope"]["name"], entry["scopes"][0]["scope"]["version"])
+            entry["checks"].append(Check("sessions", BLIND, ["no span of this service carries a session id: the "
+                                                             "Sessions page and the time per user turn stay empty"],
+                                         [main.session]).as_dict())
+        entry["session_share"] = _share(entry.pop("session"), entry["spans"])
+        entry["blind"] = sorted({c["check"] for s in entry["scopes"] for c in s["checks"] if c["status"] == BLIND}
+                                | {c["check"] for c in entry["checks"] if c["status"] == BLIND})
+        entry["weakened"] = sorted({c["check"] for s in entry["scopes"] for c in s["checks"]
+                                    if c["status"] == WEAKENED} - set(entry["blind"]))
+    return {"since": span["since"], "until": span["until"], "clipped": span["clipped"],
+            "thresholds": {"none": NONE, "most": MOST},
+            "services": sorted(services.values(), key=lambda s: (-s["spans"], s["service"]))}
+
+
+# --- one task ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    """A check this task's own steps left blind or weakened, with the switch that fixes it."""
+
+    check: str
+    status: str
+    headline: str
+    because: str
+    fix: Fix | None
+    library: str
+
+
+# Where the counters say nothing of a task's hours (data stored before they existed): no library,
+# and the fix is the Instrumentation page's to give.
+UNKNOWN = Library("unknown", "", *[None] * 5)
+
+
+def _task_libraries(*, task: Task) -> tuple[Library, Library]:
+    """The libraries that sent this task's tool spans and its model calls: the scopes of its service
+    that counted most spans of each kind over the task's hours (any service when the root span,
+    which names it, has not arrived)."""
+    if task.started_at is None:
+        return UNKNOWN, UNKNOWN
+    first = task.started_at.replace(minute=0, second=0, microsecond=0)
+    qs = InstrumentationCount.objects.filter(project_id=task.project_id, hour__gte=first,
+                                             hour__lte=task.ended_at or task.started_at, kind__in=("tool", "llm"))
+    service = (task.attributes or {}).get("service.name")
+    if isinstance(service, str):
+        qs = qs.filter(service=service)
+    best: dict[str, tuple[int, Library]] = {}
+    for row in qs.values("scope_name", "scope_version", "kind").annotate(n=Sum("spans")):
+        if row["n"] > best.get(row["kind"], (-1, None))[0]:
+            best[row["kind"]] = (row["n"], library_of(row["scope_name"], row["scope_version"]))
+    return best.get("tool", (0, UNKNOWN))[1], best.get("llm", (0, UNKNOWN))[1]
+
+
+def task_coverage(*, task: Task) -> list[Note]:
+    """The checks this task could not make, where they matter: repeated calls when it made two or
+    more tool calls, independent calls likewise, TTFT and hardware when it called a model."""
+    tool = Q(kind="tool")
+    llm = Q(kind="llm")
+    c = Step.objects.filter(task=task).aggregate(
+        tools=Count("id", filter=tool),
+        args=Count("id", filter=tool & Q(tool_args__isnull=False)),
+        redacted=Count("id", filter=tool & Q(tool_args__isnull=True, attributes__contains={"input.value": REDACTED})),
+        results=Count("id", filter=tool & ~Q(tool_result="")),
+        ids=Count("id", filter=tool & ~Q(tool_call_id="")),
+        llm=Count("id", filter=llm),
+        requested=Count("id", filter=llm & ~Q(tool_call_ids=[])),
+        ttft=Count("id", filter=llm & Q(ttft_ms__isnull=False)),
+        device=Count("id", filter=llm & ~Q(device="")),
+    )
+    if not c["tools"] and not c["llm"]:
+        return []
+    tools_by, llm_by = _task_libraries(task=task)
+    notes: list[Note] = []
+    if c["tools"] >= 2 and c["args"] < c["tools"]:
+        if c["args"] == 0:
+            why = ("its tool arguments arrive redacted (__REDACTED__)" if c["redacted"]
+                   else "this service does not record tool arguments")
+            notes.append(Note("repeated_tool_call", BLIND, "Repeated calls not checked", why, tools_by.args,
+                              tools_by.name))
+        else:
+            notes.append(Note("repeated_tool_call", WEAKENED, f"Repeated calls checked for {c['args']} of "
+                              f"{c['tools']} tool calls", "the others arrive without arguments", tools_by.args,
+                              tools_by.name))
+    if c["tools"] >= 2:
+        no_ids = c["ids"] == 0 or c["requested"] == 0
+        if no_ids and c["results"] == 0:
+            fix = tools_by.call_ids if c["ids"] == 0 else llm_by.responses
+            notes.append(Note("parallelizable_calls", BLIND, "Independent calls not checked",
+                              "no tool-call ids and no tool results are recorded, so calls run one after another "
+                              "are only possible findings", fix, tools_by.name))
+        elif no_ids:
+            fix, name = ((_call_id_fix(tools_by, c["results"] / c["tools"]), tools_by.name) if c["ids"] == 0
+                         else (llm_by.responses, llm_by.name))
+            what = "tool spans carry no call ids" if c["ids"] == 0 else "the model's responses are not recorded"
+            notes.append(Note("parallelizable_calls", WEAKENED, "Independent calls judged on results only",
+                              f"{what}, so which calls one response requested together is not known (medium "
+                              "confidence at best)", fix, name))
+    if c["llm"] and c["ttft"] == 0:
+        notes.append(Note("slow_step", WEAKENED, "Model calls judged on their whole duration",
+                          "no TTFT is recorded, so there is no TTFT / time-per-token split", llm_by.ttft, llm_by.name))
+    if c["llm"] and c["device"] == 0:
+        notes.append(Note("hardware", BLIND, "Hardware not checked",
+                          "the model calls name no server (server.address) or device (hw.id)", HARDWARE_FIX,
+                          llm_by.name))
+    return notes

@@ -1,0 +1,150 @@
+"""The recorded payloads as each library sends them with its content switch off: derived from the
+real recordings by removing (or redacting) exactly the attributes the switch removes, as the
+library's own source does it. Spans of other scopes (an agent's hand-made spans) are untouched.
+
+- OpenInference (openinference-instrumentation 0.1.72, `config.py` `TraceConfig.mask`), with
+  OPENINFERENCE_HIDE_INPUTS=true and OPENINFERENCE_HIDE_OUTPUTS=true: `llm.tools*` dropped,
+  `input.value` → "__REDACTED__", `input.mime_type` dropped, `output.value` → "__REDACTED__",
+  `output.mime_type` dropped, retrieval document content → "__REDACTED__", `llm.input_messages*`
+  and `llm.output_messages*` dropped, `llm.prompts*` / `llm.choices*` → "__REDACTED__", input and
+  output images dropped (in mask's order: the first rule that matches a key decides).
+- pydantic-ai (2.68, `InstrumentationSettings(include_content=False)`): tool spans lose
+  `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` (and their `logfire.json_schema`
+  properties; `_tool_manager.py`); message parts lose `content` (text, thinking, binary),
+  `arguments` (tool_call) and `result` (tool_call_response), ids and names stay (`messages.py`
+  `otel_message_parts`); `gen_ai.system_instructions` and `final_result` are not set.
+- OpenTelemetry GenAI utilities (opentelemetry-util-genai 1.1b0, openai-v2 2.4b0) with
+  OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset (NO_CONTENT, the default): no
+  `gen_ai.input.messages`, `gen_ai.output.messages`, `gen_ai.system_instructions`
+  (`span_utils._maybe_set_span_messages`, `get_content_attributes`).
+- OpenLLMetry (opentelemetry-instrumentation-langchain 0.62.4) with TRACELOOP_TRACE_CONTENT=false
+  (`utils.should_send_prompts`): no `traceloop.entity.input/output`, `gen_ai.task.input/output`,
+  `gen_ai.tool.call.arguments/result` (callback_handler.py), `gen_ai.input.messages`,
+  `gen_ai.output.messages`, `gen_ai.system_instructions` (span_utils.py); `gen_ai.tool.definitions`
+  from the request's tools stays (set_request_params is not gated).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+REDACTED = "__REDACTED__"
+
+
+def _within(key: str, namespace: str) -> bool:
+    return key == namespace or key.startswith(namespace + ".")
+
+
+def _openinference(key: str, value):
+    """OPENINFERENCE_HIDE_INPUTS=true + OPENINFERENCE_HIDE_OUTPUTS=true: the new value, or None to drop."""
+    if "llm.tools" in key:
+        return None
+    if key in ("input.value", "output.value"):
+        return REDACTED
+    if key in ("input.mime_type", "output.mime_type"):
+        return None
+    if _within(key, "retrieval.documents") and key.endswith(("document.content", "document.metadata")):
+        return REDACTED
+    if "llm.input_messages" in key:
+        return None
+    if "llm.prompts" in key:
+        return REDACTED
+    if "llm.output_messages" in key:
+        return None
+    if "llm.choices" in key:
+        return REDACTED
+    if _within(key, "input.images") or _within(key, "output.images"):
+        return None
+    return value
+
+
+_PYDANTIC_PART_CONTENT = {"text": ("content",), "thinking": ("content",), "binary": ("content",),
+                          "tool_call": ("arguments",), "tool_call_response": ("result",)}
+
+
+def _without_content(messages_json: str) -> str:
+    messages = json.loads(messages_json)
+    for message in messages:
+        for part in message.get("parts", []):
+            for key in _PYDANTIC_PART_CONTENT.get(part.get("type"), ()):
+                part.pop(key, None)
+    return json.dumps(messages, separators=(",", ":"))
+
+
+def _pydantic(key: str, value):
+    if key in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.system_instructions",
+               "final_result"):
+        return None
+    if key in ("gen_ai.input.messages", "gen_ai.output.messages", "pydantic_ai.all_messages"):
+        return _without_content(value)
+    if key == "logfire.json_schema":
+        schema = json.loads(value)
+        for gone in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.system_instructions",
+                     "final_result"):
+            schema.get("properties", {}).pop(gone, None)
+        return json.dumps(schema, separators=(",", ":"))
+    return value
+
+
+def _otel_genai(key: str, value):
+    return None if key in ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions") else value
+
+
+_TRACELOOP_CONTENT = {"traceloop.entity.input", "traceloop.entity.output", "gen_ai.task.input", "gen_ai.task.output",
+                      "gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.input.messages",
+                      "gen_ai.output.messages", "gen_ai.system_instructions"}
+
+
+def _openllmetry(key: str, value):
+    return None if key in _TRACELOOP_CONTENT else value
+
+
+# family → (the scope the switch belongs to, the switch as a user sets it, the attribute rule)
+SWITCHES: dict[str, tuple[str, str, Callable]] = {
+    "pydantic_ai": ("pydantic-ai", "InstrumentationSettings(include_content=False)", _pydantic),
+    "openai_v2": ("opentelemetry.util.genai.handler", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset",
+                  _otel_genai),
+    "openai_agents": ("openinference.instrumentation.openai_agents",
+                      "OPENINFERENCE_HIDE_INPUTS=true OPENINFERENCE_HIDE_OUTPUTS=true", _openinference),
+    "langgraph_openinference": ("openinference.instrumentation.langchain",
+                                "OPENINFERENCE_HIDE_INPUTS=true OPENINFERENCE_HIDE_OUTPUTS=true", _openinference),
+    "langgraph_openllmetry": ("opentelemetry.instrumentation.langchain", "TRACELOOP_TRACE_CONTENT=false",
+                              _openllmetry),
+}
+
+
+def stripped(family: str, body: bytes) -> bytes:
+    """One recorded request body as the library sends it with its content switch off."""
+    scope_name, _, rule = SWITCHES[family]
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            if scope_spans.scope.name != scope_name:
+                continue
+            for span in scope_spans.spans:
+                kept = []
+                for kv in span.attributes:
+                    is_string = kv.value.WhichOneof("value") == "string_value"
+                    new = rule(kv.key, kv.value.string_value if is_string else kv.value)
+                    if new is None:
+                        continue
+                    if isinstance(new, str) and (not is_string or new != kv.value.string_value):
+                        kv.value.Clear()
+                        kv.value.string_value = new
+                    kept.append(kv)
+                copies = [type(kv)() for kv in kept]
+                for copy, kv in zip(copies, kept, strict=True):
+                    copy.CopyFrom(kv)
+                del span.attributes[:]
+                span.attributes.extend(copies)
+    return request.SerializeToString()
+
+
+def bodies(folder: Path, *, content: bool) -> list[bytes]:
+    raw = [p.read_bytes() for p in sorted(folder.glob("*.pb"))]
+    return raw if content else [stripped(folder.name, b) for b in raw]

@@ -1,0 +1,153 @@
+"""Each recorded family (tests/fixtures/agents), replayed through /v1/traces with its content switch as
+recorded (on) and as the library sends it with the switch off (tests/recorded/content_switches.py):
+the Instrumentation page and its API say which fields arrive on what share of spans, which checks
+are blind or weakened as a result and the library's switch that fixes it, and the task page of a
+run that repeated a call says what it could not check instead of an empty findings table."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from analysis.management.commands.evaluate_detection import replay_in_time_order
+from analysis.models import Finding
+from tests.recorded.content_switches import SWITCHES, bodies
+
+pytestmark = pytest.mark.django_db
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
+FAMILIES = [f for f in SWITCHES if (FIXTURES / f).is_dir()]
+B, W = "blind", "weakened"
+# Every family: model calls name no server (the recordings ran against a local mock), and TTFT
+# arrives only from pydantic-ai's streamed runs.
+COMMON = {"hardware verdicts": B, "slow_step": W}
+NO_TTFT = {**COMMON, "context_growth": W}
+# The checks that are not "ok", over all of the service's scopes.
+EXPECTED = {
+    ("pydantic_ai", True): COMMON,
+    ("pydantic_ai", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": W},
+    ("openai_v2", True): NO_TTFT,
+    ("openai_v2", False): {**NO_TTFT, "parallelizable_calls": W},
+    # The OpenAI Agents SDK's TOOL spans carry no call id, whatever the switches; nor any session id.
+    ("openai_agents", True): {**NO_TTFT, "parallelizable_calls": W, "sessions": B},
+    ("openai_agents", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
+    ("langgraph_openinference", True): NO_TTFT,
+    ("langgraph_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    ("langgraph_openllmetry", True): NO_TTFT,
+    ("langgraph_openllmetry", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+}
+# The switch that turns content back on, as the page names it, per family with content off.
+SWITCH_ON = {
+    "pydantic_ai": "InstrumentationSettings(include_content=True)",
+    "openai_v2": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
+    "openai_agents": "OPENINFERENCE_HIDE_INPUTS=false",
+    "langgraph_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "langgraph_openllmetry": "TRACELOOP_TRACE_CONTENT=true",
+}
+# What the task page of a run that called a tool twice with the same arguments says (headline → the
+# switch or text in its fix); a headline absent here must be absent from the page.
+REPEAT_NOTES = {
+    ("openai_agents", True): {"Independent calls judged on results only": "no switch"},
+    ("pydantic_ai", False): {"Repeated calls not checked": SWITCH_ON["pydantic_ai"]},
+    ("openai_v2", False): {"Independent calls judged on results only": SWITCH_ON["openai_v2"]},
+    ("openai_agents", False): {"Repeated calls not checked": SWITCH_ON["openai_agents"],
+                               "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"},
+    ("langgraph_openinference", False): {"Repeated calls not checked": SWITCH_ON["langgraph_openinference"],
+                                         "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"},
+    ("langgraph_openllmetry", False): {"Repeated calls not checked": SWITCH_ON["langgraph_openllmetry"],
+                                       "Independent calls not checked": SWITCH_ON["langgraph_openllmetry"]},
+}
+HEADLINES = {"Repeated calls not checked", "Independent calls not checked", "Independent calls judged on results only"}
+
+
+def text_of(response) -> str:
+    """The page as a reader sees it: no markup, entities decoded, whitespace runs as one space."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", response.content.decode())).split())
+
+
+def runs(family: str) -> list[dict]:
+    with (FIXTURES / family / "runs.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.fixture
+def member(client, project):
+    user = get_user_model().objects.create_user("ana", password="pw")
+    project.members.add(user)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def replay(client, ingest_key):
+    def _replay(family: str, *, content: bool) -> None:
+        for body in bodies(FIXTURES / family, content=content):
+            r = client.post("/v1/traces", data=body, content_type="application/x-protobuf",
+                            HTTP_AUTHORIZATION=f"Bearer {ingest_key}")
+            assert r.status_code == 200, r.content[:300]
+    return _replay
+
+
+def not_ok(service: dict) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for check in [c for s in service["scopes"] for c in s["checks"]] + service["checks"]:
+        if check["status"] != "ok" and out.get(check["check"]) != B:
+            out[check["check"]] = check["status"]
+    return out
+
+
+@pytest.mark.parametrize("content", [True, False], ids=["content-on", "content-off"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecked(
+        replay, member, project, read_key, family, content):
+    replay(family, content=content)
+    api = member.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}")
+    assert api.status_code == 200, api.content[:300]
+    [service] = api.json()["services"]
+    assert service["service"] == runs(family)[0]["service_name"]
+    assert not_ok(service) == EXPECTED[family, content]
+    scope = next(s for s in service["scopes"] if s["scope"]["name"] == SWITCHES[family][0])
+    assert scope["scope"]["version"] and (scope["sdk"]["name"], scope["sdk"]["language"]) == ("opentelemetry", "python")
+    shares = {f["field"]: f["share"] for f in scope["fields"]}
+    assert shares["model"] == shares["tokens"] == 1.0
+    assert shares["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0)
+    if "tool_args" in shares:
+        assert shares["tool_args"] == (1.0 if content else 0.0)
+    fixes = {f["switch"] for s in service["scopes"] for c in s["checks"] for f in c["fixes"]}
+    if not content:
+        assert SWITCH_ON[family] in fixes
+
+    page = member.get("/instrumentation", {"project": project.name})
+    assert page.status_code == 200
+    text = html.unescape(page.content.decode())
+    assert service["service"] in text and SWITCHES[family][0] in text
+    for check, status in EXPECTED[family, content].items():
+        assert f'data-check="{check}"' in text and f'status-{status}' in text
+    if not content:
+        assert SWITCH_ON[family] in text
+
+    repeat = next(r for r in runs(family) if r["scenario"] == "repeat")
+    task_page = html.unescape(member.get(f"/tasks/{repeat['task_id']}", {"project": project.name}).content.decode())
+    notes = REPEAT_NOTES.get((family, content), {})
+    for headline in HEADLINES:
+        assert (headline in task_page) == (headline in notes), headline
+    for headline, fix in notes.items():
+        assert fix in task_page.split(headline, 1)[1].split("</li>", 1)[0], (headline, fix)
+
+
+def test_redacted_arguments_raise_no_repeated_call_and_the_task_page_says_why(replay, member, project):
+    """OPENINFERENCE_HIDE_INPUTS: every call of a tool arrives with the same "__REDACTED__" input. The
+    repeats go unseen (silence, which the page now explains), and no call is a repeat of another."""
+    replay("openai_agents", content=False)
+    replay_in_time_order(project)
+    assert not Finding.objects.filter(project=project, kind="repeated_tool_call").exists()
+    assert not [f for f in Finding.objects.filter(project=project, kind="parallelizable_calls") if f.is_counted]
+    repeat = next(r for r in runs("openai_agents") if r["scenario"] == "repeat")
+    page = text_of(member.get(f"/tasks/{repeat['task_id']}", {"project": project.name}))
+    assert "Repeated calls not checked : its tool arguments arrive redacted (__REDACTED__)" in page
+    assert "Fix (OpenInference): OPENINFERENCE_HIDE_INPUTS=false" in page
+    assert "No findings: nothing in this task wasted time" not in page
