@@ -20,9 +20,11 @@ from analysis.dashboard.views import _page, _scope
 STATUSES = [BLIND, WEAKENED, OK]
 
 
-def _level(share: float | None) -> str:
+def _level(field: str, share: float | None) -> str:
     if share is None:
         return ""
+    if field == "call_ids":  # a final answer requests no calls: any share but none is as it should be
+        return "none" if share < NONE else "all"
     return "none" if share < NONE else "some" if share < MOST else "all"
 
 
@@ -37,7 +39,7 @@ def instrumentation_page(request):
             for scope in service["scopes"]:
                 scope["problems"] = [c for c in scope["checks"] if c["status"] != OK]
                 for f in scope["fields"]:
-                    f["level"] = _level(f["share"])
+                    f["level"] = _level(f["field"], f["share"])
     return _page(request, "analysis/instrumentation.html", project, error, health=health,
                  none_pct=round(NONE * 100), most_pct=round(MOST * 100))
 
