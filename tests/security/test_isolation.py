@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from analysis.alerts.models import AlertRule
-from ingest.models import IngestKey, Step, Task
+from ingest.models import IngestKey, InstrumentationCount, Step, Task
 from ingest.services import key_create, key_revoke
 from tests.analysis.factories import make_finding, make_step, make_task
 
@@ -90,6 +90,9 @@ def world(project, other_project):
         make_finding(b_task, "repeated_tool_call", wasted_ms=10.0, step_ids=["s1"], summary=SECRET)
     rule = AlertRule.objects.create(project=other_project, name=SECRET, metric="task_duration_p95",
                                     threshold=1.0)
+    # What B's instrumentation sends (the Instrumentation page's counters), named after B too.
+    InstrumentationCount.objects.create(project=other_project, hour=a_task.started_at, service=SECRET,
+                                        scope_name=SECRET, kind="tool", spans=2)
     user = get_user_model().objects.create_user("ana", password="pw")
     project.members.add(user)
     browser = Client()
