@@ -63,7 +63,9 @@ _PYDANTIC = Fix("InstrumentationSettings(include_content=True)",
                 "the default; include_content=False drops gen_ai.tool.call.arguments and gen_ai.tool.call.result "
                 "(tool-call ids stay)")
 _OWN = Fix("gen_ai.tool.call.arguments / gen_ai.tool.call.result / gen_ai.tool.call.id",
-           "these are your own spans: set them on each tool span (and gen_ai.output.messages on model calls)")
+           "no known library names this tracer: your own spans, or a library given your tracer (the Vercel AI "
+           "SDK's OpenTelemetry integration takes one: there, its recordInputs / recordOutputs settings); set "
+           "them on each tool span, and gen_ai.output.messages on model calls")
 _OWN_TTFT = Fix("gen_ai.response.time_to_first_chunk", "set it (seconds) on streamed model calls")
 
 LIBRARIES = {

@@ -139,6 +139,35 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
         assert fix in task_page.split(headline, 1)[1].split("</li>", 1)[0], (headline, fix)
 
 
+# Scopes no library names: the agent's own tracer (openai-v2's recorder makes its tool spans by hand;
+# the AI SDK's OpenTelemetry integration is given the application's tracer).
+OWN_SCOPES = {"orders_agent", "support-agent"}
+
+
+MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}  # Node's exporter posts OTLP/JSON
+
+
+def recorded_bodies(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in MEDIA and p.stem.isdigit())
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in FIXTURES.iterdir() if p.is_dir() and recorded_bodies(p))
+                         if FIXTURES.is_dir() else [], ids=lambda p: p.name)
+def test_every_recorded_family_is_told_by_its_scope(client, ingest_key, read_key, folder):
+    """Whatever families are recorded (tests/fixtures/agents), each scope that sent model or tool
+    spans is told apart as its library, so the page can name that library's switch."""
+    for body in recorded_bodies(folder):
+        r = client.post("/v1/traces", data=body.read_bytes(), content_type=MEDIA[body.suffix],
+                        HTTP_AUTHORIZATION=f"Bearer {ingest_key}")
+        assert r.status_code == 200
+    [service] = client.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()["services"]
+    for scope in service["scopes"]:
+        if {"llm", "tool"} & set(scope["kinds"]) and scope["scope"]["name"] not in OWN_SCOPES:
+            assert scope["library"]["key"] not in ("own", "native"), (folder.name, scope["scope"])
+        assert all(c["fixes"] or c["status"] == "ok" or c["check"] in ("slow_step", "context_growth")
+                   for c in scope["checks"]), scope["checks"]
+
+
 def test_redacted_arguments_raise_no_repeated_call_and_the_task_page_says_why(replay, member, project):
     """OPENINFERENCE_HIDE_INPUTS: every call of a tool arrives with the same "__REDACTED__" input. The
     repeats go unseen (silence, which the page now explains), and no call is a repeat of another."""
