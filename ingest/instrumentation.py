@@ -85,27 +85,29 @@ def _responded(step: StepRecord) -> bool:
                and OUTPUT_MESSAGE_KEYS[0] in (e.get("attributes") or {}) for e in step.events)
 
 
-def presence(step: StepRecord) -> tuple[int, ...]:
-    """1 for each of FIELDS this step carries, else 0."""
+def presence(step: StepRecord) -> tuple[bool, ...]:
+    """For each of FIELDS, whether this step carries it (comparisons, no calls: it runs per span)."""
     a = step.attributes
     llm = step.kind == "llm"
     tool = step.kind == "tool"  # input.value / output.value of other spans are prompts and answers
+    args = step.tool_args is not None
+    result = step.tool_result != ""
     return (
-        int(bool(step.model)),
-        int(step.input_tokens is not None or step.output_tokens is not None),
-        int(step.ttft_ms is not None),
-        int(llm and _responded(step)),
-        int(bool(step.tool_call_ids)),
-        int(llm and "server.address" in a),
-        int(bool(step.device)),
-        int(SERVING_KEY in a),
-        int(bool(step.tool_name)),
-        int(step.tool_args is not None),
-        int(tool and step.tool_args is None and a.get("input.value") == REDACTED),
-        int(bool(step.tool_result)),
-        int(tool and not step.tool_result and a.get("output.value") == REDACTED),
-        int(bool(step.tool_call_id)),
-        int(bool(step.session_id)),
+        step.model != "",
+        step.input_tokens is not None or step.output_tokens is not None,
+        step.ttft_ms is not None,
+        llm and _responded(step),
+        step.tool_call_ids != [],
+        llm and "server.address" in a,
+        step.device != "",
+        SERVING_KEY in a,
+        step.tool_name != "",
+        args,
+        tool and not args and a.get("input.value") == REDACTED,
+        result,
+        tool and not result and a.get("output.value") == REDACTED,
+        step.tool_call_id != "",
+        step.session_id != "",
     )
 
 
@@ -115,15 +117,21 @@ def _hour(moment: datetime) -> datetime:
 
 def tally(steps: Iterable[StepRecord]) -> list[tuple]:
     """Counter rows: (hour, *source, release, environment, kind, spans, *FIELDS counts), in key order
-    (concurrent batches then lock shared rows in one order)."""
-    counts: dict[tuple, list[int]] = {}
-    width = len(FIELDS) + 1
+    (concurrent batches then lock shared rows in one order). Spans of one key mostly carry the same
+    fields, so they are counted by their signature first and the columns added up once per signature."""
+    signatures: dict[tuple, int] = {}
     for step in steps:
-        key = (_hour(step.started_at), *(step.source or NATIVE), step.release, step.environment, step.kind)
+        signature = (_hour(step.started_at), step.source or NATIVE, step.release, step.environment, step.kind,
+                     presence(step))
+        signatures[signature] = signatures.get(signature, 0) + 1
+    counts: dict[tuple, list[int]] = {}
+    for (hour, source, release, environment, kind, present), n in signatures.items():
+        key = (hour, *source, release, environment, kind)
         row = counts.get(key)
         if row is None:
-            row = counts[key] = [0] * width
-        row[0] += 1
-        for i, present in enumerate(presence(step), 1):
-            row[i] += present
+            row = counts[key] = [0] * (len(FIELDS) + 1)
+        row[0] += n
+        for i, flag in enumerate(present, 1):
+            if flag:
+                row[i] += n
     return [(*key, *row) for key, row in sorted(counts.items())]
