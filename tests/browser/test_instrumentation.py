@@ -52,6 +52,7 @@ def test_the_page_names_the_switch_and_the_task_page_says_what_was_not_checked(l
     text = " ".join(notes.inner_text().split())
     assert "Repeated calls not checked: its tool arguments arrive redacted" in text
     assert "Independent calls not checked" in text and "OPENINFERENCE_HIDE_OUTPUTS=false" in text
+    screenshot(page, "task-coverage-notes")
     notes.locator("a").click()
     page.wait_for_url(f"{live_server.url}/instrumentation?*")
     assert_nothing_ran(page)
