@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -17,9 +18,9 @@ from analysis.dashboard.instrumentation import MAX_WINDOW, task_coverage
 from ingest.instrumentation import FIELDS
 from ingest.models import InstrumentationCount
 from tests.analysis.factories import T0, insert_big_task, make_step, make_task
-from tests.browser.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.django_db
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 XSS_SERVICE = "<script>window.pwned=1</script>"
 XSS_SCOPE = '"><img src=x onerror=alert(1)>'
 
