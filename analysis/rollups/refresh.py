@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from analysis.rollups import samples
 from analysis.rollups.sql import (
     ANALYSIS_DIMENSIONS,
     DAY,
@@ -210,6 +211,7 @@ def project_rebuild(*, project: Project, progress: Callable[[str], None] | None 
         first, last = cursor.fetchone()
         for table in TABLES:
             cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
+        samples.hours_recompute(cursor, project_id=project.pk)
         if first is None:
             return 0
         lo = day_floor(first)
@@ -275,6 +277,8 @@ def _project_rebuild_parallel(*, project: Project, progress: Callable[[str], Non
                                [project.pk, days[0], days[-1] + DAY])
             else:
                 cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [project.pk])
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        samples.hours_recompute(cursor, project_id=project.pk)  # the samples' hours are their own
         until = until or watermark()
         if until is not None and days:
             release_totals_recompute(cursor, project_id=project.pk, hi=hour_floor(until))
@@ -378,6 +382,8 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         touched = {p: _releases_in(cursor, project_id=p, hours=whole[p], lo=prev_hi, hi=hi)
                    | {g[1] for g in groups[p]} | {x[1] for x in slices[p]} for p in changed}
         hours = sum(_completed_recompute(cursor, project_id=p, hours=whole[p], workers=workers) for p in changed)
+        # Device telemetry: the hours that completed (by the samples' own time) and late ones.
+        sample_hours = sum(samples.refresh(cursor, project_id=p, prev_hi=prev_hi, hi=hi) for p in projects)
         partial = sum(_groups_recompute(cursor, project_id=p, groups=groups[p]) for p in changed)
         analysed = sum(_analysis_recompute(cursor, project_id=p, slices=slices[p]) for p in changed)
         retained = _retention_delete(cursor, now=started)
@@ -387,9 +393,9 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
             release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
         deleted = retained + _orphans_delete(cursor)
         watermark_set(started)
-    log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d deleted=%d ms=%.0f", hours, partial, analysed,
-             deleted, 1000 * (time.monotonic() - clock))
-    return {"hours": hours, "groups": partial, "slices": analysed, "deleted": deleted}
+    log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d sample_hours=%d deleted=%d ms=%.0f", hours,
+             partial, analysed, sample_hours, deleted, 1000 * (time.monotonic() - clock))
+    return {"hours": hours, "groups": partial, "slices": analysed, "sample_hours": sample_hours, "deleted": deleted}
 
 
 def _completed_recompute(cursor, *, project_id: int, hours: set[datetime], workers: int) -> int:

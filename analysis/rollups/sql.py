@@ -374,7 +374,10 @@ RELEASE_TOTALS_SQL = f"""
 
 
 HOURLY_TABLES = ("analysis_task_rollup", "analysis_step_rollup", "analysis_group_rollup")
-TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES) + (RELEASE_TABLE,)
+# Device telemetry per device and hour of the samples' own time (samples.py): not a task table,
+# so neither recomputed with the task hours nor merged into days.
+SAMPLE_TABLE = "analysis_sample_rollup"
+TABLES = HOURLY_TABLES + tuple(f"{table}_day" for table in HOURLY_TABLES) + (RELEASE_TABLE, SAMPLE_TABLE)
 
 def utc_now() -> datetime:
     return datetime.now(tz=UTC)
