@@ -425,6 +425,10 @@ DEVICE_METRICS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_reasons", 1.0),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_reasons", 1.0),
     "DCGM_FI_DEV_FB_USED": ("fb_used_mib", 1.0),
+    # The power limit the GPU is held to (W; management limit, or the enforced one): the Devices
+    # page draws power against it. No sample column: it lands in the sample's extra.
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),
     # Triton's own GPU gauges (fractions and watts), labelled gpu_uuid.
     "nv_gpu_utilization": ("utilization", 1.0),
     "nv_gpu_power_usage": ("power_w", 1.0),

@@ -342,6 +342,7 @@ def otlp_metrics(device: SimDevice, readings: dict, *, served_model: str, chunk:
                     _gauge("DCGM_FI_DEV_MAX_SM_CLOCK", ts, np.full(len(ts), MAX_SM_CLOCK_MHZ), labels),
                     _gauge("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", ts, acc["reasons"], labels),
                     _gauge("DCGM_FI_DEV_POWER_USAGE", ts, acc["power_w"], labels),
+                    _gauge("DCGM_FI_DEV_POWER_MGMT_LIMIT", ts, np.full(len(ts), device.model.tdp_w), labels),
                     _gauge("DCGM_FI_DEV_GPU_TEMP", ts, acc["temperature_c"].round(), labels),
                     _gauge("DCGM_FI_DEV_FB_USED", ts, acc["fb_used"], labels),
                 ]
