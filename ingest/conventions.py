@@ -50,16 +50,30 @@ VECTOR_STORES = {"chroma", "pinecone", "qdrant", "weaviate", "milvus", "lancedb"
 AGENTOPS_KIND = "agentops.step.kind"
 
 
-def step_kind(attributes: dict) -> str:
+# MCP (semantic-conventions-genai docs/gen-ai/mcp.md): a `tools/call` span is a tool call
+# (GenAI's execute_tool); the server's own span of the same call (span kind SERVER) is the
+# server's view of its parent, not a second call; other methods (initialize, tools/list,
+# notifications) are the protocol's own work.
+MCP_METHOD = "mcp.method.name"
+MCP_TOOLS_CALL = "tools/call"
+SPAN_KIND_SERVER = 2
+
+
+def step_kind(attributes: dict, *, span_kind: int = 0) -> str:
     """The step kind these attributes declare; "other" when no convention says."""
     explicit = attributes.get(AGENTOPS_KIND)
     if isinstance(explicit, str) and explicit in STEP_KINDS:
         return explicit
+    method = attributes.get(MCP_METHOD)
+    if isinstance(method, str) and method:
+        return "tool" if method == MCP_TOOLS_CALL and span_kind != SPAN_KIND_SERVER else "other"
     operation = attributes.get("gen_ai.operation.name")
     if isinstance(operation, str) and operation in GENAI_OPERATIONS:
         return GENAI_OPERATIONS[operation]
     oi_kind = attributes.get("openinference.span.kind")
     if isinstance(oi_kind, str) and oi_kind.upper() in OPENINFERENCE_KINDS:
+        if oi_kind.upper() == "LLM" and _prepared_request_only(attributes):
+            return "other"
         return OPENINFERENCE_KINDS[oi_kind.upper()]
     tl_kind = attributes.get("traceloop.span.kind")
     if isinstance(tl_kind, str) and tl_kind in TRACELOOP_KINDS:
@@ -78,6 +92,18 @@ def step_kind(attributes: dict) -> str:
     return "other"
 
 
+def _prepared_request_only(attributes: dict) -> bool:
+    """An OpenInference LLM span that only built a request: LlamaIndex's instrumentation marks
+    `OpenAI._prepare_chat_with_tools` LLM, and its output.value is the prepared
+    `{"messages": [...]}`, with no response, finish reason or token count of its own."""
+    output = parse_json_value(attributes.get("output.value"))
+    if not (isinstance(output, dict) and set(output) <= {"messages", "tools", "tool_choice", "parallel_tool_calls"}
+            and "messages" in output):
+        return False
+    return not any(key.startswith(("llm.output_messages.", "llm.token_count.")) or key == "llm.finish_reason"
+                   for key in attributes)
+
+
 # --- the other facts of a span -----------------------------------------------------------
 
 MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.response.model_name",
@@ -94,7 +120,7 @@ CACHED_TOKEN_KEYS = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache
 TTFT_SECONDS_KEYS = ("gen_ai.response.time_to_first_chunk", "gen_ai.client.operation.time_to_first_chunk",
                      "gen_ai.server.time_to_first_token")
 STREAM_KEYS = ("gen_ai.request.stream", "llm.is_streaming")
-TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name")
+TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "mcp.tool.name")
 TOOL_ARGS_KEYS = ("gen_ai.tool.call.arguments",)
 TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "tool.call_id", "tool.id")
 TOOL_RESULT_KEYS = ("gen_ai.tool.call.result",)
@@ -106,17 +132,37 @@ _FLAT_CALL_ID = re.compile(
     r"^(?:llm\.output_messages\.\d+\.message\.tool_calls\.\d+\.tool_call\.id"
     r"|gen_ai\.completion\.\d+\.tool_calls\.\d+\.id)$")
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")
+# The agent's own version: the release when the resource names none (service.version).
+AGENT_VERSION_KEY = "gen_ai.agent.version"
+# The MCP server a tool call went to: its name where the instrumentation gives one (Sentry's
+# mcp.server.name), else its address; kept on the tool step as this attribute.
+MCP_SERVER_NAME_KEYS = ("mcp.server.name",)
+TOOL_SERVER_KEY = "agentops.tool.server"
+MCP_ARGUMENT_PREFIX = "mcp.request.argument."
 TASK_NAME_KEYS = ("gen_ai.workflow.name", "gen_ai.agent.name", "traceloop.workflow.name")
 # Names frameworks give their root span whatever the agent is: a task named so is named again
 # after the agent that ran in it (its first agent step), else after its service.
 GENERIC_ROOT_NAMES = frozenset({
     "langgraph", "agent workflow", "agent run", "invoke_agent", "workflow", "runnablesequence",
     "agentexecutor", "agent", "chain", "graph", "run", "root", "trace", "main",
+    # OpenInference names a LlamaIndex or smolagents run `<class or agent name>.run`; these are
+    # the frameworks' own classes, which say nothing of the agent.
+    "functionagent.run", "reactagent.run", "codeactagent.run", "agentworkflow.run", "workflow.run",
+    "toolcallingagent.run", "codeagent.run", "multistepagent.run",
 })
+# `<Name>.run`: a method call's span name (OpenInference's LlamaIndex and smolagents roots);
+# the task is named after <Name> (a smolagents agent's name, a workflow subclass).
+_RUN_METHOD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.a?run$")
 
 
 def is_generic_name(name: str) -> bool:
     return name.strip().lower() in GENERIC_ROOT_NAMES
+
+
+def run_owner(name: str) -> str:
+    """The agent or workflow a `<Name>.run` span name names; the name itself otherwise."""
+    match = _RUN_METHOD.match(name.strip())
+    return match.group(1) if match and not is_generic_name(name) else name
 DEVICE_KEY = "hw.id"
 RELEASE_KEY = "service.version"
 ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
@@ -157,6 +203,8 @@ class SpanFacts:
     server: str = ""
     # An inference server's own request span (vLLM `llm_request`): its timings in ms.
     serving: dict | None = None
+    # The MCP server a tool call went to (see TOOL_SERVER_KEY).
+    tool_server: str = ""
     used: set[str] = field(default_factory=set)
 
 
@@ -273,6 +321,14 @@ def _unwrap_result(parsed: object) -> tuple[object, str]:
     "kwargs": {…}})."""
     if isinstance(parsed, dict) and "output" in parsed and set(parsed) <= {"output", "kwargs"}:
         parsed = parse_json_value(parsed["output"])
+    if isinstance(parsed, dict) and "blocks" in parsed and "raw_output" in parsed and "tool_name" in parsed:
+        # LlamaIndex's ToolOutput (OpenInference output.value): what the tool returned is
+        # raw_output; its blocks are the text sent to the model.
+        raw = parsed["raw_output"]
+        return (raw if raw is not None else _block_text(parsed["blocks"])), ""
+    text = _block_text(parsed)
+    if text is not None:
+        return parse_json_value(text), ""
     message = None
     if isinstance(parsed, dict):
         if parsed.get("type") == "tool" and isinstance(parsed.get("data"), dict):
@@ -291,6 +347,31 @@ def _unwrap_result(parsed: object) -> tuple[object, str]:
 REDACTED_VALUE = "__REDACTED__"
 
 
+def _block_text(value: object) -> str | None:
+    """The text of a list of content blocks that hold only text ([{"text": ...}], as Strands
+    and Bedrock's Converse API write a tool's result); None for anything else."""
+    if not (isinstance(value, list) and value and all(isinstance(b, dict) and set(b) == {"text"} for b in value)):
+        return None
+    return "".join(str(b["text"]) for b in value)
+
+
+def _mcp_arguments(attributes: dict) -> dict | None:
+    """The arguments of an MCP call recorded one per attribute (`mcp.request.argument.<name>`,
+    each JSON-serialised), as opentelemetry-instrumentation-mcp writes them."""
+    found = {key[len(MCP_ARGUMENT_PREFIX):]: _json_or_text(value) for key, value in attributes.items()
+             if key.startswith(MCP_ARGUMENT_PREFIX) and len(key) > len(MCP_ARGUMENT_PREFIX)}
+    return found or None
+
+
+def _json_or_text(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
 def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
     """The call's arguments and, when a wrapper names it, the call id."""
     for key in TOOL_ARGS_KEYS:
@@ -306,6 +387,10 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str
         if attributes.get(key) is not None:
             used.add(key)
             return _unwrap_arguments(parse_json_value(attributes[key]))
+    mcp = _mcp_arguments(attributes)
+    if mcp is not None:
+        used.update(MCP_ARGUMENT_PREFIX + name for name in mcp)
+        return mcp, ""
     return None, ""
 
 
@@ -349,10 +434,67 @@ def requested_call_ids(attributes: dict) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
-    """Map one span's attributes (and its resource's, for the device) onto agentops fields."""
+# Content some instrumentations put in span events rather than attributes (Strands, by default
+# and in its latest mode). The GenAI convention's own event form: one
+# `gen_ai.client.inference.operation.details` event whose attributes are the span attributes'
+# names (gen_ai.output.messages, ...). And the per-message events of semconv ≤ 1.36 as Strands
+# writes them: `gen_ai.tool.message` on a tool span with the call's arguments (`content`) and id,
+# `gen_ai.choice` with the answer (`message`: on a chat span the response's content blocks, with
+# its `toolUse` requests; on a tool span the tool's result).
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+DETAILS_KEYS = ("gen_ai.output.messages", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+
+
+def event_content(events: list[dict], *, kind: str) -> dict:
+    """Attributes that the span's events carry in their stead (attributes the span itself has win)."""
+    found: dict = {}
+    for event in events:
+        name, attributes = event.get("name"), event.get("attributes") or {}
+        if name == DETAILS_EVENT:
+            for key in DETAILS_KEYS:
+                if attributes.get(key) is not None:
+                    found.setdefault(key, attributes[key])
+        elif name == "gen_ai.tool.message" and kind == "tool":
+            if attributes.get("content") is not None:
+                found.setdefault("gen_ai.tool.call.arguments", attributes["content"])
+            if isinstance(attributes.get("id"), str) and attributes["id"]:
+                found.setdefault("gen_ai.tool.call.id", attributes["id"])
+        elif name == "gen_ai.choice" and attributes.get("message") is not None:
+            if kind == "tool":
+                found.setdefault("gen_ai.tool.call.result", attributes["message"])
+            elif kind == "llm":
+                messages = _choice_messages(parse_json_value(attributes["message"]))
+                if messages:
+                    found.setdefault("gen_ai.output.messages", messages)
+    return found
+
+
+def _choice_messages(message: object) -> list:
+    """A `gen_ai.choice` event's message as output messages: semconv 1.36's message object
+    (`tool_calls` with ids), or Strands' content blocks (`toolUse` with `toolUseId`)."""
+    if isinstance(message, dict):
+        return [message]
+    if not isinstance(message, list):
+        return []
+    parts = []
+    for block in message:
+        use = block.get("toolUse") if isinstance(block, dict) else None
+        if isinstance(use, dict) and isinstance(use.get("toolUseId"), str):
+            parts.append({"type": "tool_call", "id": use["toolUseId"], "name": use.get("name"),
+                          "arguments": use.get("input")})
+    return [{"role": "assistant", "parts": parts}] if parts else []
+
+
+def span_facts(attributes: dict, *, resource: dict | None = None, events: list[dict] | None = None,
+               span_kind: int = 0) -> SpanFacts:
+    """Map one span's attributes (and its resource's, for the device; its events', for content
+    recorded there) onto agentops fields."""
     used: set[str] = set()
-    kind = step_kind(attributes)
+    kind = step_kind(attributes, span_kind=span_kind)
+    if events:
+        carried = event_content(events, kind=kind)
+        if carried.keys() - attributes.keys():
+            attributes = {**carried, **attributes}
     facts = SpanFacts(kind=kind, used=used)
     facts.model = _text(attributes, MODEL_KEYS, used)
     if facts.model.lower() in ("", "unknown"):
@@ -381,6 +523,9 @@ def span_facts(attributes: dict, *, resource: dict | None = None) -> SpanFacts:
     facts.tool_name = _text(attributes, TOOL_NAME_KEYS, used)
     if not facts.tool_name and kind == "tool":
         facts.tool_name = _text(attributes, ("traceloop.entity.name",), used)
+    if kind == "tool" and isinstance(attributes.get(MCP_METHOD), str):
+        facts.tool_server = _text(attributes, MCP_SERVER_NAME_KEYS, set()) or (
+            server_key(attributes, {}) if "server.address" in attributes else "")
     facts.tool_args, args_call_id = _tool_args(attributes, kind, used)
     facts.tool_result, result_call_id = _tool_result(attributes, kind, used)
     if kind != "llm":

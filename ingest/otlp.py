@@ -285,6 +285,8 @@ def _events(span) -> tuple[list[dict], float | None, str]:
 # A first token cannot come after its call ended; clocks of a span's start and its events may
 # disagree by a little.
 TTFT_SLACK_MS = 5.0
+# An event this long after its span's end is a clock or exporter error, not a late end.
+MAX_LATE_EVENT_S = 3600.0
 
 
 def _plausible_ttft(ttft_ms: float | None, duration_ms: float) -> tuple[float | None, str]:
@@ -310,8 +312,17 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     ended_at = _time(span.end_time_unix_nano, path="endTimeUnixNano")
     check_span(started_at, ended_at, what="span")
     attributes = _attributes(span.attributes)
-    facts = conventions.span_facts(attributes, resource=resource.attributes)
     events, event_ttft_ms, exception = _events(span)
+    facts = conventions.span_facts(attributes, resource=resource.attributes, events=events, span_kind=span.kind)
+    last_event = max((e.time_unix_nano for e in span.events[:MAX_SPAN_EVENTS]), default=0)
+    if last_event > span.end_time_unix_nano:
+        # A span cannot end before its own events: LlamaIndex's OpenInference ends a streamed
+        # call's span when the stream is handed back, and records its first token after that.
+        # The call lasted at least until its last event.
+        late = _time(last_event, path="events.timeUnixNano")
+        if (late - ended_at).total_seconds() <= MAX_LATE_EVENT_S:
+            ended_at = late
+            attributes["agentops.end_note"] = "ended at its last event, recorded after the span's end"
     kind = facts.kind
     input_tokens, output_tokens, cached_tokens = facts.input_tokens, facts.output_tokens, facts.cached_tokens
     if facts.serving is not None:
@@ -335,6 +346,12 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     failed = span.status.code == STATUS_CODE_ERROR
     error = (span.status.message or exception or "error") if failed else ""
     session_id = _short(facts.session_id) or resource.session_id
+    # The release is the service's version; an agent that names only its own version
+    # (gen_ai.agent.version) is released under that.
+    agent_version = attributes.get(conventions.AGENT_VERSION_KEY)
+    release = resource.release or (_short(str(agent_version)) if isinstance(agent_version, str | int) else "")
+    if facts.tool_server:
+        attributes[conventions.TOOL_SERVER_KEY] = facts.tool_server
     name = _short(span.name)
     step = StepRecord(
         step_id=span_id,
@@ -363,7 +380,7 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
         tool_result=tool_result_text(facts.tool_result),
         tool_call_id=_short(facts.tool_call_id, limits.MAX_ID_LENGTH),
         tool_call_ids=[_short(c, limits.MAX_ID_LENGTH) for c in facts.tool_call_ids[:limits.MAX_TOOL_CALL_IDS]],
-        release=resource.release,
+        release=release,
         environment=resource.environment,
         session_id=session_id,
     )
@@ -372,12 +389,12 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     agent_name = attributes.get("agent.name")
     given = _short(facts.task_name) or (_short(agent_name) if isinstance(agent_name, str) else "")
     if not given and not conventions.is_generic_name(name):
-        given = name
+        given = conventions.run_owner(name)
     task = TaskRecord(
         task_id=trace_id,
         name=given or name,
         name_given=bool(given) and not conventions.is_generic_name(given),
-        release=resource.release,
+        release=release,
         environment=resource.environment,
         session_id=session_id,
         started_at=started_at,
