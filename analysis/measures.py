@@ -23,6 +23,11 @@ def _tpot(duration: str, ttft: str, output_tokens: str) -> str:
             f" THEN greatest({duration} - {ttft}, 0) / ({output_tokens} - 1)::float8 END")
 
 
+def tpot_expr(duration: str, ttft: str, output_tokens: str) -> str:
+    """TPOT in SQL over any three expressions (e.g. a server's decode time with a TTFT of 0)."""
+    return _tpot(duration, ttft, output_tokens)
+
+
 def tpot_sql(alias: str) -> str:
     """TPOT of the step rows aliased `alias` (columns duration_ms, ttft_ms, output_tokens)."""
     return _tpot(f"{alias}.duration_ms", f"{alias}.ttft_ms", f"{alias}.output_tokens")

@@ -1,6 +1,14 @@
 from django.urls import include, path, register_converter
 
-from analysis.dashboard import agents, api, compare_api, compare_views, instrumentation_views, views
+from analysis.dashboard import (
+    agents,
+    api,
+    compare_api,
+    compare_views,
+    device_views,
+    instrumentation_views,
+    views,
+)
 from analysis.mcp.views import McpView
 from ingest.ids import IdConverter
 
@@ -39,9 +47,9 @@ urlpatterns = [
     path("latency", views.latency, name="latency"),
     path("charts/latency.json", views.latency_charts, name="latency-charts"),
     path("agents/<id:name>", agents.agent_detail, name="agent-detail"),
-    path("devices", views.devices, name="devices"),
+    path("devices", device_views.devices_page, name="devices"),
     path("instrumentation", instrumentation_views.instrumentation_page, name="instrumentation"),
-    path("charts/devices.json", views.devices_charts, name="devices-charts"),
+    path("charts/devices.json", device_views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),
     path("", include("analysis.releases.urls")),
 ]

@@ -271,12 +271,13 @@ def _decade_label(exponent: int) -> str:
 
 
 def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], *,
-                title: str) -> dict:
-    """ECDF per series from quantiles: (label, fractions, values at those fractions)."""
+                title: str, colors: Mapping[str, str] | None = None) -> dict:
+    """ECDF per series from quantiles: (label, fractions, values at those fractions). `colors`:
+    a colour per label kept across a page's charts (the Devices page's one per device)."""
     series = [(label, fr, vals) for label, fr, vals in series if any(v is not None for v in vals)]
     if not series:
         return empty_figure("No durations in this range")
-    colors = _colors(label for label, _, _ in series)
+    colors = {**_colors(label for label, _, _ in series), **(colors or {})}
     data = [{
         "type": "scatter", "mode": "lines", "name": esc(label) or "(none)",
         "line": {"color": colors[label], "shape": "hv"},
@@ -300,24 +301,6 @@ class SamplePoint:
     device: str
     x: object           # a bucket timestamp (devices page) or ms since task start (lane)
     values: Mapping[str, float | None]
-
-
-def device_timeseries_figure(points: Sequence[SamplePoint], *, title: str,
-                             metrics=LANE_METRICS) -> dict:
-    """One subplot per metric on a shared x axis, one line per device."""
-    if not points:
-        return empty_figure("No device telemetry in this range")
-    devices = list(dict.fromkeys(p.device for p in points))
-    colors = _colors(devices)
-    data, layout = _lane_traces(points, devices, colors, metrics, first_axis=1)
-    n = len(metrics)
-    for i in range(n):
-        top = 1 - i / n
-        layout[_axis_key(i + 1)] = {"domain": [top - 1 / n + 0.06, top],
-                                    "title": {"text": metrics[i][1]}, "rangemode": "tozero"}
-    layout = _layout(title=_title(title), height=120 + 130 * n,
-                     xaxis={"anchor": _axis_ref(n), "type": "date"}, **layout)
-    return {"data": data, "layout": layout}
 
 
 def lane_axis(samples: Sequence[SamplePoint], metric: str, x_range: Sequence[float]) -> dict:

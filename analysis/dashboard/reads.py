@@ -22,7 +22,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.db.models import (
-    Avg,
     Count,
     DateTimeField,
     F,
@@ -368,8 +367,10 @@ def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str 
 # --- devices ---------------------------------------------------------------------------------
 
 
-def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "") -> list[dict]:
-    """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range."""
+def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "",
+                 hardware: dict[str, int] | None = None) -> list[dict]:
+    """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range
+    (`hardware`: counts per device the caller has already)."""
     devices = {d.name: d for d in project_devices(project=project)
                if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
     rows = _device_rows_rolled_up(project=project, filters=filters, devices=list(devices))
@@ -380,7 +381,8 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
             ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
             tpot=PercentileCont(Tpot(), (0.5, 0.95)),
         )}
-    hardware = hardware_finding_counts(project=project, filters=filters)
+    if hardware is None:
+        hardware = hardware_finding_counts(project=project, filters=filters)
     out = []
     for name, d in devices.items():
         r = rows.get(name, {})
@@ -431,35 +433,6 @@ def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, dev
     value = Tpot() if metric == "tpot" else F("ttft_ms")
     found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}
     return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
-
-
-def device_series(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> list[SamplePoint]:
-    """Mean utilization / queue depth / temperature and max throttled per device per bucket.
-    Samples are filtered by the time range only (they belong to devices, not tasks)."""
-    span = _sample_span(project=project, filters=filters, devices=devices)
-    if span is None:
-        return []
-    step = bucket_seconds(span=span[1] - span[0])
-    qs = ResourceSample.objects.filter(project=project, device__in=list(devices), ts__gte=span[0], ts__lt=span[1])
-    rows = (qs.annotate(bucket=DateBin("ts", seconds=step)).values("device", "bucket")
-            .annotate(utilization=Avg("utilization"), queue_depth=Avg("queue_depth"),
-                      temperature_c=Avg("temperature_c"), throttled=Max("throttled"))
-            .order_by("device", "bucket"))
-    return [SamplePoint(r["device"], r["bucket"].isoformat(),
-                        {k: r[k] for k in ("utilization", "queue_depth", "temperature_c", "throttled")})
-            for r in rows]
-
-
-def _sample_span(*, project: Project, filters: TaskFilters, devices: Sequence[str]):
-    start, end = filters.since, filters.until
-    if start is None or end is None:
-        bounds = ResourceSample.objects.filter(project=project, device__in=list(devices)).aggregate(
-            first=Min("ts"), last=Max("ts"))
-        if bounds["first"] is None:
-            return None
-        start = start or bounds["first"]
-        end = end or bounds["last"] + timedelta(seconds=1)
-    return start, end
 
 
 # --- the task page ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from django.views.decorators.gzip import gzip_page
 from analysis import costs
 from analysis.access import project_for_user
 from analysis.comparison import explain
-from analysis.dashboard import charts, export_slots, reads, selectors, sessions, status
+from analysis.dashboard import charts, devices, export_slots, reads, selectors, sessions, status
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.dashboard.instrumentation import task_coverage
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
@@ -226,6 +226,9 @@ def task_detail(request, task_id: str):
     task = _task_or_404(project, task_id)
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
+    device_urls = devices.finding_device_urls(keep(request.GET, GLOBAL_PARAMS), task=task, findings=findings)
+    for f in findings:  # a hardware finding links to its server's charts at that moment
+        f.device_url = device_urls.get(f.pk, "")
     base = reverse("task-detail", args=[task.task_id])
     session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
                                    if task.session_id else (0, None))
@@ -354,44 +357,6 @@ def latency_charts(request):
                                          groups=[group] if group else top),
             title=f"Step duration ECDF by {group_by}")
     return out
-
-
-# --- devices ---------------------------------------------------------------------------------
-
-
-@login_required
-def devices(request):
-    project, filters, error = _scope(request)
-    rows, findings = [], []
-    vendor, device = request.GET.get("vendor", ""), request.GET.get("device", "")
-    if project and not error:
-        rows = reads.device_table(project=project, filters=filters, vendor=vendor, device=device)
-        findings = reads.hardware_findings(project=project, filters=filters)
-    params = keep(request.GET, TASK_PARAMS + ("vendor",))
-    for r in rows:
-        r["tasks_query"] = urlencode({**keep(request.GET), "device": r["device"]})
-    all_devices = reads.project_devices(project=project) if project else []
-    return _page(request, "analysis/devices.html", project, error, rows=rows, findings=findings,
-                 vendor=vendor, device=device, hidden=keep(request.GET, GLOBAL_PARAMS),
-                 vendors=sorted({d.vendor for d in all_devices if d.vendor}),
-                 all_devices=all_devices, global_params=keep(request.GET, GLOBAL_PARAMS),
-                 config={"charts": reverse("devices-charts") + "?" + urlencode(params)})
-
-
-@_json_view
-def devices_charts(request):
-    project, filters = _json_scope(request)
-    rows = reads.device_table(project=project, filters=filters, vendor=request.GET.get("vendor", ""),
-                                  device=request.GET.get("device", ""))
-    names = [r["device"] for r in rows][:12]
-    return {
-        "ttft": charts.ecdf_figure(reads.device_quantiles(project=project, filters=filters, metric="ttft",
-                                                              devices=names), title="TTFT by device"),
-        "tpot": charts.ecdf_figure(reads.device_quantiles(project=project, filters=filters, metric="tpot",
-                                                              devices=names), title="TPOT (ms per output token) by device"),
-        "telemetry": charts.device_timeseries_figure(
-            reads.device_series(project=project, filters=filters, devices=names), title="Device telemetry"),
-    }
 
 
 # --- exports ---------------------------------------------------------------------------------

@@ -209,14 +209,6 @@ def test_durations_read_naturally():
         "–", "12.3 ms", "1.50 s", "-10.94 s", "1.5 min"]
 
 
-def test_device_timeseries_one_subplot_per_metric():
-    points = [SamplePoint("d1", "2026-11-01T10:00:00+00:00", {"utilization": 0.5, "queue_depth": 1,
-                                                             "temperature_c": None, "throttled": 0})]
-    fig = charts.device_timeseries_figure(points, title="t")
-    assert {t["yaxis"] for t in fig["data"]} == {"y", "y2", "y4"}
-    assert charts.device_timeseries_figure([], title="t")["data"] == []
-
-
 def test_empty_inputs_give_a_message_not_an_error():
     for fig in (charts.volume_figure([]), charts.percentile_figure([]), charts.top_findings_figure([]),
                 charts.histogram_figure([], title="x"), charts.ecdf_figure([], title="x"),

@@ -13,9 +13,10 @@ import pytest
 
 from analysis.alerts import charts as alert_charts
 from analysis.comparison.explanation import Row
-from analysis.dashboard import charts, compare_charts
+from analysis.dashboard import charts, compare_charts, device_charts
 from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow
 from analysis.releases import charts as release_charts
+from analysis.rollups import SampleBucket
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 RNG = np.random.default_rng(7)
@@ -53,10 +54,30 @@ def _lane(devices=("groq-1", "gpu-0")) -> list[SamplePoint]:
             for d in devices for k in range(40)]
 
 
-def _device_series() -> list[SamplePoint]:
-    return [SamplePoint(d, (T0 + timedelta(minutes=5 * k)).isoformat(),
-                        {"utilization": 0.5, "queue_depth": 2.0, "temperature_c": 70.0, "throttled": 0.0})
-            for d in ("groq-1", "gpu-0", "dmatrix-0") for k in range(30)]
+def _buckets() -> list[SampleBucket]:
+    """A server's and its GPU's readings: the server reports its queue, the GPU clock, power, heat."""
+    out = []
+    for k in range(30):
+        start = T0 + timedelta(minutes=5 * k)
+        server = {"queue": (10, 20.0 + k, 0.0, 5.0 + k), "running": (10, 40.0, 2.0, 6.0), "kv": (10, 5.0, 0.4, 0.6)}
+        gpu = {"clock": (10, 19000.0, 1100.0 if k == 7 else 1900.0, 1980.0), "clock_max": (10, 19800.0, 1980.0, 1980.0),
+               "power": (10, 5000.0, 400.0, 600.0), "power_limit": (10, 7000.0, 700.0, 700.0),
+               "temp": (10, 600.0, 55.0, 65.0)}
+        empty = (0, None, None, None)
+        metrics = ("util", "queue", "running", "kv", "clock", "clock_max", "power", "power_limit", "temp")
+        out.append(SampleBucket("vllm-<1>:8000", start, 10, {m: server.get(m, empty) for m in metrics}, 0, 0))
+        out.append(SampleBucket("GPU-<b>", start, 10, {m: gpu.get(m, empty) for m in metrics},
+                                0x88 if k == 7 else 0, 3 if k == 7 else 0))
+    return out
+
+
+def _serving_rows():
+    from analysis.dashboard.devices import ServingRow
+
+    figures = {n: (100.0, 300.0, 150.0) for n in ("queue", "prefill", "decode", "server_ttft", "e2e", "client_ttft",
+                                                  "client_ms", "client_tpot", "server_tpot", "outside")}
+    return [ServingRow("vllm-<1>:8000", 40, 38, T0, T0 + timedelta(hours=1), figures),
+            ServingRow("gpu-0:8000", 12, 12, T0, T0 + timedelta(hours=1), {**figures, "queue": (None, None, None)})]
 
 
 def _ecdf(labels=("tasks",)):
@@ -109,7 +130,10 @@ BUILDERS = {
                                                   (1e6, 1e7, 1)], title="Task duration"),
     "histogram_unclickable": lambda: charts.histogram_figure([(10.0, 12.6, 3)], title="Steps", clickable=False),
     "ecdf": lambda: charts.ecdf_figure(_ecdf(("llama-3.1-70b", "mixtral", "<i>x</i>")), title="ECDF by model"),
-    "device_timeseries": lambda: charts.device_timeseries_figure(_device_series(), title="Device telemetry"),
+    "device_telemetry": lambda: device_charts.telemetry_figure(
+        [("host <1>", ["vllm-<1>:8000", "GPU-<b>"])], _buckets(), colors={"vllm-<1>:8000": "#3556d8"},
+        labels={}, bucket_seconds=300, mark=(T0 + timedelta(minutes=30), T0 + timedelta(minutes=40))),
+    "device_serving": lambda: device_charts.serving_figure(_serving_rows(), colors={}, labels={}),
     "waterfall": lambda: charts.waterfall_figure(_steps(60), critical_path=["root", "s0", "s4"],
                                                  findings={"s1": ["repeated_tool_call: search twice"]},
                                                  possible={"s2": ["parallelizable_calls: maybe"]},
@@ -166,12 +190,13 @@ def test_the_list_names_every_builder():
     """A new chart builder gets a row above: every public *_figure function is listed."""
     import inspect
 
-    built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts, compare_charts)
+    built = {f"{m.__name__}.{n}" for m in (charts, release_charts, alert_charts, compare_charts, device_charts)
              for n, f in inspect.getmembers(m, inspect.isfunction) if n.endswith("_figure") and f.__module__ == m.__name__}
     covered = {"analysis.dashboard.charts.empty_figure", "analysis.dashboard.charts.volume_figure", "analysis.dashboard.charts.error_rate_figure",
                "analysis.dashboard.charts.percentile_figure", "analysis.dashboard.charts.top_findings_figure",
                "analysis.dashboard.charts.budget_figure", "analysis.dashboard.charts.histogram_figure", "analysis.dashboard.charts.ecdf_figure",
-               "analysis.dashboard.charts.device_timeseries_figure", "analysis.dashboard.charts.waterfall_figure",
+               "analysis.dashboard.device_charts.telemetry_figure", "analysis.dashboard.device_charts.serving_figure",
+               "analysis.dashboard.charts.waterfall_figure",
                "analysis.releases.charts.ecdf_figure", "analysis.releases.charts.histogram_figure",
                "analysis.releases.charts.contribution_figure", "analysis.alerts.charts.metric_figure",
                "analysis.dashboard.compare_charts.compare_figure", "analysis.dashboard.compare_charts.session_figure"}

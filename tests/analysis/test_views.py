@@ -397,30 +397,6 @@ def test_latency_by_step_group(client, project, spread):
     assert client.get("/charts/latency.json", {"group_by": "colour"}).status_code == 400
 
 
-# --- devices ---------------------------------------------------------------------------------
-
-
-def test_devices_page_shows_ttft_tpot_and_hardware_findings(client, project, spread):
-    Device.objects.create(project=project, name="groq-lpu-03", vendor="groq", hardware="LPU", first_seen=T0, last_seen=T0)
-    Device.objects.create(project=project, name="h100-1", vendor="nvidia", hardware="H100", first_seen=T0, last_seen=T0)
-    for t in spread[:4]:
-        make_step(t, "gen", kind="llm", device="groq-lpu-03", duration_ms=1100.0, ttft_ms=100.0, output_tokens=101)
-    make_finding(spread[0], "hardware_queueing", wasted_ms=300.0, step_ids=["gen"], summary="queue 40 deep")
-    for minute in range(3):
-        ResourceSample.objects.create(project=project, device="groq-lpu-03", ts=T0 + timedelta(minutes=minute),
-                                      utilization=0.5 + minute / 10, queue_depth=minute)
-    body = page(client, "/devices")
-    row = body.split("groq-lpu-03</a>")[1].split("</tr>")[0]
-    assert ">4<" in row and "100.0 ms" in row and "10.0 ms" in row  # steps, TTFT, TPOT = 1000/100
-    assert ">1<" in row  # one hardware finding
-    assert "queue 40 deep" in body
-    figs = charts_json(client, "/charts/devices.json")
-    assert [t["name"] for t in figs["ttft"]["data"]] == ["groq-lpu-03"]
-    util = next(t for t in figs["telemetry"]["data"] if t["yaxis"] == "y2")
-    assert util["y"] == [0.5, 0.6, 0.7]
-    assert "nvidia" in page(client, "/devices", vendor="nvidia") and "groq-lpu-03</a>" not in page(client, "/devices", vendor="nvidia")
-
-
 # --- exports ---------------------------------------------------------------------------------
 
 
