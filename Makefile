@@ -54,16 +54,25 @@ faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 
 # Re-record the agent-framework OTLP fixtures (tests/fixtures/agents/, see its README): real
-# frameworks and instrumentations, fully offline, in their own venv so that .venv (the suite's
-# '.[dev]') never gets them. Every recorder runs in its own process.
+# frameworks and instrumentations, fully offline, in their own venvs so that .venv (the suite's
+# '.[dev]') never gets them: .venv-fixtures ('.[fixtures]') and, for the recorders that declare
+# `# fixtures extra: fixtures-openai2` (frameworks still on openai<3), .venv-fixtures-openai2; the
+# AI SDK's Node recorder installs with npm ci. Every recorder runs in its own process.
 FIXTURES_VENV := .venv-fixtures
+FIXTURES_VENV2 := .venv-fixtures-openai2
+FIXTURES_NODE := tests/fixtures/agents/record/ai_sdk
 fixtures:
 	@test -x $(FIXTURES_VENV)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV)
 	$(FIXTURES_VENV)/bin/python -m pip install -q --upgrade pip
 	$(FIXTURES_VENV)/bin/python -m pip install -q -e '.[fixtures]' opentelemetry-exporter-otlp-proto-http
+	@test -x $(FIXTURES_VENV2)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV2)
+	$(FIXTURES_VENV2)/bin/python -m pip install -q --upgrade pip
+	$(FIXTURES_VENV2)/bin/python -m pip install -q -e '.[fixtures-openai2]'
+	npm ci --no-audit --no-fund --prefix $(FIXTURES_NODE)
 	@set -e; for f in $$(grep -l '^if __name__ == "__main__":' tests/fixtures/agents/record/*.py); do \
 	  m=$$(basename $$f .py); case $$m in capture|__init__) continue;; esac; \
-	  echo "== $$m"; $(FIXTURES_VENV)/bin/python -m tests.fixtures.agents.record.$$m; done
+	  venv=$(FIXTURES_VENV); grep -q '^# fixtures extra: fixtures-openai2' $$f && venv=$(FIXTURES_VENV2); \
+	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
