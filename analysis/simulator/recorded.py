@@ -2,7 +2,8 @@
 request bodies through the ingest path a live exporter reaches, and read their labels.
 
 A recorded family is a folder of `NNNN.pb` bodies (ExportTraceServiceRequest, protobuf, exactly
-as the framework's OTLP exporter posted them), `labels.jsonl` (what really happened, in the
+as the framework's OTLP exporter posted them; `NNNN.json` for an exporter that posts OTLP/JSON,
+as Node's does), `labels.jsonl` (what really happened, in the
 format of the simulator's labels) and `runs.jsonl` (what each run did). See
 tests/fixtures/agents/README.md for how they are recorded.
 """
@@ -26,12 +27,20 @@ class Replayed:
     problems: tuple[str, ...]
 
 
+MEDIA = {".pb": otlp.PROTOBUF, ".json": otlp.JSON}
+
+
+def bodies(directory: Path) -> list[Path]:
+    """A family's request bodies in the order they were sent (protobuf or OTLP/JSON)."""
+    return sorted(p for p in Path(directory).iterdir() if p.suffix in MEDIA and p.stem.isdigit())
+
+
 def families(directory: Path) -> list[Path]:
     """The family folders under `directory` (or `directory` itself if it is one)."""
     directory = Path(directory)
-    if any(directory.glob("*.pb")):
+    if bodies(directory):
         return [directory]
-    return sorted(p for p in directory.iterdir() if p.is_dir() and any(p.glob("*.pb")))
+    return sorted(p for p in directory.iterdir() if p.is_dir() and bodies(p))
 
 
 def replay(*, project, directory: Path) -> Replayed:
@@ -39,14 +48,14 @@ def replay(*, project, directory: Path) -> Replayed:
     directory = Path(directory)
     spans = rejected = 0
     problems: list[str] = []
-    bodies = sorted(directory.glob("*.pb"))
-    for path in bodies:
-        decoded = otlp.decode_traces(path.read_bytes(), media=otlp.PROTOBUF)
+    sent = bodies(directory)
+    for path in sent:
+        decoded = otlp.decode_traces(path.read_bytes(), media=MEDIA[path.suffix])
         batch_store(project=project, batch=decoded.batch)
         spans += len(decoded.batch.steps)
         rejected += decoded.rejected
         problems.extend(f"{path.name}: {p}" for p in decoded.problems)
-    return Replayed(directory.name, len(bodies), spans, rejected, tuple(problems))
+    return Replayed(directory.name, len(sent), spans, rejected, tuple(problems))
 
 
 def labels(directory: Path) -> list[dict]:

@@ -151,7 +151,7 @@ class Command(BaseCommand):
             raise CommandError(f"--recorded: {str(directory)!r} is not a folder")
         folders = recorded.families(directory)
         if not folders:
-            raise CommandError(f"--recorded: no recorded requests (*.pb) under {str(directory)!r}")
+            raise CommandError(f"--recorded: no recorded requests (*.pb, *.json) under {str(directory)!r}")
         results, every_label, every_finding = {}, [], []
         for folder in folders:
             try:
