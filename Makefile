@@ -67,7 +67,10 @@ fixtures:
 	$(FIXTURES_VENV)/bin/python -m pip install -q -e '.[fixtures]' opentelemetry-exporter-otlp-proto-http
 	@test -x $(FIXTURES_VENV2)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV2)
 	$(FIXTURES_VENV2)/bin/python -m pip install -q --upgrade pip
-	$(FIXTURES_VENV2)/bin/python -m pip install -q -e '.[fixtures-openai2]'
+	@# The extra's packages without agentops itself: Strands pins mcp<2.2, agentops needs mcp>=2.3,
+	@# and the recorders import nothing of agentops (run from the repository root).
+	$(FIXTURES_VENV2)/bin/python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['fixtures-openai2']))" > $(FIXTURES_VENV2)/requirements.txt
+	$(FIXTURES_VENV2)/bin/python -m pip install -q -r $(FIXTURES_VENV2)/requirements.txt
 	npm ci --no-audit --no-fund --prefix $(FIXTURES_NODE)
 	@set -e; for f in $$(grep -l '^if __name__ == "__main__":' tests/fixtures/agents/record/*.py); do \
 	  m=$$(basename $$f .py); case $$m in capture|__init__) continue;; esac; \
