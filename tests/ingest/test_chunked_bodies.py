@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,6 +18,7 @@ from ingest.services import key_create
 from tests.ingest.fixtures.otlp import T0, gauge_request, span, trace_request
 
 PB = "application/x-protobuf"
+AI_SDK_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents" / "ai_sdk"
 
 
 def post_chunked(url: str, path: str, body: bytes, *, key: str, content_type: str,
@@ -74,6 +76,17 @@ def test_chunked_bodies_are_stored_on_every_ingest_endpoint_under_gunicorn(stack
                                      content_type="application/json")
         assert status == 200, reply
         assert Task.objects.filter(project=project, task_id="ab" * 16).exists()
+        # Every body the AI SDK's Node exporter posted when its fixtures were recorded, chunked.
+        sent = 0
+        for body in sorted(AI_SDK_FIXTURES.glob("*.json")):
+            status, reply = post_chunked(stack.url, "/v1/traces", body.read_bytes(), key=key,
+                                         content_type="application/json")
+            assert status == 200 and b"rejected" not in reply, (body.name, reply)
+            payload = json.loads(body.read_bytes())
+            sent += sum(len(ss.get("spans", [])) for rs in payload["resourceSpans"] for ss in rs["scopeSpans"])
+        assert sent > 400
+        assert Step.objects.filter(project=project, task__attributes__contains={
+            "service.name": "ai-sdk-support"}).count() == sent
         # Native batch.
         event = {"type": "task", "task_id": "native-chunked", "name": "checkout",
                  "started_at": "2026-11-01T10:00:00Z", "ended_at": "2026-11-01T10:00:02Z"}
