@@ -37,7 +37,7 @@ __all__ = ["AgentopsError", "AuthenticationError", "BadRequest", "Client", "NotF
 FIGURES = {
     "overview": ("/charts/overview.json", "percentiles"),  # volume, errors, percentiles, findings, budget
     "latency": ("/charts/latency.json", "task_histogram"),  # task_histogram, task_ecdf, group_histogram, group_ecdf
-    "devices": ("/charts/devices.json", "ttft"),  # ttft, tpot, telemetry
+    "devices": ("/charts/devices.json", "ttft"),  # ttft, tpot, telemetry, serving
     "waterfall": ("/tasks/{task_id}/waterfall.json", "waterfall"),  # waterfall, budget
 }
 # Release comparison tables `compare(..., table=)` can return.

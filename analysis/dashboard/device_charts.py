@@ -39,11 +39,15 @@ def _reasons_text(bits: int) -> str:
 
 
 def _with_gaps(buckets: Sequence, width_s: int):
-    """The buckets with None between two that are more than a bucket and a half apart, so a
-    device that went silent is drawn as a gap, not a straight line across it."""
+    """The buckets with None where the device went silent, so the silence is drawn as a gap, not
+    a straight line across it: two buckets further apart than a bucket and a half and than three
+    times the device's usual spacing (a GPU scraped every minute fills one 15-s bucket in four)."""
+    spacing = sorted((b.start - a.start).total_seconds() for a, b in zip(buckets, buckets[1:], strict=False))
+    usual = spacing[len(spacing) // 2] if spacing else width_s
+    limit = max(1.5 * width_s, 3 * usual)
     out, previous = [], None
     for b in buckets:
-        if previous is not None and (b.start - previous.start).total_seconds() > 1.5 * width_s:
+        if previous is not None and (b.start - previous.start).total_seconds() > limit:
             out.append(None)
         out.append(b)
         previous = b

@@ -90,15 +90,19 @@ def _page_context(request, project: Project, filters: TaskFilters) -> dict:
     all_devices, groups, shown, page, pages = _groups_page(request, project)
     _mark(request.GET)  # a bad mark is a 400 here, not a broken chart later
     colors = devices.device_colors(all_devices)
+    labels = {d.name: devices.device_label(d.name) for d in all_devices}
     selected = request.GET.get("vendor") or request.GET.get("device")
     names = [n for g in groups for n in g.names]
     vpage = _page_number(request.GET, "vpage")
     verdicts, totals = devices.verdict_groups(project=project, filters=filters, devices=names if selected else None,
                                               limit=devices.GROUPS_PER_PAGE,
                                               offset=(vpage - 1) * devices.GROUPS_PER_PAGE)
-    counts = devices.hardware_counts(project=project, filters=filters)
-    stats = {r["device"]: r for r in reads.device_table(project=project, filters=devices.page_filters(filters),
-                                                        hardware=counts)}
+    counts = totals["per_device"]
+    step_filters = devices.page_filters(filters)
+    # One read of the step rollups serves the table and the ECDFs.
+    summaries = reads.device_summaries(project=project, filters=step_filters, devices=[d.name for d in all_devices])
+    stats = {r["device"]: r for r in reads.device_table(project=project, filters=step_filters, hardware=counts,
+                                                        summaries=summaries)}
     global_params = keep(request.GET, GLOBAL_PARAMS)
     tasks_base = {k: v for k, v in global_params.items() if k not in _TIME_PARAMS}
     verdict_rows = [{
@@ -111,15 +115,15 @@ def _page_context(request, project: Project, filters: TaskFilters) -> dict:
         "worst_url": reverse("task-detail", args=[v.worst_task]) + ("?" + urlencode(global_params) if global_params else ""),
     } for v in verdicts]
     host_rows = [{"group": g, "devices": [{
-        "device": d, "color": colors.get(d.name), "label": devices.device_label(d.name),
+        "device": d, "color": colors.get(d.name), "label": labels[d.name],
         "stats": stats.get(d.name, {}), "hardware": counts.get(d.name, 0),
         "tasks_query": urlencode({**keep(request.GET), "device": d.name}),
     } for d in g.devices]} for g in shown]
     servers = [d.name for g in shown for d in g.servers]
     serving = devices.serving_breakdown(project=project, filters=filters, servers=servers)
-    serving_rows = [{"row": r, "color": colors.get(r.server), "label": devices.device_label(r.server)} for r in serving]
+    serving_rows = [{"row": r, "color": colors.get(r.server), "label": labels[r.server]} for r in serving]
     params = keep(request.GET, TASK_PARAMS + PAGE_PARAMS)
-    params.update(hosts=str(page))
+    params.update(hosts=str(page), parts="telemetry")
     return {
         "verdicts": verdict_rows, "totals": totals, "vpager": _pager(request, "vpage", vpage,
                                                                       max(1, -(-totals["groups"] // devices.GROUPS_PER_PAGE))),
@@ -127,15 +131,25 @@ def _page_context(request, project: Project, filters: TaskFilters) -> dict:
         "gpu_count": sum(len(g.gpus) for g in groups), "server_count": sum(len(g.servers) for g in groups),
         "serving": serving_rows, "serving_window": devices.SERVING_WINDOW,
         "vendors": sorted({d.vendor for d in all_devices if d.vendor}), "all_devices": all_devices,
-        "config": {"charts": reverse("devices-charts") + "?" + urlencode(params)},
+        # The figures made from what the page read already come with it; the telemetry is fetched.
+        "config": {"charts": reverse("devices-charts") + "?" + urlencode(params),
+                   "figures": {"serving": device_charts.serving_figure(serving, colors=colors, labels=labels),
+                               **_ecdfs(project, step_filters, servers, colors, labels, summaries)}},
     }
+
+
+CHART_PARTS = ("telemetry", "serving", "ttft", "tpot")
 
 
 @_json_view
 def devices_charts(request):
     """The page's charts for the same hosts page: telemetry small multiples, the server-side
-    breakdown, TTFT and TPOT ECDFs of its servers."""
+    breakdown, TTFT and TPOT ECDFs of its servers; `parts` names a subset (the page fetches only
+    the telemetry: it renders the others from what it read)."""
     project, filters = _json_scope(request)
+    parts = [p for p in request.GET.get("parts", "").split(",") if p] or list(CHART_PARTS)
+    if set(parts) - set(CHART_PARTS):
+        raise _BadRequest(f"parts: must be among {', '.join(CHART_PARTS)}")
     try:
         all_devices, _, shown, _, _ = _groups_page(request, project)
         mark = _mark(request.GET)
@@ -143,27 +157,29 @@ def devices_charts(request):
         raise _BadRequest(str(exc)) from None
     colors = devices.device_colors(all_devices)
     labels = {d.name: devices.device_label(d.name) for d in all_devices}
-    names = [n for g in shown for n in g.names]
     servers = [d.name for g in shown for d in g.servers]
-    buckets, width = devices.telemetry(project=project, filters=filters, devices=names)
-    step_filters = devices.page_filters(filters)
-    return {
-        "telemetry": device_charts.telemetry_figure([(g.title, g.names) for g in shown], buckets, colors=colors,
-                                                    labels=labels, bucket_seconds=width, mark=mark),
-        "serving": device_charts.serving_figure(
-            devices.serving_breakdown(project=project, filters=filters, servers=servers), colors=colors, labels=labels),
-        "ttft": ecdf_figure(_labelled(reads.device_quantiles(project=project, filters=step_filters, metric="ttft",
-                                                             devices=servers), labels),
-                            title="Client TTFT by server", colors=_by_label(colors, labels)),
-        "tpot": ecdf_figure(_labelled(reads.device_quantiles(project=project, filters=step_filters, metric="tpot",
-                                                             devices=servers), labels),
-                            title="Client TPOT (ms per output token) by server", colors=_by_label(colors, labels)),
-    }
+    out = {}
+    if "telemetry" in parts:
+        buckets, width = devices.telemetry(project=project, filters=filters, devices=[n for g in shown for n in g.names])
+        out["telemetry"] = device_charts.telemetry_figure([(g.title, g.names) for g in shown], buckets, colors=colors,
+                                                          labels=labels, bucket_seconds=width, mark=mark)
+    if "serving" in parts:
+        out["serving"] = device_charts.serving_figure(
+            devices.serving_breakdown(project=project, filters=filters, servers=servers), colors=colors, labels=labels)
+    if "ttft" in parts or "tpot" in parts:
+        step_filters = devices.page_filters(filters)
+        summaries = reads.device_summaries(project=project, filters=step_filters, devices=servers)
+        out.update({k: v for k, v in _ecdfs(project, step_filters, servers, colors, labels, summaries).items()
+                    if k in parts})
+    return out
 
 
-def _labelled(series, labels):
-    return [(labels.get(name, name), fractions, values) for name, fractions, values in series]
-
-
-def _by_label(colors, labels):
-    return {labels.get(name, name): color for name, color in colors.items()}
+def _ecdfs(project, filters, servers, colors, labels, summaries) -> dict:
+    """The client TTFT and TPOT ECDFs of the servers, in the page's colours."""
+    by_label = {labels.get(name, name): color for name, color in colors.items()}
+    out = {}
+    for metric, title in (("ttft", "Client TTFT by server"), ("tpot", "Client TPOT (ms per output token) by server")):
+        series = reads.device_quantiles(project=project, filters=filters, metric=metric, devices=servers,
+                                        summaries=summaries)
+        out[metric] = ecdf_figure([(labels.get(n, n), fr, v) for n, fr, v in series], title=title, colors=by_label)
+    return out

@@ -7,6 +7,7 @@ calls (docs/ui.md, "Servers and devices")."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +46,9 @@ SERVING_WINDOW = 2000
 BUCKET_LADDER = [15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400,
                  7 * 86400]
 BUCKETS_TARGET = 200
+# Longer ranges get hour-wide buckets at least, from the rollups (a 4-day range at 200 buckets
+# would read every raw sample: 18 devices scraped every 30 s send 207,000 in 4 days).
+RAW_SPAN = timedelta(hours=48)
 # The time around an incident a link opens: enough to see the telemetry before and after it.
 MOMENT_PAD = timedelta(minutes=10)
 # A finding's step is looked up in the weeks after its task started (runtime partition pruning).
@@ -222,8 +226,9 @@ def _findings_sql(*, project: Project, filters: TaskFilters, devices: Sequence[s
 def verdict_groups(*, project: Project, filters: TaskFilters, devices: Sequence[str] | None = None,
                    limit: int = GROUPS_PER_PAGE, offset: int = 0) -> tuple[list[VerdictGroup], dict]:
     """One page of verdict groups, most wasted time first, and the totals over all of them
-    (groups, calls, wasted ms). Findings are grouped in SQL: calls of one kind on one server
-    whose start is within INCIDENT_GAP of the latest end before it form one group."""
+    (groups, calls, wasted ms, and `per_device`: the findings naming each server or resting on
+    each GPU's readings). Findings are grouped in SQL, in one pass: calls of one kind on one
+    server whose start is within INCIDENT_GAP of the latest end before it form one group."""
     findings, params = _findings_sql(project=project, filters=page_filters(filters), devices=devices)
     sql = f"""
         WITH f AS ({findings}),
@@ -241,7 +246,10 @@ def verdict_groups(*, project: Project, filters: TaskFilters, devices: Sequence[
                (SELECT string_agg(e, '; ') FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(w.evidence -> 'evidence')
                         = 'array' THEN w.evidence -> 'evidence' ELSE '[]'::jsonb END) e),
                t.task_id, g.first_task, g.last_task,
-               count(*) OVER (), sum(g.calls) OVER (), sum(g.wasted) OVER ()
+               count(*) OVER (), sum(g.calls) OVER (), sum(g.wasted) OVER (),
+               (SELECT jsonb_object_agg(d, n)::text FROM (
+                    SELECT d, count(*) AS n FROM f CROSS JOIN LATERAL unnest(ARRAY[f.device, nullif(f.culprit, f.device)]) d
+                    WHERE d IS NOT NULL GROUP BY d) c)
         FROM g JOIN analysis_finding w ON w.id = g.worst JOIN ingest_task t ON t.id = w.task_id
         ORDER BY g.wasted DESC, g.lo, g.device, g.kind LIMIT %s OFFSET %s"""
     with read_connection().cursor() as cursor:
@@ -252,20 +260,12 @@ def verdict_groups(*, project: Project, filters: TaskFilters, devices: Sequence[
                            first_task, last_task)
               for kind, device, culprits, calls, tasks, lo, hi, wasted, seen, worst_task, first_task, last_task, *_
               in rows]
-    totals = {"groups": rows[0][-3], "calls": int(rows[0][-2]), "wasted_ms": rows[0][-1]} if rows else {
-        "groups": 0, "calls": 0, "wasted_ms": 0.0}
+    totals = {"groups": rows[0][-4], "calls": int(rows[0][-3]), "wasted_ms": rows[0][-2],
+              "per_device": json.loads(rows[0][-1] or "{}")} if rows else {
+        "groups": 0, "calls": 0, "wasted_ms": 0.0, "per_device": {}}
     if not rows and offset:  # past the last page: the totals are still wanted
         _, totals = verdict_groups(project=project, filters=filters, devices=devices, limit=1, offset=0)
     return groups, totals
-
-
-def hardware_counts(*, project: Project, filters: TaskFilters) -> dict[str, int]:
-    """Counted hardware findings per server (and per device whose readings convicted them)."""
-    findings, params = _findings_sql(project=project, filters=page_filters(filters), devices=None)
-    with read_connection().cursor() as cursor:
-        cursor.execute(f"SELECT d, count(*) FROM ({findings}) x CROSS JOIN LATERAL"
-                       f" unnest(ARRAY[x.device, nullif(x.culprit, x.device)]) d WHERE d IS NOT NULL GROUP BY 1", params)
-        return dict(cursor.fetchall())
 
 
 # --- server side vs client side ---------------------------------------------------------------
@@ -371,8 +371,11 @@ def serving_breakdown(*, project: Project, filters: TaskFilters, servers: Sequen
 
 
 def bucket_for(span: timedelta) -> int:
-    """The smallest ladder width giving at most BUCKETS_TARGET buckets over `span`."""
+    """The smallest ladder width giving at most BUCKETS_TARGET buckets over `span`, and at least
+    an hour past RAW_SPAN: hour buckets read the rollups, shorter ones every raw sample."""
     for width in BUCKET_LADDER:
+        if span > RAW_SPAN and width < 3600:
+            continue
         if span.total_seconds() / width <= BUCKETS_TARGET:
             return width
     return BUCKET_LADDER[-1]

@@ -367,13 +367,24 @@ def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str 
 # --- devices ---------------------------------------------------------------------------------
 
 
+def device_summaries(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> dict[str, dict] | None:
+    """{"ttft": {device: Summary}, "tpot": {…}} from the step rollups, or None when the filters need
+    the raw rows: what device_table and device_quantiles read, for a caller that wants both."""
+    found = {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
+                                            groups=list(devices), metric=metric) for metric in ("ttft", "tpot")}
+    return None if found["ttft"] is None or found["tpot"] is None else found
+
+
 def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "",
-                 hardware: dict[str, int] | None = None) -> list[dict]:
+                 hardware: dict[str, int] | None = None, summaries: dict[str, dict] | None = None) -> list[dict]:
     """Per device: steps served, TTFT and TPOT percentiles, hardware findings in the range
-    (`hardware`: counts per device the caller has already)."""
+    (`hardware`: counts per device, `summaries`: device_summaries of every device, when the caller
+    has them already)."""
     devices = {d.name: d for d in project_devices(project=project)
                if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
-    rows = _device_rows_rolled_up(project=project, filters=filters, devices=list(devices))
+    if summaries is None:
+        summaries = device_summaries(project=project, filters=filters, devices=list(devices))
+    rows = _device_rows_rolled_up(summaries)
     if rows is None:
         steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
         rows = {r["device"]: r for r in steps.values("device").annotate(
@@ -394,12 +405,10 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
     return sorted(out, key=lambda r: (-r["steps"], r["device"]))
 
 
-def _device_rows_rolled_up(*, project: Project, filters: TaskFilters, devices: list[str]) -> dict[str, dict] | None:
-    """device_table's figures from the step rollups (percentiles within 1.93 %), or None when the
-    filters need the raw rows."""
-    found = {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
-                                            groups=devices, metric=metric) for metric in ("ttft", "tpot")}
-    if found["ttft"] is None or found["tpot"] is None:
+def _device_rows_rolled_up(found: dict[str, dict] | None) -> dict[str, dict] | None:
+    """device_table's figures from the step rollups' summaries (percentiles within 1.93 %), or None
+    when the filters need the raw rows."""
+    if found is None:
         return None
     return {name: {"steps": summary.count, "ttft": summary.quantiles((0.5, 0.95)),
                    "tpot": found["tpot"][name].quantiles((0.5, 0.95)) if name in found["tpot"] else None}
@@ -422,10 +431,15 @@ def hardware_findings(*, project: Project, filters: TaskFilters, limit: int = 50
                 .select_related("task").order_by("-wasted_ms")[:limit])
 
 
-def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, devices: Sequence[str]):
-    """ECDF points of TTFT ("ttft") or TPOT ("tpot") per device."""
-    summaries = rollups.step_summaries(project=project, filters=filters, group_by="device", groups=list(devices),
-                                       metric=metric)
+def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, devices: Sequence[str],
+                     summaries: dict[str, dict] | None = None):
+    """ECDF points of TTFT ("ttft") or TPOT ("tpot") per device (`summaries`: device_summaries
+    covering these devices, when the caller has them)."""
+    if summaries is not None:
+        summaries = summaries[metric]
+    else:
+        summaries = rollups.step_summaries(project=project, filters=filters, group_by="device",
+                                           groups=list(devices), metric=metric)
     if summaries is not None:
         found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
         return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]

@@ -1,15 +1,18 @@
-// Servers and devices: telemetry small multiples, the server-side breakdown and the TTFT/TPOT
-// ECDFs, fetched as one chart JSON for the page's hosts. body[data-charts-ready] says when drawn.
+// Servers and devices: the figures made from what the page read come in its config (server-side
+// breakdown, TTFT/TPOT ECDFs); the telemetry small multiples are fetched. body[data-charts-ready]
+// says when all are drawn.
 (function () {
   "use strict";
   var A = window.agentops, cfg = A.config();
-  var ids = ["chart-telemetry", "chart-serving", "chart-ttft", "chart-tpot"];
-  A.fetchJSON(cfg.charts).then(function (figs) {
+  var figures = cfg.figures || {};
+  var drawn = Object.keys(figures).map(function (k) { return A.draw("chart-" + k, figures[k]); });
+  var fetched = A.fetchJSON(cfg.charts).then(function (figs) {
     return Promise.all(Object.keys(figs).map(function (k) { return A.draw("chart-" + k, figs[k]); }));
-  }).then(function () {
+  });
+  Promise.all(drawn.concat([fetched])).then(function () {
     document.body.setAttribute("data-charts-ready", "1");
   }).catch(function (err) {
-    A.fail(ids, err);
+    A.fail(["chart-telemetry"], err);
     document.body.setAttribute("data-charts-ready", "error");
   });
 })();

@@ -155,6 +155,12 @@ def test_the_small_multiples_draw_each_device_in_its_own_colour_on_every_chart(c
     assert {max(v for v in t["y"] if v is not None) for t in dotted} == {1980.0, 700.0}  # max clock, power limit
     # a server reports no SM clock: its row's clock cell says so instead of drawing an empty axis
     assert not any(t["legendgroup"] == SERVER and t["yaxis"] in ("y4", "y5", "y6") for t in traces)
+    # the page fetches only the telemetry: the other figures come with it
+    assert set(get(client, "/charts/devices.json", parts="telemetry").json()) == {"telemetry"}
+    assert client.get("/charts/devices.json", {"parts": "everything"}).status_code == 400
+    config = json.loads(re.search(r'id="page-config" type="application/json">(.*?)</script>',
+                                  page.content.decode()).group(1))
+    assert set(config["figures"]) == {"serving", "ttft", "tpot"} and "parts=telemetry" in config["charts"]
 
 
 def rounded(bucket):

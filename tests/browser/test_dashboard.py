@@ -194,7 +194,7 @@ def test_every_page_renders_without_script_errors(live_server, browser_page, mem
         page.wait_for_selector(ready, timeout=WAIT_MS)
         page.wait_for_load_state("networkidle")
         screenshot(page, name)
-    assert "hardware_queueing" in page.inner_text("#hardware-findings")
+    assert "queued on groq-lpu-03" in page.inner_text("#verdict-groups")
     assert_nothing_ran(page)
 
 
