@@ -86,6 +86,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
         out["release compare v1 vs v2 (again: cached)"] = lambda: release_compare(project=project, a="v1", b="v2")
     out.update(_dashboard_queries(project))
     out.update(_alert_queries(project))
+    out.update(device_queries(project))
     out.update(_pages(project))
     out.update(_comparison_queries(project))
     return out
@@ -162,8 +163,13 @@ def _pages(project) -> dict[str, Callable[[], object]]:
     client.force_login(user)
 
     def page(path: str):
+        from urllib.parse import parse_qsl, urlsplit
+
+        url = urlsplit(path)  # the client ignores the path's own query when given data: merge them
+        params = {**dict(parse_qsl(url.query)), "project": project.name}
+
         def get():
-            response = client.get(path, {"project": project.name})
+            response = client.get(url.path, params)
             assert response.status_code == 200, (path, response.status_code)
             return response.content
         return get
@@ -179,10 +185,49 @@ def _pages(project) -> dict[str, Callable[[], object]]:
             "page: agent call graph (/agents/checkout-agent)": page("/agents/checkout-agent"),
             "page: overview charts JSON": page("/charts/overview.json"),
             "page: latency charts JSON": page("/charts/latency.json"),
-            "page: devices (table of 6 devices)": page("/devices"),
-            "page: devices charts JSON": page("/charts/devices.json"),
+            "page: devices (18 devices on 6 hosts, grouped verdicts, server vs client)": page("/devices"),
+            "page: devices charts JSON (small multiples, breakdown, ECDFs)": page("/charts/devices.json"),
+            "page: devices telemetry JSON, as the page fetches it": page("/charts/devices.json?parts=telemetry"),
+            "page: devices at one incident (device + 30 min)": page(_incident_path(project)),
             "page: releases list": page("/releases"),
             "page: task detail waterfall JSON (50,000 steps)": page("/tasks/big-task/waterfall.json")}
+
+
+def _incident_path(project) -> str:
+    """The Devices page as a verdict group's "chart" link opens it: one server, 30 minutes."""
+    from analysis.dashboard import devices
+    from analysis.filters import TaskFilters
+
+    groups, _ = devices.verdict_groups(project=project, filters=TaskFilters(), limit=1)
+    if not groups:
+        return "/devices"
+    return devices.moment_url({}, device=groups[0].device, start=groups[0].start, end=groups[0].end).split("#")[0]
+
+
+def device_queries(project) -> dict[str, Callable[[], object]]:
+    """The servers and devices page's reads one by one: the whole 30 days with no filter, and the last 48 h."""
+    from datetime import timedelta
+
+    from django.db.models import Max
+
+    from analysis.dashboard import devices, reads
+    from analysis.filters import TaskFilters
+    from ingest.models import Task
+
+    f = TaskFilters()
+    newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
+    last_days = TaskFilters(since=newest - timedelta(hours=48), until=newest)
+    names = [d.name for d in reads.project_devices(project=project)]
+    servers = [d.name for d in reads.project_devices(project=project) if d.role != "gpu"]
+    return {
+        "devices: verdict groups (first page, with the counts per device)": lambda: devices.verdict_groups(project=project, filters=f),
+        "devices: server vs client breakdown (6 servers)": lambda: devices.serving_breakdown(
+            project=project, filters=f, servers=servers),
+        "devices: telemetry buckets (18 devices, 30 days)": lambda: devices.telemetry(project=project, filters=f,
+                                                                                       devices=names),
+        "devices: telemetry buckets (18 devices, the last 48 h: raw samples)": lambda: devices.telemetry(
+            project=project, filters=last_days, devices=names),
+    }
 
 
 # --- why was this one slow, sessions, search (docs/scaling.md) ---------------------------------

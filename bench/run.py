@@ -171,6 +171,11 @@ def child_queries(p: dict) -> dict:
     project, tasks, wanted_steps, load_s = query_dataset(p)
     from django.db import connection
 
+    from bench import devices_fleet
+
+    with connection.cursor() as cursor:  # the servers and devices page's telemetry and verdicts, once
+        if devices_fleet.load(cursor, project_id=project.pk):
+            print("   device fleet added (18 devices, telemetry every 30 s, hardware findings)", file=sys.stderr, flush=True)
     # The loader writes raw rows with SQL, as a backfill would: build the latency rollups from
     # them the way an operator would (`manage.py rollups_rebuild`), as of the newest task, which
     # is where the periodic job keeps them on a live system: the tasks of the hour in progress
