@@ -27,10 +27,11 @@ from ingest.conventions import ROLE_GPU, host_of_server
 from ingest.models import Device, Project
 
 # Ten distinct colours first (the dashboard's palette: the servers, which share the ECDFs and
-# the breakdown, get these), then ten more for GPUs; past twenty they repeat.
+# the breakdown, get these), then ten more for GPUs, none close to the first ten; past twenty they
+# repeat. A host's GPUs share charts and take consecutive colours: distinct within a host.
 DEVICE_PALETTE = ["#3556d8", "#e07b00", "#0f9d76", "#c4320a", "#7a4cc2", "#8a6d00", "#d6457a", "#2a9fd6",
-                  "#5b6b00", "#6b4f3a", "#1b9e9e", "#b0478f", "#4d7c0f", "#9a3412", "#1e3a8a", "#a16207",
-                  "#be123c", "#0e7490", "#6d28d9", "#57534e"]
+                  "#5b6b00", "#6b4f3a", "#1b9e9e", "#b0478f", "#84cc16", "#111827", "#f59e0b", "#9ca3af",
+                  "#be123c", "#0e7490", "#6d28d9", "#14532d"]
 # Hosts per page of the small multiples (each a row of six charts).
 HOSTS_PER_PAGE = 6
 # Verdict groups per page.
