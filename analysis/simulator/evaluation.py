@@ -146,8 +146,11 @@ def read_labels(lines: Iterable[str]) -> list[dict]:
     return labels
 
 
-def scoring_units(labels: list[dict]) -> list[dict]:
-    """The labels as they are scored: a per-step kind's label split into one label per step."""
+def scoring_units(labels: list[dict], *, by_steps: bool = True) -> list[dict]:
+    """The labels as they are scored: a per-step kind's label split into one label per step
+    (matched per task, `by_steps=False`, a label stays whole)."""
+    if not by_steps:
+        return list(labels)
     out = []
     for label in labels:
         steps = list(label.get("step_ids") or ())
@@ -172,17 +175,19 @@ def overlaps(finding_steps: Iterable[str], label_steps: Iterable[str]) -> bool:
     return 2 * len(f & lab) >= max(len(f), len(lab))
 
 
-def matches(label: dict, finding: FindingView) -> bool:
+def matches(label: dict, finding: FindingView, *, by_steps: bool = True) -> bool:
     return (label["task_id"] == finding.task_id and label["kind"] == finding.kind
-            and overlaps(finding.step_ids, label.get("step_ids") or ()))
+            and (not by_steps or overlaps(finding.step_ids, label.get("step_ids") or ())))
 
 
 def _slowed_by_another_kind(finding: FindingView, labels: list[dict]) -> bool:
     return finding.kind == "slow_step" and any(label["kind"] in SLOWING_KINDS for label in labels)
 
 
-def evaluate(labels: list[dict], findings: list[FindingView]) -> Evaluation:
-    units = scoring_units(labels)
+def evaluate(labels: list[dict], findings: list[FindingView], *, by_steps: bool = True) -> Evaluation:
+    """Score `findings` against `labels`. `by_steps=False` is the task-level rule a corpus may
+    state as its own (corpus-a's README): a finding matches every label of its task and kind."""
+    units = scoring_units(labels, by_steps=by_steps)
     ambiguous = [u for u in units if u.get("ambiguous")]
     units = [u for u in units if not u.get("ambiguous")]
     by_task: dict[str, list[dict]] = {}
@@ -196,8 +201,8 @@ def evaluate(labels: list[dict], findings: list[FindingView]) -> Evaluation:
     scored: list[tuple[FindingView, list[int], bool]] = []
     index = {id(u): i for i, u in enumerate(units)}
     for f in findings:
-        mine = [index[id(u)] for u in by_task.get(f.task_id, ()) if matches(u, f)]
-        if not mine and any(matches(u, f) for u in ambiguous_by_task.get(f.task_id, ())):
+        mine = [index[id(u)] for u in by_task.get(f.task_id, ()) if matches(u, f, by_steps=by_steps)]
+        if not mine and any(matches(u, f, by_steps=by_steps) for u in ambiguous_by_task.get(f.task_id, ())):
             continue
         scored.append((f, mine, bool(mine) or _slowed_by_another_kind(f, by_task.get(f.task_id, []))))
 

@@ -230,7 +230,9 @@ def test_wilson_interval_matches_the_textbook_values():
     assert wilson(50, 50)[1] == 1.0 and round(wilson(50, 50)[0], 3) == 0.929
 
 
-def test_corpus_is_posted_through_the_ingest_views_analysed_and_scored(db, tmp_path):
+def _repeat_corpus(tmp_path, labelled_steps):
+    """Three tasks that call `lookup` with the same arguments three times; tasks 1 and 2 labelled
+    `repeated_tool_call` on `labelled_steps` (offsets of the task's calls, 1-3)."""
     from tests.ingest.fixtures.otlp import span, trace_request
 
     corpus = tmp_path / "corpus-x"
@@ -247,16 +249,38 @@ def test_corpus_is_posted_through_the_ingest_views_analysed_and_scored(db, tmp_p
     (corpus / "traces-000.pb").write_bytes(trace_request(spans, resource={"service.name": "x"}).SerializeToString())
     (corpus / "labels.jsonl").write_text("".join(
         json.dumps({"task_id": f"{t:032x}", "kind": "repeated_tool_call",
-                    "step_ids": [f"{100 * t + 2:016x}", f"{100 * t + 3:016x}"]}) + "\n"
+                    "step_ids": [f"{100 * t + i:016x}" for i in labelled_steps]}) + "\n"
         for t in (1, 2)))
+    return corpus
+
+
+def _tables(text):
+    """The per-task table and the by-steps one, as lines."""
+    per_task, by_steps = text.split("Matched by steps")
+    return per_task.splitlines(), by_steps.splitlines()
+
+
+def test_corpus_is_posted_through_the_ingest_views_analysed_and_scored(db, tmp_path):
     out = StringIO()
-    call_command("evaluate_detection", "--corpus", str(corpus), stdout=out)
+    call_command("evaluate_detection", "--corpus", str(_repeat_corpus(tmp_path, (2, 3))), stdout=out)
     text = out.getvalue()
     assert "3 tasks stored and analysed" in text
     # Labelled 2 of the 3 tasks (the two repeats; the finding names the first call too): the third
-    # task's repeats are asserted but unlabelled, so wrong.
-    assert row(text.splitlines(), "repeated_tool_call")[:3] == ["2", "3", "2"], text
+    # task's repeats are asserted but unlabelled, so wrong; both ways of matching agree.
+    per_task, by_steps = _tables(text)
+    assert row(per_task, "repeated_tool_call")[:3] == ["2", "3", "2"], text
+    assert row(by_steps, "repeated_tool_call")[:3] == ["2", "3", "2"], text
     assert Task.objects.filter(project__name="corpus-corpus-x").count() == 3
+
+
+def test_a_corpus_is_held_to_its_own_per_task_rule_and_shown_by_steps_too(db, tmp_path):
+    # The labels name only the first call of each task's three: the finding (all three calls)
+    # is on the labelled task, which is the corpus's rule, but names mostly other steps.
+    out = StringIO()
+    call_command("evaluate_detection", "--corpus", str(_repeat_corpus(tmp_path, (1,))), stdout=out)
+    per_task, by_steps = _tables(out.getvalue())
+    assert row(per_task, "repeated_tool_call")[:3] == ["2", "3", "2"], out.getvalue()
+    assert row(by_steps, "repeated_tool_call")[:3] == ["2", "3", "0"], out.getvalue()
 
 
 def test_a_folder_that_is_no_corpus_is_a_clear_error(tmp_path):

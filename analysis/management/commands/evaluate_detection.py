@@ -10,7 +10,8 @@ Sources of ground truth:
   first), replays it in time order and scores it;
 - `--corpus DIR`: a labelled corpus written outside the project (../shared/eval/ format:
   traces-*.pb, device-samples.json, labels.jsonl), posted through the product's own
-  `/v1/traces` and `/api/v1/ingest` views into `corpus-<dir>` (emptied first);
+  `/v1/traces` and `/api/v1/ingest` views into `corpus-<dir>` (emptied first), scored twice:
+  per task, as the corpus's README states its bar, then matched by steps;
 - `--recorded DIR`: traces recorded from real agent frameworks (tests/fixtures/agents/), each
   family replayed through the OTLP ingest path into `recorded-<family>` (emptied first);
 - `--labels FILE --project NAME`: a labels file written by `simulate --labels`, against the
@@ -182,7 +183,13 @@ class Command(BaseCommand):
         self.stdout.write(f"Corpus {directory.name!r}: {stored} tasks stored and analysed in the order they ended, "
                           f"baselines refreshed every {refresh:g} min of the data's time "
                           f"({time.monotonic() - started:.1f} s; project {project.name!r}).")
-        return self._score(project, label_rows)
+        # A corpus states its own scoring (corpus-a's README: per task); that table is its bar.
+        # The stricter one, matched by steps as every other source is, follows it.
+        self.stdout.write("\nScored as the corpus states (per task: a finding matches every label of its task and kind):")
+        per_task = evaluate(label_rows, project_findings(project), by_steps=False)
+        self.stdout.write(format_table(per_task))
+        self.stdout.write("\nMatched by steps (|F ∩ L| ≥ ½ · max(|F|, |L|)), as every source is:")
+        return {"per task": per_task, "by steps": self._score(project, label_rows)}
 
     def _simulate(self, *, seed: int, tasks: int | None, min_positives: int, refresh: float):
         started = time.monotonic()
