@@ -65,21 +65,17 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     there is no baseline to compare with."""
     if stats is None:
         return None
-    out = max((step.output_tokens or 0) - 1, 0)
     ttft_z = tpot_z = None
+    expected = llm_expected_ms(step, stats)
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
-        expected = stats.ttft_median + stats.tpot_median * out
         ttft_z = log_z(step.ttft_ms, stats.ttft_median, stats.spread("ttft"))
         tpot = tpot_ms(duration_ms=step.duration_ms, ttft_ms=step.ttft_ms, output_tokens=step.output_tokens)
         if tpot is not None:
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
         outlier = ttft_z > z_cut or (tpot_z is not None and tpot_z > z_cut)
     elif step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
-        # No TTFT: the duration against the resistant line over output tokens.
-        expected = max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
         outlier = log_z(step.duration_ms, expected, stats.line_log_mad) > z_cut
     else:
-        expected = stats.median_ms
         outlier = log_z(step.duration_ms, stats.median_ms, stats.spread("duration")) > z_cut
     excess = step.duration_ms - expected
     floor = MIN_EXCESS_CORROBORATED_MS if z_cut < Z_SLOW else MIN_EXCESS_MS
@@ -89,6 +85,16 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     return {"expected_ms": round(expected, 1), "excess_ms": round(excess, 1),
             "ttft_z": _r(ttft_z), "tpot_z": _r(tpot_z), "z_cut": z_cut,
             "slow_part": "decode" if decode_slow else "prefill" if ttft_z is not None else "whole"}
+
+
+def llm_expected_ms(step: StepData, stats: BaselineStats) -> float:
+    """What an LLM call of this shape usually takes: TTFT plus TPOT per further token when it
+    streamed; else the resistant line over output tokens; else the median."""
+    if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
+        return stats.ttft_median + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
+    if step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
+        return max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
+    return stats.median_ms
 
 
 def _r(value: float | None) -> float | None:
@@ -367,10 +373,28 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
 
 
 def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
-    """An LLM step slow at least at the corroborated cut-off (the lower one). Any other step gets
+    """An LLM step slow at least at the corroborated cut-off (the lower one), or one with no
+    baseline yet whose server reports most of it in queue (`_cold_queue`). Any other step gets
     no verdict whatever its device did, so its telemetry is never read (most steps)."""
-    return (step.kind == "llm" and step.status == "ok"
-            and llm_slowness(step, ctx.baseline(step), z_cut=Z_CORROBORATED) is not None)
+    if step.kind != "llm" or step.status != "ok":
+        return False
+    stats = ctx.baseline(step)
+    if stats is None:
+        return _cold_queue(ctx, step) is not None
+    return llm_slowness(step, stats, z_cut=Z_CORROBORATED) is not None
+
+
+def _cold_queue(ctx: TaskContext, step: StepData) -> float | None:
+    """Cold start: a call with no baseline to be slow against is judged by its server's own
+    account alone. When the server reports at least half the call (SERVING_SHARE) and at least
+    MIN_EXCESS_MS in its queue, that wait is the server's measurement, not an inference: the
+    queue time (ms), taken as the waste, since a call's normal wait is not known yet (a lower
+    bound of what the queue cost: a crowded server's batches slow the call's own compute too)."""
+    serving = serving_of(ctx, step)
+    queue_ms = (serving or {}).get("queue_ms")
+    if queue_ms is None or queue_ms < max(MIN_EXCESS_MS, SERVING_SHARE * step.duration_ms):
+        return None
+    return float(queue_ms)
 
 
 def telemetry_devices(ctx: TaskContext) -> set[str]:
@@ -395,6 +419,14 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
             continue
         stats = ctx.baseline(step)
         signals = device_signals(ctx, step, times=times)
+        if stats is None:
+            queue_ms = _cold_queue(ctx, step)
+            slowness = {"expected_ms": round(step.duration_ms - queue_ms, 1), "excess_ms": round(queue_ms, 1),
+                        "ttft_z": None, "tpot_z": None, "z_cut": None, "slow_part": "queue", "baseline": "none"}
+            verdict = verdict_for(ctx, step, slowness, signals)
+            if verdict["verdict"] == "queueing":
+                verdicts[step.step_id] = verdict
+            continue
         loose = llm_slowness(step, stats, z_cut=Z_CORROBORATED)
         corroborated = loose is not None and bool(
             set(evidence(signals, loose["excess_ms"])) & {"throttling", "queueing", "kv_cache_pressure", "thermal_only"})
@@ -428,11 +460,18 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
         device = verdict.get("device") or "its device"
         seen = "; ".join(verdict.get("evidence") or ()) or "no readings"
         wasted = verdict["excess_ms"]
-        summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
-                   f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
         normal = ctx.device_normals.get(step.device) or next(
             (ctx.device_normals[d] for d in verdict.get("signals", {}).get("devices", ()) if d in ctx.device_normals), None)
         confidence, reason = baseline_confidence(normal.count if normal else 0,
                                                  what=f"telemetry readings of {device}")
+        if verdict.get("baseline") == "none":
+            summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting because "
+                       f"{WHAT[verdict_name]} ({device}: {seen}).")
+            confidence = "medium"
+            reason = (f"No baseline of {step.key} yet: the server's own queue time is the evidence, and all of "
+                      f"it is counted as waste (its usual wait is not known yet).")
+        else:
+            summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
+                       f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
         yield Finding(f"hardware_{verdict_name}", (step_id,), wasted, summary, dict(verdict),
                       ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

@@ -7,7 +7,11 @@ and carry the hardware verdict; those whose verdict is `queueing`/`throttling` a
 as hardware findings instead (the cause is known), so the same step is never counted twice.
 No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent). An LLM
 step whose own device has too few calls of its model is judged against the model's calls on other
-devices, whose hardware may differ: low confidence ("possible").
+devices, whose hardware may differ: low confidence ("possible"). So is an LLM step whose run was
+slow as a whole: when the task's other calls of the same model and device (at least
+RUN_SHIFT_MIN_CALLS) ran, by their median, at least 20 % over their usual, and this call is not
+slow beyond that shared factor (by the same floors), what slowed it slowed the run (the client,
+its network, its host), and the step alone is only possibly the place to look.
 Failed steps are skipped: their duration measures the failure, not slowness; so are agent
 steps (made of their children) and framework steps (overhead is serial_gap's).
 """
@@ -23,11 +27,32 @@ from analysis.engine.detectors.base import (
     log_z,
     register,
 )
-from analysis.engine.verdicts import MIN_EXCESS_MS, MIN_EXCESS_RATIO
+from analysis.engine.verdicts import MIN_EXCESS_MS, MIN_EXCESS_RATIO, llm_expected_ms
 
 HARDWARE_VERDICTS = {"queueing", "throttling", "kv_cache_pressure"}
 # An agent step is made of its children; framework time is serial_gap's (one home per ms).
 SKIPPED_KINDS = ("agent", "framework")
+# The fewest other calls of a model in a run whose median says the run itself was slow: one could
+# be a second outlier; two agreeing are a shift.
+RUN_SHIFT_MIN_CALLS = 2
+
+
+def run_shift(ctx: TaskContext, step) -> tuple[float, int] | None:
+    """(median of duration / usual, how many) over the task's other ok calls of the step's model
+    on its device that have a baseline; None with fewer than RUN_SHIFT_MIN_CALLS of them."""
+    ratios = []
+    for other in ctx.steps:
+        if (other.step_id == step.step_id or other.kind != "llm" or other.status != "ok"
+                or other.key != step.key or other.device != step.device):
+            continue
+        stats = ctx.baseline(other)
+        if stats is not None:
+            ratios.append(other.duration_ms / llm_expected_ms(other, stats))
+    if len(ratios) < RUN_SHIFT_MIN_CALLS:
+        return None
+    ratios.sort()
+    mid = len(ratios) // 2
+    return (ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2), len(ratios)
 
 
 @register("slow_step")
@@ -59,6 +84,16 @@ def detect(ctx: TaskContext):
                 confidence = "low"
                 reason = (f"Possible: {step.device} has served only {own:,} calls of {step.key}, so this one "
                           f"was judged against its calls on other devices, whose hardware may differ.")
+            shift = run_shift(ctx, step)
+            if shift is not None and shift[0] >= 1 + MIN_EXCESS_RATIO:
+                factor, calls = shift
+                shared = verdict["expected_ms"] * factor
+                beyond = step.duration_ms - shared
+                if beyond < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * shared):
+                    confidence = "low"
+                    reason = (f"Possible: the run's other {calls} calls of {step.key} were {factor:.1f}× their "
+                              f"usual too, and this one is {fmt_ms(max(beyond, 0.0))} over that: what slowed it "
+                              f"slowed the whole run (the client, its network or host), not this call alone.")
             yield Finding("slow_step", (step.step_id,), wasted, summary, {**verdict},
                           ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
             continue

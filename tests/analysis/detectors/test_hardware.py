@@ -114,13 +114,13 @@ def readings(metrics: dict, incident: dict, *, at=(9, 14)) -> list[Sample]:
     return [Sample(T0 + t * 1000, {**metrics, **(incident if at[0] <= t <= at[1] else {})}) for t in range(0, 30)]
 
 
-def served(call, *, server=None, gpu=None, children=()):
+def served(call, *, server=None, gpu=None, children=(), baselines=NO_TTFT):
     normals = {SERVER: DeviceNormal({"queue_depth": MetricNormal(1, 1), "batch_size": MetricNormal(8, 1),
                                      "kv_cache_usage": MetricNormal(0.35, 0.05)}, 1000, 5000),
                GPU: DeviceNormal({"utilization": MetricNormal(0.65, 0.05), "sm_clock_mhz": MetricNormal(1410, 10),
                                   "sm_clock_max_mhz": MetricNormal(1410, 0), "clock_reasons": MetricNormal(0, 0),
                                   "temperature_c": MetricNormal(55, 2), "power_w": MetricNormal(410, 15)}, 1000, 5000)}
-    ctx = task([call, *children], baselines=NO_TTFT, device_normals=normals, related={SERVER: (GPU,)},
+    ctx = task([call, *children], baselines=baselines, device_normals=normals, related={SERVER: (GPU,)},
                samples={SERVER: server or readings({"queue_depth": 1, "batch_size": 8, "kv_cache_usage": 0.35}, {}),
                         GPU: gpu or readings({"utilization": 0.65, "sm_clock_mhz": 1410, "sm_clock_max_mhz": 1410,
                                               "clock_reasons": 0, "temperature_c": 55, "power_w": 410}, {})})
@@ -182,3 +182,24 @@ def test_server_decode_time_makes_a_slow_call_decode_bound_when_the_hardware_was
     _, found = served(chat(), children=[server_span])
     [slow] = found["slow"]
     assert slow.evidence["verdict"] == "decode_bound" and "2.8 s decoding 100 tokens" in slow.summary
+
+
+def test_with_no_baseline_yet_a_call_its_server_reports_mostly_queued_is_queueing():
+    # The first calls of a model: nothing to be slow against, but vLLM's own span says where the
+    # time went. The waste is the queue time itself, said so, at medium confidence.
+    queued = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="c", device="vllm-1",
+                  serving={"queue_ms": 1800.0, "prefill_ms": 90.0, "decode_ms": 700.0, "e2e_ms": 2300.0})
+    _, found = served(chat(), children=[queued], baselines={})
+    [finding] = found["queueing"]
+    assert finding.wasted_ms == 1800.0 and finding.confidence == "medium"
+    assert "1.8 s of it waiting" in finding.summary and "the server reports 1.8 s of 2.3 s in queue" in finding.summary
+    assert "No baseline" in finding.confidence_reason
+    assert not found["slow"] and not found["throttling"]
+
+
+def test_with_no_baseline_yet_a_short_wait_in_the_queue_is_no_finding():
+    # A tenth of the call in queue is a server at work, not saturated: cold start stays silent.
+    waited = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="c", device="vllm-1",
+                  serving={"queue_ms": 300.0, "prefill_ms": 90.0, "decode_ms": 2500.0, "e2e_ms": 2900.0})
+    _, found = served(chat(), children=[waited], baselines={})
+    assert not any(found.values()), found

@@ -98,3 +98,34 @@ def test_an_llm_call_judged_by_the_models_calls_on_other_devices_is_only_possibl
     [possible], [sure] = detect(elsewhere), detect(here)
     assert (possible.confidence, sure.confidence) == ("low", "high")
     assert "gpu-new has served only 4 calls of m" in possible.confidence_reason
+
+
+def _call(step_id, start_s, factor):
+    # 101 tokens: usually 200 ms to the first and 20 ms for each further one, 2.2 s in all.
+    return step(step_id, "llm", start_s, start_s + 2.2 * factor, model="m", device="gpu-1", ttft_ms=200 * factor,
+                input_tokens=2000, output_tokens=101)
+
+
+def test_a_call_as_slow_as_the_rest_of_its_run_is_only_possibly_the_slow_step():
+    # Every call of this run ran 1.6-1.9x its usual: the run was slow (its client, network or host),
+    # and no one call stands out beyond that. Each is shown as possible, none counted.
+    ctx = task([_call("a", 0, 1.6), _call("b", 10, 1.65), _call("c", 20, 1.9)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()})
+    found = detect(ctx)
+    assert found and {f.confidence for f in found} == {"low"}
+    c = next(f for f in found if f.step_ids == ("c",))
+    assert c.confidence_reason.startswith("Possible: the run's other 2 calls of m were 1.6× their usual too")
+
+
+def test_a_call_far_slower_than_the_rest_of_its_slow_run_is_still_slow():
+    ctx = task([_call("a", 0, 1.3), _call("b", 10, 1.3), _call("c", 20, 3.0)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()})
+    c = next(f for f in detect(ctx) if f.step_ids == ("c",))
+    assert c.confidence == "high"
+
+
+def test_the_same_slow_call_in_a_run_that_was_otherwise_usual_is_slow():
+    ctx = task([_call("a", 0, 1.0), _call("b", 10, 1.02), _call("c", 20, 1.9)],
+               baselines={("llm", "m", "gpu-1"): llm_stats()})
+    [finding] = detect(ctx)
+    assert finding.step_ids == ("c",) and finding.confidence == "high"
