@@ -379,17 +379,20 @@ def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
     if step.kind != "llm" or step.status != "ok":
         return False
     stats = ctx.baseline(step)
-    if stats is None:
-        return _cold_queue(ctx, step) is not None
-    return llm_slowness(step, stats, z_cut=Z_CORROBORATED) is not None
+    if stats is not None and llm_slowness(step, stats, z_cut=Z_CORROBORATED) is not None:
+        return True
+    return _cold_queue(ctx, step) is not None
 
 
 def _cold_queue(ctx: TaskContext, step: StepData) -> float | None:
-    """Cold start: a call with no baseline to be slow against is judged by its server's own
-    account alone. When the server reports at least half the call (SERVING_SHARE) and at least
-    MIN_EXCESS_MS in its queue, that wait is the server's measurement, not an inference: the
-    queue time (ms), taken as the waste, since a call's normal wait is not known yet (a lower
-    bound of what the queue cost: a crowded server's batches slow the call's own compute too)."""
+    """Cold start: a call whose own device has no baseline yet (none at all, or only the model's
+    calls on other hardware, another normal) is judged by its server's own account alone. When
+    the server reports at least half the call (SERVING_SHARE) and at least MIN_EXCESS_MS in its
+    queue, that wait is the server's measurement, not an inference: the queue time (ms), taken
+    as the waste, since a call's normal wait is not known yet (a lower bound of what the queue
+    cost: a crowded server's batches slow the call's own compute too)."""
+    if ctx.baseline(step) is not None and ctx.own_device_count(step) is None:
+        return None
     serving = serving_of(ctx, step)
     queue_ms = (serving or {}).get("queue_ms")
     if queue_ms is None or queue_ms < max(MIN_EXCESS_MS, SERVING_SHARE * step.duration_ms):
@@ -417,31 +420,40 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
     for step in ctx.steps:
         if not _verdict_candidate(ctx, step):
             continue
-        stats = ctx.baseline(step)
         signals = device_signals(ctx, step, times=times)
-        if stats is None:
+        verdict = _judged(ctx, step, signals)
+        if verdict is None or verdict["verdict"] not in HARDWARE_VERDICTS:
             queue_ms = _cold_queue(ctx, step)
-            slowness = {"expected_ms": round(step.duration_ms - queue_ms, 1), "excess_ms": round(queue_ms, 1),
-                        "ttft_z": None, "tpot_z": None, "z_cut": None, "slow_part": "queue", "baseline": "none"}
-            verdict = verdict_for(ctx, step, slowness, signals)
-            if verdict["verdict"] == "queueing":
-                verdicts[step.step_id] = verdict
-            continue
-        loose = llm_slowness(step, stats, z_cut=Z_CORROBORATED)
-        corroborated = loose is not None and bool(
-            set(evidence(signals, loose["excess_ms"])) & {"throttling", "queueing", "kv_cache_pressure", "thermal_only"})
-        slowness = loose if corroborated else llm_slowness(step, stats)
-        if slowness is None:
-            continue
-        verdict = verdict_for(ctx, step, slowness, signals)
-        if corroborated and verdict["verdict"] not in HARDWARE_VERDICTS:
-            # The device evidence did not explain it: the step must be slow on its own merits.
-            slowness = llm_slowness(step, stats)
-            if slowness is None:
-                continue
-            verdict = verdict_for(ctx, step, slowness, signals)
-        verdicts[step.step_id] = verdict
+            if queue_ms is not None:
+                slowness = {"expected_ms": round(step.duration_ms - queue_ms, 1), "excess_ms": round(queue_ms, 1),
+                            "ttft_z": None, "tpot_z": None, "z_cut": None, "slow_part": "queue", "baseline": "none"}
+                cold = verdict_for(ctx, step, slowness, signals)
+                if cold["verdict"] == "queueing":
+                    verdict = cold
+        if verdict is not None:
+            verdicts[step.step_id] = verdict
     return verdicts
+
+
+def _judged(ctx: TaskContext, step: StepData, signals: dict) -> dict | None:
+    """The verdict of a step slow against its baseline (None: no baseline, or not slow)."""
+    stats = ctx.baseline(step)
+    if stats is None:
+        return None
+    loose = llm_slowness(step, stats, z_cut=Z_CORROBORATED)
+    corroborated = loose is not None and bool(
+        set(evidence(signals, loose["excess_ms"])) & {"throttling", "queueing", "kv_cache_pressure", "thermal_only"})
+    slowness = loose if corroborated else llm_slowness(step, stats)
+    if slowness is None:
+        return None
+    verdict = verdict_for(ctx, step, slowness, signals)
+    if corroborated and verdict["verdict"] not in HARDWARE_VERDICTS:
+        # The device evidence did not explain it: the step must be slow on its own merits.
+        slowness = llm_slowness(step, stats)
+        if slowness is None:
+            return None
+        verdict = verdict_for(ctx, step, slowness, signals)
+    return verdict
 
 
 WHAT = {"queueing": "its server was saturated", "throttling": "its GPU was throttling",
@@ -468,8 +480,8 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting because "
                        f"{WHAT[verdict_name]} ({device}: {seen}).")
             confidence = "medium"
-            reason = (f"No baseline of {step.key} yet: the server's own queue time is the evidence, and all of "
-                      f"it is counted as waste (its usual wait is not known yet).")
+            reason = (f"No baseline of {step.key} on {device} yet: the server's own queue time is the evidence, "
+                      f"and all of it is counted as waste (its usual wait is not known yet).")
         else:
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
                        f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")

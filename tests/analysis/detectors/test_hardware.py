@@ -203,3 +203,16 @@ def test_with_no_baseline_yet_a_short_wait_in_the_queue_is_no_finding():
                   serving={"queue_ms": 300.0, "prefill_ms": 90.0, "decode_ms": 2500.0, "e2e_ms": 2900.0})
     _, found = served(chat(), children=[waited], baselines={})
     assert not any(found.values()), found
+
+
+def test_a_call_judged_only_by_other_devices_is_queueing_when_its_server_reports_it_queued():
+    # The model has a baseline, but on other, slower hardware, where 3 s is usual: against it this
+    # call is not slow, yet its own server says most of it was spent in queue.
+    queued = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="c", device="vllm-1",
+                  serving={"queue_ms": 1800.0, "prefill_ms": 90.0, "decode_ms": 700.0, "e2e_ms": 2300.0})
+    slower = type(llm_stats())(count=200, median_ms=3000, mad_ms=200, line_a=2300, line_b=7, line_log_mad=0.06,
+                               input_median=1500, input_mad=100)
+    elsewhere = {("llm", "m", ""): slower}
+    _, found = served(chat(), children=[queued], baselines=elsewhere)
+    [finding] = found["queueing"]
+    assert finding.wasted_ms == 1800.0 and f"on {SERVER} yet" in finding.confidence_reason
