@@ -17,8 +17,9 @@ scratch database beside the product's; the product's database is never touched):
   (read back), not accepted. Each is compared with a raw COPY of exactly the rows it stored
   (bench/ingest_copy.copy_stored) and the OTLP rate with Arize Phoenix receiving the very same
   request bodies from the same exporter (bench/peer.py; `--skip-peer` to leave it out).
-- analysis: `manage.py simulate` into a scratch database, then `manage.py analyze --all`
-  (one process = one worker); steps/s per worker.
+- analysis: `manage.py simulate` into a scratch database, the learned call pairs refreshed for
+  every agent and release (`learned.refresh_due`, timed), then `manage.py analyze --all` (one
+  process = one worker); steps/s per worker.
 - queries: bench/loader.py loads `--scale` × (500k tasks, 10M steps) plus one 50,000-step
   task, findings on 5% of tasks and an analysis row per task; then the median and p95 of each
   dashboard query through the product's own selectors (bench/queries.py).
@@ -117,12 +118,24 @@ def child_analysis(p: dict) -> dict:
     simulate_s = time.perf_counter() - started
     steps = Step.objects.count()
     n_tasks = Task.objects.count()
+    # The learned call pairs, as the workers' periodic refresh keeps them: learned once from the
+    # runs there are (every agent and release), before the analysis that reads them.
+    from analysis.engine import learned
+    from analysis.models import AgentProfile, CallPair
+
+    started = time.perf_counter()
+    refreshed = learned.refresh_due(limit=100_000)
+    learn_s = time.perf_counter() - started
     started = time.perf_counter()
     call_command("analyze", all=True, project="bench-analysis", stdout=sys.stderr)
     analyse_s = time.perf_counter() - started
     return {"tasks": n_tasks, "steps": steps, "simulate_seconds": round(simulate_s, 1),
             "simulate_steps_per_s": round(steps / simulate_s), "analyse_seconds": round(analyse_s, 1),
             "steps_per_s_per_worker": round(steps / analyse_s), "tasks_per_s_per_worker": round(n_tasks / analyse_s),
+            "learned_refresh_seconds": round(learn_s, 2), "learned_profiles": refreshed,
+            "learned_pairs": CallPair.objects.count(),
+            "learned_refresh_ms_max": round(max(AgentProfile.objects.values_list("refresh_ms", flat=True),
+                                                default=0.0), 1),
             "simulate_failures": failures}
 
 
@@ -329,6 +342,10 @@ def table_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
         rows.append((f"analysis, steps/s per worker ({analysis['steps']:,} steps)",
                      _fmt(analysis["steps_per_s_per_worker"]),
                      f"{analysis['tasks_per_s_per_worker']} tasks/s", "", ""))
+        if "learned_refresh_seconds" in analysis:
+            rows.append((f"learned call pairs refresh, s ({analysis['learned_profiles']} agent profiles, "
+                         f"{analysis['learned_pairs']:,} pairs)", _fmt(analysis["learned_refresh_seconds"]),
+                         f"slowest profile {analysis['learned_refresh_ms_max']} ms", "", ""))
     q = results.get("queries", {})
     if q.get("queries"):
         rows.append((f"queries on {q['steps']:,} steps / {q['tasks']:,} tasks: median (p95) ms", "", "", "", ""))
