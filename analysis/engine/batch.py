@@ -37,17 +37,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg.rows import dict_row, kwargs_row, tuple_row
+from psycopg.rows import dict_row, kwargs_row
 from psycopg.types.json import Jsonb
 
 from agentops.db import deadlock_retried
 from analysis.engine import analyse, learned, serving
 from analysis.engine.baselines import DEVICE, baselines_ensure
 from analysis.engine.detectors.base import StepData, TaskContext
+from analysis.engine.steps import binary_rows, load_steps, ms_of_us
 from analysis.engine.verdicts import telemetry_devices
 from ingest.models import Project
 
@@ -77,11 +77,6 @@ SWEEP_HORIZON_SECONDS = getattr(settings, "ANALYSIS_SWEEP_HORIZON_SECONDS", 6 * 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
-
-
-def _ms_of_us(us: int) -> float:
-    """Epoch microseconds in ms as datetime.timestamp() × 1000 gives them, bit for bit."""
-    return us / 1_000_000 * 1000.0
 
 
 def _us(dt: datetime) -> int:
@@ -216,15 +211,6 @@ class _Task:
 _TASK_SQL = f"""SELECT {", ".join("id AS pk" if f.name == "pk" else f.name for f in fields(_Task) if f.name != "steps")}
 FROM ingest_task WHERE id = ANY(%s)"""
 
-# Every StepData field from the ingest_step column of its name, but the times (epoch µs here, ms
-# in StepData), the arguments (JSON text, decoded by json.loads) and the server span's timings
-# (an attribute).
-_STEP_SELECT = {"start_ms": "(extract(epoch FROM started_at) * 1000000)::int8",
-                "end_ms": "(extract(epoch FROM ended_at) * 1000000)::int8", "tool_args": "tool_args::text",
-                "serving": "attributes->'agentops.serving'"}
-_STEP_SQL = f"""SELECT task_id AS task_pk, {", ".join(f"{_STEP_SELECT.get(f.name, f.name)} AS {f.name}" for f in fields(StepData))}
-FROM ingest_step WHERE task_id = ANY(%s) ORDER BY task_id, started_at, step_id"""
-
 _BASELINE_SQL = """SELECT kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats::text AS stats
 FROM analysis_baseline WHERE project_id = %s AND kind = ANY(%s) AND key = ANY(%s)"""
 
@@ -237,28 +223,11 @@ CROSS JOIN LATERAL (SELECT * FROM ingest_resourcesample x WHERE x.project_id = %
 ORDER BY w.device, r.ts"""
 
 
-def _binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
-    """The rows of a load in the binary protocol, on the same connection (and transaction):
-    integers and floats arrive as machine values, not text to parse (a quarter less of a
-    worker's time in decoding the steps)."""
-    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
-        raw.execute(sql, params, binary=True)
-        return raw.fetchall()
-
-
 def _tasks_load(cursor, task_pks: list[int]) -> dict[int, _Task]:
     """The tasks, each with its steps in start order."""
-    tasks = {t.pk: t for t in _binary_rows(cursor, _TASK_SQL, [list(task_pks)], kwargs_row(_Task))}
-    if not tasks:
-        return tasks
-    loads = json.loads
-    for step in _binary_rows(cursor, _STEP_SQL, [list(tasks)], dict_row):
-        step["start_ms"], step["end_ms"] = _ms_of_us(step["start_ms"]), _ms_of_us(step["end_ms"])
-        step["depends_on"] = tuple(step["depends_on"] or ())
-        step["tool_call_ids"] = tuple(step["tool_call_ids"] or ())
-        if step["tool_args"] is not None:
-            step["tool_args"] = loads(step["tool_args"])
-        tasks[step.pop("task_pk")].steps.append(StepData(**step))
+    tasks = {t.pk: t for t in binary_rows(cursor, _TASK_SQL, [list(task_pks)], kwargs_row(_Task))}
+    for pk, steps in load_steps(cursor, list(tasks)).items():
+        tasks[pk].steps = steps
     return tasks
 
 
@@ -275,7 +244,7 @@ def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tu
         return {}, {}
 
     def fetch() -> list[dict]:
-        return _binary_rows(cursor, _BASELINE_SQL, [project_id, sorted({k for k, _ in keys} | {DEVICE}),
+        return binary_rows(cursor, _BASELINE_SQL, [project_id, sorted({k for k, _ in keys} | {DEVICE}),
                                                     sorted({n for _, n in keys} | devices)], dict_row)
 
     rows = fetch()
@@ -322,10 +291,10 @@ def _samples_load(cursor, project_id: int, windows: dict[int, tuple[datetime, da
     out: dict[str, tuple[list[int], list]] = {}
     if not devices:
         return out
-    for row in _binary_rows(cursor, _SAMPLE_SQL, [devices, los, his, project_id]):
+    for row in binary_rows(cursor, _SAMPLE_SQL, [devices, los, his, project_id]):
         times, samples = out.setdefault(row[0], ([], []))
         times.append(row[1])
-        samples.append(analyse.sample_of(_ms_of_us(row[1]), row[2:]))
+        samples.append(analyse.sample_of(ms_of_us(row[1]), row[2:]))
     return out
 
 

@@ -39,7 +39,6 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Max
 
-from analysis.engine.detectors.base import StepData
 from analysis.engine.detectors.dependencies import (
     CALL_KINDS,
     Evidence,
@@ -51,6 +50,7 @@ from analysis.engine.detectors.dependencies import (
     pair_verdict,
 )
 from analysis.engine.detectors.parallelizable_calls import distinct_calls, turn_groups
+from analysis.engine.steps import load_steps
 from analysis.models import AgentProfile, CallPair
 from ingest.models import Task
 
@@ -71,34 +71,10 @@ def _digest(text: str) -> str:
 
 # --- learning from runs --------------------------------------------------------------------------
 
-_STEPS_SQL = """SELECT task_id, step_id, kind, name, started_at, ended_at, status, depends_on, tool_name,
-    tool_args, tool_result, tool_call_id, tool_call_ids
-FROM ingest_step WHERE task_id = ANY(%s) AND kind IN ('llm', 'tool', 'retrieval')"""
-
-
 def _runs(task_pks: list[int]):
-    """Each task's steps as the detectors see them (only what dependencies need)."""
-    by_task = defaultdict(list)
-    if not task_pks:
-        return by_task
+    """Each task's model and tool calls as the detectors see them (the turns and calls pairs are named by)."""
     with connection.cursor() as cursor:
-        cursor.execute(_STEPS_SQL, [task_pks])
-        for r in cursor.fetchall():
-            by_task[r[0]].append(StepData(
-                step_id=r[1], kind=r[2], name=r[3], start_ms=r[4].timestamp() * 1000, end_ms=r[5].timestamp() * 1000,
-                status=r[6], depends_on=tuple(r[7] or ()), tool_name=r[8],
-                tool_args=r[9] if not isinstance(r[9], str) else _json(r[9]), tool_result=r[10] or "",
-                tool_call_id=r[11], tool_call_ids=tuple(r[12] or ())))
-    return by_task
-
-
-def _json(text: str):
-    import json
-
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return load_steps(cursor, task_pks, kinds=("llm", *CALL_KINDS))
 
 
 def common_tokens(runs: list[list]) -> tuple[frozenset[str], int]:
