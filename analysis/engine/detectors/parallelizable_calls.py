@@ -179,9 +179,11 @@ def detect(ctx: TaskContext):
         claim = ("though none depends on another" if not dependent else "though only some depend on others")
         if confidence == CONFIDENCE_LOW:
             claim = "and nothing in the trace shows that one needed another's output"
+        took, would = fmt_ms(actual), fmt_ms(projected)
+        if took == would:  # 1.24 s and 1.16 s both read "1.2 s": say them in ms
+            took, would = f"{actual:,.0f} ms", f"{projected:,.0f} ms"
         summary = (f"{'Possibly: ' if confidence == CONFIDENCE_LOW else ''}{len(group)} calls ({names}) ran one after "
-                   f"another {claim}; run in parallel they would take {fmt_ms(projected)} instead of "
-                   f"{fmt_ms(actual)}.")
+                   f"another {claim}; run in parallel they would take {would} instead of {took}.")
         evidence_out = {
             "calls": len(group), "actual_ms": round(actual, 1), "parallel_ms": round(projected, 1),
             "sum_ms": round(total, 1), "dependent_step_ids": linked, "basis": basis,

@@ -282,3 +282,13 @@ def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
     ctx.profile = profile
     [finding] = detect(ctx)
     assert finding.confidence == "low" and "one this agent's runs all carry" in finding.confidence_reason
+
+
+def test_a_saving_smaller_than_the_rounding_is_said_in_ms_not_as_the_same_number_twice():
+    # 1,240 ms and 1,160 ms both read "1.2 s": the summary must not say "1.2 s instead of 1.2 s".
+    ctx = task([llm("l1", 0, 1),
+                step("a", "tool", 1, 2.16, tool_name="weather"),
+                step("b", "tool", 2.16, 2.24, tool_name="news"),
+                llm("l2", 2.24, 3)])
+    [finding] = detect(ctx)
+    assert "would take 1,160 ms instead of 1,240 ms" in finding.summary, finding.summary
