@@ -123,6 +123,12 @@ def task_findings(*, task: Task) -> list[Finding]:
     return sorted(findings, key=lambda f: not f.is_counted)
 
 
+def step_labels(*, task: Task, step_ids: set[str]) -> dict[str, str]:
+    """step id → what the step is called (tool, else name, else model) for those of the task."""
+    rows = Step.objects.filter(task=task, step_id__in=list(step_ids)).values_list("step_id", "tool_name", "name", "model")
+    return {sid: tool or name or model or sid for sid, tool, name, model in rows} if step_ids else {}
+
+
 def task_analysis(*, task: Task) -> TaskAnalysis | None:
     return TaskAnalysis.objects.filter(task=task).first()
 

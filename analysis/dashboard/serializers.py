@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from analysis import costs
+from analysis.dashboard import remedies
 from analysis.models import Finding
 from ingest.models import Step, Task
 
@@ -69,11 +70,18 @@ class FindingSerializer(serializers.ModelSerializer):
         choices=Finding.CONFIDENCES, read_only=True,
         help_text="how sure the detector is; a low-confidence finding counts in no wasted-time total")
     confidence_reason = serializers.CharField(read_only=True, help_text="what the confidence rests on")
+    remedy = serializers.SerializerMethodField(
+        help_text="what to change, from the finding's evidence, with the time it would save; null when the "
+                  "evidence names no change")
 
     class Meta:
         model = Finding
         fields = ["id", "kind", "task_id", "step_ids", "wasted_ms", "severity", "confidence",
-                  "confidence_reason", "summary", "evidence", "release", "task_started_at"]
+                  "confidence_reason", "summary", "remedy", "evidence", "release", "task_started_at"]
+
+    def get_remedy(self, finding: Finding) -> str | None:
+        return remedies.remedy(finding.kind, finding.evidence, finding.wasted_ms, counted=finding.is_counted,
+                               step_ids=finding.step_ids)
 
 
 class TaskDetailSerializer(TaskSerializer):

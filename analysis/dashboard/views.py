@@ -22,7 +22,16 @@ from django.views.decorators.gzip import gzip_page
 from analysis import costs
 from analysis.access import project_for_user
 from analysis.comparison import explain
-from analysis.dashboard import charts, devices, export_slots, reads, selectors, sessions, status
+from analysis.dashboard import (
+    charts,
+    devices,
+    export_slots,
+    reads,
+    remedies,
+    selectors,
+    sessions,
+    status,
+)
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.dashboard.instrumentation import task_coverage
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
@@ -227,8 +236,11 @@ def task_detail(request, task_id: str):
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
     device_urls = devices.finding_device_urls(keep(request.GET, GLOBAL_PARAMS), task=task, findings=findings)
+    labels = selectors.step_labels(task=task, step_ids={s for f in findings for s in f.step_ids})
     for f in findings:  # a hardware finding links to its server's charts at that moment
         f.device_url = device_urls.get(f.pk, "")
+        f.remedy = remedies.remedy(f.kind, f.evidence, f.wasted_ms, counted=f.is_counted, labels=labels,
+                                   step_ids=f.step_ids)
     base = reverse("task-detail", args=[task.task_id])
     session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
                                    if task.session_id else (0, None))
@@ -237,7 +249,7 @@ def task_detail(request, task_id: str):
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
                  running=running, typical=typical, behind=_behind(project),
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
-                 findings=findings, possible_findings=any(not f.is_counted for f in findings),
+                 findings=remedies.grouped(findings), possible_findings=any(not f.is_counted for f in findings),
                  coverage=task_coverage(task=task),
                  whatif=reads.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],

@@ -75,6 +75,12 @@ def test_findings_carry_their_confidence_and_filter_by_it(get, guessed, read_key
     # all listed, the one that counts in no total after those that do
     assert [(f["kind"], f["confidence"]) for f in detail["findings"]] == [
         ("slow_step", "medium"), ("serial_gap", "high"), ("parallelizable_calls", "low")]
+    # What to change, where the evidence names it: a possible finding says "would"; a slow step
+    # whose cause the evidence does not name gets none.
+    remedies = {f["kind"]: f["remedy"] for f in every}
+    assert remedies["parallelizable_calls"].startswith("if they are independent, run")
+    assert remedies["parallelizable_calls"].endswith("would save 900 ms")
+    assert remedies["serial_gap"].startswith("nothing ran") and remedies["slow_step"] is None
 
 
 def test_findings_reject_bad_parameters_with_a_message(get, analysed, read_key):

@@ -268,3 +268,35 @@ def test_three_clicks_from_a_worse_p99_to_the_step_that_caused_it(live_server, b
     assert "slow_step" in page.inner_text("#findings-table")
     screenshot(page, "three-clicks")
     assert_nothing_ran(page)
+
+
+def test_findings_say_what_to_change_and_eleven_queued_calls_are_one_row(live_server, browser_page, member, project):
+    task = make_task(project, "run-3", duration_ms=20_000.0)
+    make_step(task, "root", kind="agent", duration_ms=20_000.0)
+    for i in range(11):
+        make_step(task, f"chat{i}", parent="root", kind="llm", offset_ms=1500.0 * i, duration_ms=1400.0, model="m")
+        f = make_finding(task, "hardware_queueing", wasted_ms=1409.1, step_ids=[f"chat{i}"],
+                         summary=f"chat {i} took 1.4 s because its server was saturated")
+        f.evidence = {"device": "groq-lpu-02", "verdict": "queueing"}
+        f.save(update_fields=["evidence"])
+    make_step(task, "weather", parent="root", kind="tool", offset_ms=17_000.0, duration_ms=600.0, tool_name="get_weather")
+    make_step(task, "news", parent="root", kind="tool", offset_ms=17_600.0, duration_ms=600.0,
+              tool_name=XSS_NAME)
+    make_finding(task, "parallelizable_calls", wasted_ms=600.0, step_ids=["weather", "news"],
+                 summary="2 calls ran one after another")
+    analyse(task, critical_path=["root"], kinds=["hardware_queueing", "parallelizable_calls"], wasted_ms=16_100.0)
+    page = browser_page
+    log_in(page, live_server, "/tasks/run-3")
+    page.wait_for_selector("body[data-waterfall-ready='1']", timeout=WAIT_MS)
+    rows = page.locator("#findings-table tbody tr")
+    assert rows.count() == 2, rows.all_inner_texts()
+    queued = rows.filter(has_text="hardware_queueing")
+    assert "11 calls on groq-lpu-02 waited in queue: 15.5 s" in queued.inner_text()
+    assert ("What to change: groq-lpu-02 was saturated: scale out, or route to another replica: saves 15.5 s"
+            in queued.locator(".remedy").inner_text())
+    queued.locator("details.finding-members summary").click()
+    assert queued.locator("details.finding-members li").count() == 11
+    parallel = rows.filter(has_text="parallelizable_calls").locator(".remedy").inner_text()
+    assert parallel.startswith(f"What to change: run get_weather, {XSS_NAME} concurrently")  # as text, not markup
+    assert parallel.endswith("saves 600 ms")
+    assert_nothing_ran(page)
