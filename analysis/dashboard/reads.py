@@ -37,6 +37,7 @@ from agentops.db import read_connection
 from analysis import rollups
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import FindingTotal, SamplePoint, SeriesPoint, StepRow, log_edges
+from analysis.engine.detectors.base import fmt_ms
 from analysis.filters import TaskFilters, task_queryset
 from analysis.measures import PercentileCont, Tpot
 from analysis.models import Finding, TaskAnalysis
@@ -134,10 +135,19 @@ def whatif_rows(whatif: object) -> list[tuple[str, float, float | None]]:
         value = whatif.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             rows.append((label, float(value), actual - float(value)))
+    unknown = whatif.get("unknown_hardware_ms")
+    unknown = float(unknown) if isinstance(unknown, (int, float)) and not isinstance(unknown, bool) else 0.0
     for family, projection in sorted((whatif.get("hardware") or {}).items()):
         if not isinstance(projection, dict):
             continue
-        for key, label in (("ms", f"LLM calls on {family}"), ("with_fixes_ms", f"on {family}, with both fixes")):
+        notes = []
+        already = projection.get("already_ms")
+        if isinstance(already, (int, float)) and already > 0:
+            notes.append(f"{fmt_ms(already)} of it already ran there")
+        if unknown > 0:
+            notes.append(f"hypothetical for {fmt_ms(unknown)} of it, on hardware no device named (a hosted API)")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        for key, label in (("ms", f"LLM calls on {family}{note}"), ("with_fixes_ms", f"on {family}, with both fixes")):
             value = projection.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 rows.append((label, float(value), actual - float(value)))

@@ -85,12 +85,13 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
-                  device_normals: dict, samples: dict, profile=None, related=None) -> TaskContext:
+                  device_normals: dict, samples: dict, profile=None, related=None, families=None) -> TaskContext:
     """The TaskContext the detectors read."""
     start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
     end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
     return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
-                       device_normals=device_normals, samples=samples, profile=profile, related=related or {})
+                       device_normals=device_normals, samples=samples, profile=profile, related=related or {},
+                       families=families or {})
 
 
 def run_detectors(ctx: TaskContext) -> list[Finding]:

@@ -310,6 +310,7 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
         needs = {t.pk: analyse.baseline_keys(t.steps) for t in group}
         related = serving.related_devices(project_id, set().union(*(d for _, d in needs.values())))
         needs = {pk: (k, serving.expand(d, related)) for pk, (k, d) in needs.items()}
+        families = serving.device_families(project_id, set().union(*(d for _, d in needs.values())))
         stats, normals = _baselines_load(cursor, project_id, list(needs.values()))
         profiles = learned.profiles_for(project_id, [(t.name, t.release) for t in group])
         for task in group:
@@ -319,7 +320,7 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
             contexts[task.pk] = analyse.context_build(
                 task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
                 baselines=baselines, device_normals=normals, samples={},
-                profile=profiles.get((task.name, task.release)), related=related)
+                profile=profiles.get((task.name, task.release)), related=related, families=families)
         wanted = {t.pk: devices for t in group if (devices := telemetry_devices(contexts[t.pk]))}
         windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps)) is not None}
         telemetry = _samples_load(cursor, project_id, windows, wanted)

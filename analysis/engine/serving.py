@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.db import connection
 
+from analysis.hardware import family_of
 from ingest.conventions import ROLE_GPU, ROLE_SERVER, host_of_server
 
 # The named devices, and every device on their hosts (as recorded, or read off the name).
@@ -48,3 +49,15 @@ def related_devices(project_id: int, devices: set[str]) -> dict[str, tuple[str, 
 def expand(devices: set[str], related: dict[str, tuple[str, ...]]) -> set[str]:
     """The devices and every device related to them."""
     return set(devices).union(*(related.get(d, ()) for d in devices))
+
+
+def device_families(project_id: int, devices: set[str]) -> dict[str, str]:
+    """device → the hardware family (`analysis.hardware` profile name) its recorded vendor names;
+    devices with no vendor, or one no profile knows, are left out (their hardware is unknown)."""
+    if not devices:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, vendor FROM ingest_device WHERE project_id = %s AND name = ANY(%s) AND vendor <> ''",
+                       [project_id, sorted(devices)])
+        rows = cursor.fetchall()
+    return {name: family for name, vendor in rows if (family := family_of(vendor))}

@@ -8,6 +8,10 @@ Scenarios, alone and combined:
 - `cached`: repeated tool calls return instantly (`repeated_tool_call` waste removed);
 - `parallel_cached` and `hardware[family].with_fixes_ms`: the combinations.
 
+A call that already ran on a family keeps its time in that family's projection (no saving is
+claimed for moving it where it is); `unknown_hardware_ms` is the path time of calls whose
+hardware no device named (a hosted API): a projection of those is hypothetical.
+
 First-order: only time on the current critical path, run by the steps a finding names, is
 replaced or removed, and the path is
 not recomputed afterwards (another branch may become critical), so savings are an upper
@@ -71,21 +75,31 @@ def projections(ctx: TaskContext, segments: list[Segment], findings: list[Findin
     llm_ms = sum(seg.length for seg, _ in llm_path)
     result["llm_path_ms"] = round(llm_ms, 1)
     # Per path step, once for all families: (its path time, None) when the model cannot project
-    # it, else (the share of the step on the path, its shape for _step_ms).
+    # it, else (the share of the step on the path, its shape for _step_ms); and the family that
+    # served it (None: not known).
     shapes = []
     for seg, step in llm_path:
         duration = step.duration_ms
+        family = ctx.family(step)
         if step.input_tokens is None or step.output_tokens is None or duration <= 0:
-            shapes.append((seg.length, None))
+            shapes.append((seg.length, None, family))
         else:
-            shapes.append((seg.length / duration, (step.input_tokens, step.output_tokens, model_params_b(step.model))))
+            shapes.append((seg.length / duration, (step.input_tokens, step.output_tokens, model_params_b(step.model)),
+                           family))
+    # Path time of calls whose hardware nobody named (a hosted API): moving them is hypothetical.
+    result["unknown_hardware_ms"] = round(sum(seg.length for (seg, _), (_, _, f) in zip(llm_path, shapes, strict=True)
+                                              if f is None), 1)
     hardware = {}
     for family in PROFILES:
-        projected = 0.0
-        for part, shape in shapes:
-            projected += part if shape is None else part * _step_ms(family, *shape)
+        projected = already = 0.0
+        for (seg, _), (part, shape, served) in zip(llm_path, shapes, strict=True):
+            if served == family:  # already on this family: it stays as it ran
+                projected += seg.length
+                already += seg.length
+            else:
+                projected += part if shape is None else part * _step_ms(family, *shape)
         ms = actual - llm_ms + projected
-        hardware[family] = {"ms": round(ms, 1), "llm_ms": round(projected, 1),
+        hardware[family] = {"ms": round(ms, 1), "llm_ms": round(projected, 1), "already_ms": round(already, 1),
                             "with_fixes_ms": round(max(ms - fixes_saved, 0.0), 1)}
     result["hardware"] = hardware
     return result

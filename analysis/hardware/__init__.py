@@ -38,11 +38,16 @@ _ALIASES = {
 def profile_for(vendor_or_family: str) -> HardwareModel:
     """The profile of a vendor (`nvidia`, `dmatrix`, `groq`) or family (`gpu`, …); case and
     surrounding whitespace do not matter. Raises KeyError naming the accepted values."""
-    key = _ALIASES.get((vendor_or_family or "").strip().lower())
+    key = family_of(vendor_or_family)
     if key is None:
         raise KeyError(f"unknown hardware vendor or family {vendor_or_family!r}; "
                        f"expected one of {', '.join(sorted(_ALIASES))}")
     return PROFILES[key]
 
 
-__all__ = ["PROFILES", "HardwareModel", "H100Model", "CorsairModel", "LpuModel", "profile_for"]
+def family_of(vendor_or_family: str) -> str | None:
+    """The family (a PROFILES key) of a vendor or family name, None when no profile knows it."""
+    return _ALIASES.get((vendor_or_family or "").strip().lower())
+
+
+__all__ = ["PROFILES", "HardwareModel", "H100Model", "CorsairModel", "LpuModel", "family_of", "profile_for"]

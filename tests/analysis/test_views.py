@@ -307,6 +307,17 @@ def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
     assert config["waterfall"] == "/tasks/run-1/waterfall.json?"
 
 
+def test_whatif_says_which_calls_already_ran_on_a_family_and_which_are_hypothetical(project):
+    from analysis.dashboard.reads import whatif_rows
+
+    rows = whatif_rows({"actual_ms": 9000.0, "llm_path_ms": 8000.0, "unknown_hardware_ms": 3000.0,
+                        "hardware": {"groq": {"ms": 7000.0, "llm_ms": 6000.0, "already_ms": 2000.0,
+                                              "with_fixes_ms": 7000.0}}})
+    labels = [label for label, _, _ in rows]
+    assert ("LLM calls on groq (2.0 s of it already ran there; hypothetical for 3.0 s of it, on hardware no device "
+            "named (a hosted API))") in labels
+
+
 def test_waterfall_json_draws_each_step_with_critical_path_findings_and_device_lane(client, traced):
     figs = charts_json(client, "/tasks/run-1/waterfall.json")
     data = figs["waterfall"]["data"]

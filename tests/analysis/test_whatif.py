@@ -69,6 +69,22 @@ def test_hardware_profiles_replace_llm_time_on_the_path_by_their_model():
     assert T0  # times are absolute epoch ms; the projection only uses lengths
 
 
+def test_calls_already_on_a_family_keep_their_time_there_and_unnamed_hardware_is_counted():
+    # Two calls on a Groq LPU (by its reported vendor), one on a vLLM server whose host's GPUs say
+    # nvidia, one to a hosted API (no device): "on groq" claims nothing for the first two.
+    calls = [step("g1", "llm", 0, 1, model="llama-3-70b", device="lpu-1", input_tokens=2000, output_tokens=200),
+             step("g2", "llm", 1, 2, model="llama-3-70b", device="lpu-1", input_tokens=2000, output_tokens=200),
+             step("v", "llm", 2, 5, model="llama-3-70b", device="vllm-1:8000", input_tokens=2000, output_tokens=200),
+             step("h", "llm", 5, 8, model="llama-3-70b", input_tokens=2000, output_tokens=200)]
+    ctx = task(calls, families={"lpu-1": "groq", "GPU-0": "gpu"}, related={"vllm-1:8000": ("GPU-0",)})
+    w = projections(ctx, critical_path(ctx.steps, ctx.start_ms, ctx.end_ms), [])
+    lpu = PROFILES["groq"].step_ms(2000, 200, model_params_b=70)
+    assert w["hardware"]["groq"]["already_ms"] == 2000
+    assert w["hardware"]["groq"]["llm_ms"] == pytest.approx(2000 + 2 * lpu, abs=0.2)
+    assert w["hardware"]["gpu"]["already_ms"] == 3000  # the server's GPUs name its family
+    assert w["unknown_hardware_ms"] == 3000
+
+
 def test_model_size_is_read_from_the_model_name():
     assert model_params_b("llama-3.1-70b-instruct") == 70
     assert model_params_b("qwen2.5-coder-32b") == 32

@@ -284,7 +284,11 @@ def test_findings_say_what_to_change_and_eleven_queued_calls_are_one_row(live_se
               tool_name=XSS_NAME)
     make_finding(task, "parallelizable_calls", wasted_ms=600.0, step_ids=["weather", "news"],
                  summary="2 calls ran one after another")
-    analyse(task, critical_path=["root"], kinds=["hardware_queueing", "parallelizable_calls"], wasted_ms=16_100.0)
+    # Every call on the path already ran on Groq, the tools' turn aside: "on groq" claims nothing.
+    analyse(task, critical_path=["root"], kinds=["hardware_queueing", "parallelizable_calls"], wasted_ms=16_100.0,
+            whatif={"actual_ms": 20_000.0, "llm_path_ms": 15_400.0, "unknown_hardware_ms": 0.0,
+                    "hardware": {"groq": {"ms": 20_000.0, "llm_ms": 15_400.0, "already_ms": 15_400.0,
+                                          "with_fixes_ms": 19_400.0}}})
     page = browser_page
     log_in(page, live_server, "/tasks/run-3")
     page.wait_for_selector("body[data-waterfall-ready='1']", timeout=WAIT_MS)
@@ -299,4 +303,6 @@ def test_findings_say_what_to_change_and_eleven_queued_calls_are_one_row(live_se
     parallel = rows.filter(has_text="parallelizable_calls").locator(".remedy").inner_text()
     assert parallel.startswith(f"What to change: run get_weather, {XSS_NAME} concurrently")  # as text, not markup
     assert parallel.endswith("saves 600 ms")
+    groq = page.locator("#whatif-table tr", has_text="LLM calls on groq")
+    assert "15.4 s of it already ran there" in groq.inner_text() and "0.0 ms" in groq.inner_text()
     assert_nothing_ran(page)

@@ -174,6 +174,9 @@ class TaskContext:
     # (same host), or a GPU's server (`analysis.engine.serving`); their samples and normals are
     # loaded with the step's own.
     related: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # device → its hardware family (`analysis.hardware`), from the vendor it reported; a device
+    # missing here runs hardware nobody named (a hosted API, a server with no GPU telemetry).
+    families: dict[str, str] = field(default_factory=dict)
     # What the agent's other runs say about its calls' values and pairs (dependencies.Profile;
     # None: nothing learned yet).
     profile: object = None
@@ -193,6 +196,16 @@ class TaskContext:
             if stats is not None and stats.count >= MIN_BASELINE_COUNT:
                 return stats
         return None
+
+    def family(self, step: StepData) -> str | None:
+        """The hardware family that served the step: its device's, else that of the GPUs on its
+        server's host (None: unknown)."""
+        if not step.device:
+            return None
+        if step.device in self.families:
+            return self.families[step.device]
+        found = {self.families[d] for d in self.related.get(step.device, ()) if d in self.families}
+        return found.pop() if len(found) == 1 else None
 
     def own_device_count(self, step: StepData) -> int | None:
         """How many runs of the step's key its own device's baseline holds, when `baseline(step)`
