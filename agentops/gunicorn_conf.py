@@ -35,7 +35,8 @@ def _limit_malloc_arenas(arenas: int = 1) -> None:
 
 _limit_malloc_arenas()
 
-worker_class = "gthread"
+# gthread, with new connections polled until their request arrives (agentops/gunicorn_worker.py).
+worker_class = "agentops.gunicorn_worker.ThreadWorker"
 threads = int(os.environ.get("WEB_THREADS", "8"))
 timeout = 60
 graceful_timeout = 20  # in-flight requests finish on SIGTERM (runstack waits as long)
