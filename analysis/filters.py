@@ -2,9 +2,11 @@
 value raises FilterError naming the parameter), and the base task query that applies them:
 every reader of tasks starts from `task_queryset`.
 
-Search (`task_queryset` below applies it): `attr=key:value` (a step's or the task's
-attributes), `model=`, `tool=`, `min_step_ms=` and `error=` (words of a step's error) all
-describe one step, so `tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
+Search (`task_queryset` below applies it): `attr=key:value` (a step's or the task's attributes
+as sent: keys ingest moved into a column are matched there), `model=` and `tool=` (exact, or `*`
+patterns), `min_step_ms=` (a work step, not an agent or framework span, unless `step_kind=` says),
+`step_kind=` and `error=` (words of a step's error) all describe one step, so
+`tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
 the task name (contains), the task id (exact), or words of any step's tool arguments or error;
 `running=1` keeps the tasks whose steps are still arriving."""
 
