@@ -26,7 +26,7 @@ browsers:
 # demo_setup migrates, and stops the embedded services it started however it ends (Ctrl-C too).
 demo: $(STAMP)
 	$(BIN)/python manage.py demo_setup --port $(PORT)
-	$(BIN)/python manage.py runstack --port $(PORT)
+	$(BIN)/python manage.py runstack --port $(PORT) --demo
 
 test: $(STAMP) browsers
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

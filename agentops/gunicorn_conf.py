@@ -1,8 +1,9 @@
 """gunicorn's settings for the web service, the same for runstack, docker-compose and the fault
 tests: `gunicorn -c python:agentops.gunicorn_conf agentops.wsgi:application --bind ... --workers N`.
 
-gthread with WEB_THREADS (8) threads per worker: a connection waiting for its next request sits
-in the worker's poller and holds no thread, but one that has begun a request holds a thread until
+gthread with WEB_THREADS (8) threads per worker: a new connection and one waiting for its next
+request sit in the worker's poller and hold no thread (agentops/gunicorn_worker.py: stock gthread
+gave a new connection a thread for up to 5 s), but one that has begun a request holds a thread until
 its headers are in (gthread has no header timeout; a client trickling them holds it that long),
 and a streamed export holds one until a slow reader has taken the last byte. With one thread, two
 such clients stalled both workers (docs/reliability.md). Eight give short requests room beside
@@ -35,7 +36,8 @@ def _limit_malloc_arenas(arenas: int = 1) -> None:
 
 _limit_malloc_arenas()
 
-worker_class = "gthread"
+# gthread, with new connections polled until their request arrives (agentops/gunicorn_worker.py).
+worker_class = "agentops.gunicorn_worker.ThreadWorker"
 threads = int(os.environ.get("WEB_THREADS", "8"))
 timeout = 60
 graceful_timeout = 20  # in-flight requests finish on SIGTERM (runstack waits as long)

@@ -9,6 +9,10 @@ every operation that does not already declare them. Without this the document pr
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.urls import reverse
+
 ERROR_SCHEMA = {
     "type": "object",
     "description": "`error` says what was wrong; a rejected form body names each field instead.",
@@ -44,3 +48,11 @@ def add_error_responses(result, generator, request, public):
                     response["headers"] = RETRY_AFTER
                 responses[status] = response
     return result
+
+
+@login_required
+def api_docs(request):
+    """/api/docs: Swagger UI over /api/schema/, from static/vendor/swagger-ui/ (vendored from the
+    drf-spectacular-sidecar wheel: no CDN). Its requests carry the session, so "Try it out" reads
+    the signed-in user's projects."""
+    return render(request, "api_docs.html", {"config": {"schema": reverse("schema")}})

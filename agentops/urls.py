@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from agentops.login import ThrottledLoginView, admin_login
+from agentops.openapi import api_docs
 
 urlpatterns = [
     path("login/", ThrottledLoginView.as_view(), name="login"),
@@ -12,6 +13,7 @@ urlpatterns = [
     path("admin/login/", admin_login),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs", api_docs, name="api-docs"),
     path("", include("ingest.urls")),
     path("", include("analysis.urls")),
 ]

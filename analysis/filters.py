@@ -2,9 +2,11 @@
 value raises FilterError naming the parameter), and the base task query that applies them:
 every reader of tasks starts from `task_queryset`.
 
-Search (`task_queryset` below applies it): `attr=key:value` (a step's or the task's
-attributes), `model=`, `tool=`, `min_step_ms=` and `error=` (words of a step's error) all
-describe one step, so `tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
+Search (`task_queryset` below applies it): `attr=key:value` (a step's or the task's attributes
+as sent: keys ingest moved into a column are matched there), `model=` and `tool=` (exact, or `*`
+patterns), `min_step_ms=` (a work step, not an agent or framework span, unless `step_kind=` says),
+`step_kind=` and `error=` (words of a step's error) all describe one step, so
+`tool=search&min_step_ms=2000` means "a search call over 2 s"; `q=` matches
 the task name (contains), the task id (exact), or words of any step's tool arguments or error;
 `running=1` keeps the tasks whose steps are still arriving."""
 
@@ -14,6 +16,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
@@ -22,8 +25,9 @@ from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from agentops.db import read_connection
+from ingest.conventions import CONSUMED_KEY_COLUMNS, CONSUMED_RESOURCE_KEY_COLUMNS
 from ingest.models import STEP_SEARCH_TSVECTOR, Project, Step, Task
-from ingest.records import STATUSES
+from ingest.records import STATUSES, STEP_KINDS
 
 
 class FilterError(ValueError):
@@ -54,6 +58,7 @@ class TaskFilters:
     model: str = ""
     tool: str = ""
     min_step_ms: float | None = None
+    step_kind: str = ""         # the kind of the one step the step filters describe
     error: str = ""
     running: str = ""           # "1": only tasks still running
 
@@ -113,6 +118,9 @@ def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
     attr = params.get("attr", "")
     if attr and (":" not in attr or not attr.partition(":")[0].strip()):
         raise FilterError("attr: must be key:value, e.g. attr=gen_ai.system:openai")
+    step_kind = params.get("step_kind", "")
+    if step_kind and step_kind not in STEP_KINDS:
+        raise FilterError(f"step_kind: must be one of {', '.join(STEP_KINDS)}")
     running = params.get("running", "")
     if running not in ("", "0", "1", "true", "false"):
         raise FilterError("running: must be 1 or 0")
@@ -139,6 +147,7 @@ def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
         model=params.get("model", ""),
         tool=params.get("tool", ""),
         min_step_ms=_number(params, "min_step_ms"),
+        step_kind=step_kind,
         error=params.get("error", "")[:200],
         running="1" if running in ("1", "true") else "",
     )
@@ -244,23 +253,117 @@ def _attr_values(value: str) -> list[object]:
     return values
 
 
-def _step_search(f: TaskFilters) -> Q | None:
+def _column_match(column: str, value: str) -> Q | None:
+    """A consumed key's value as its column holds it (ingest.conventions.CONSUMED_KEY_COLUMNS):
+    text as sent, counts as whole numbers, TTFT sent in seconds and stored in ms, the stream
+    flag as a boolean. None when the value cannot be what that column holds."""
+    if column in ("input_tokens", "output_tokens", "cached_tokens"):
+        text = value.strip()
+        return Q(**{column: int(text)}) if text.isdigit() and int(text) < 2**31 else None
+    if column == "ttft_ms":
+        try:
+            ms = float(value) * 1000.0
+        except ValueError:
+            return None
+        if not math.isfinite(ms):
+            return None
+        slack = max(abs(ms), 1.0) * 1e-9  # seconds × 1000 in floating point
+        return Q(ttft_ms__gte=ms - slack, ttft_ms__lte=ms + slack)
+    if column == "streamed":
+        return Q(streamed=value == "true") if value in ("true", "false") else None
+    return Q(**{column: value}) if value else None
+
+
+def _attr_conditions(key: str, value: str) -> tuple[Q, Q]:
+    """`attr=key:value` as (a condition on a step, a condition on the task): the stored attributes
+    hold the value, or the key is one ingest consumed and its column holds it."""
+    on_step, on_task = Q(), Q()
+    for v in _attr_values(value):
+        on_step |= Q(attributes__contains={key: v})
+        on_task |= Q(attributes__contains={key: v})
+    column = CONSUMED_KEY_COLUMNS.get(key)
+    if column == "session_id" and value:
+        on_task |= Q(session_id=value)
+    elif column and column != "session_id":
+        match = _column_match(column, value)
+        if match is not None:
+            on_step |= match
+    if key in CONSUMED_RESOURCE_KEY_COLUMNS and value:
+        on_task |= Q(**{CONSUMED_RESOURCE_KEY_COLUMNS[key]: value})
+    return on_step, on_task
+
+
+MAX_NAMES = 5000
+
+# Steps that wrap other steps: their duration is the work inside them, so "a step at least this
+# long" means a work step unless `step_kind` asks for these.
+WRAPPER_KINDS = ("agent", "framework")
+
+
+def is_pattern(value: str) -> bool:
+    return "*" in value
+
+
+def pattern_regex(value: str) -> str:
+    """`*` as a wildcard, everything else as text: `gpt*`, `*70b`, `*inventory*`."""
+    return "^" + ".*".join(re.escape(part) for part in value.split("*")) + "$"
+
+
+def text_match(*, project: Project, column: str, value: str) -> Q:
+    """`value` exactly (as before), or a pattern with `*` (case-insensitive) matched against the
+    column's known values, so the condition stays an index lookup (`IN`, not a regex per row)."""
+    if not is_pattern(value):
+        return Q(**{column: value})
+    regex = re.compile(pattern_regex(value), re.IGNORECASE)
+    known = step_values(project=project, column=column)
+    if known is None:  # too many to list: the pattern on every row
+        return Q(**{f"{column}__iregex": regex.pattern})
+    matching = [v for v in known if regex.match(v)]
+    return Q(**{f"{column}__in": matching}) if matching else Q(pk__in=[])
+
+
+# The step columns whose distinct values a partial index lists (step_model_time, step_tool_time).
+VALUE_COLUMNS = ("model", "tool_name")
+
+
+def step_values(*, project: Project, column: str, limit: int = MAX_NAMES) -> list[str] | None:
+    """The distinct non-empty values of `model` or `tool_name` in the project's steps, in order,
+    read from the column's partial index one value at a time (a loose index scan: an index probe
+    per value, not a read of every step). None when there are more than `limit`."""
+    if column not in VALUE_COLUMNS:
+        raise ValueError(column)
+    with read_connection().cursor() as cur:
+        cur.execute(
+            "WITH RECURSIVE v AS ("
+            f" (SELECT {column} AS value FROM ingest_step WHERE project_id = %s AND {column} <> ''"
+            f"  ORDER BY {column} LIMIT 1)"
+            f" UNION ALL SELECT (SELECT s.{column} FROM ingest_step s WHERE s.project_id = %s"
+            f"  AND s.{column} <> '' AND s.{column} > v.value ORDER BY s.{column} LIMIT 1)"
+            " FROM v WHERE v.value IS NOT NULL)"
+            " SELECT value FROM v WHERE value IS NOT NULL LIMIT %s", [project.pk, project.pk, limit + 1])
+        values = [row[0] for row in cur.fetchall()]
+    return None if len(values) > limit else values
+
+
+def _step_search(f: TaskFilters, *, project: Project) -> Q | None:
     """The filters that describe one step, as a condition on that step (None: none set)."""
     q = Q()
     if f.model:
-        q &= Q(model=f.model)
+        q &= text_match(project=project, column="model", value=f.model)
     if f.tool:
-        q &= Q(tool_name=f.tool)
+        q &= text_match(project=project, column="tool_name", value=f.tool)
+    if f.step_kind:
+        q &= Q(kind=f.step_kind)
     if f.min_step_ms is not None:
         q &= Q(duration_ms__gte=f.min_step_ms)  # the (project, duration) index finds rare long steps
+        if not f.step_kind:
+            q &= ~Q(kind__in=WRAPPER_KINDS)
     if f.error:
         q &= Q(step_text_match(f.error)) & Q(RawSQL(
             "to_tsvector('simple', translate(error, '<>', '  ')) @@ websearch_to_tsquery('simple', %s)",
             [search_words(f.error)], output_field=BooleanField()))
     return q if q else None
 
-
-MAX_NAMES = 5000
 
 
 def task_names_containing(*, project: Project, text: str) -> list[str] | None:
@@ -309,15 +412,11 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device=f.device)))
     if f.running:
         qs = qs.filter(running_q())
-    step_q = _step_search(f)
+    step_q = _step_search(f, project=project)
     pair = f.attr_pair
     if pair:
         key, value = pair
-        step_attr = Q()
-        task_attr = Q()
-        for v in _attr_values(value):
-            step_attr |= Q(attributes__contains={key: v})
-            task_attr |= Q(attributes__contains={key: v})
+        step_attr, task_attr = _attr_conditions(key, value)
         on_step = Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
         on_task = task_attr & (Q(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q))) if step_q else Q())
         qs = qs.filter(on_step | on_task)

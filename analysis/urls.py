@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/v1/tasks", api.TaskListView.as_view(), name="api-task-list"),
     path("api/v1/tasks/<id:task_id>", api.TaskDetailView.as_view(), name="api-task-detail"),
     path("api/v1/tasks/<id:task_id>/diff", compare_api.TaskDiffView.as_view(), name="api-task-diff"),
+    path("api/v1/search/values", api.SearchValuesView.as_view(), name="api-search-values"),
     path("api/v1/sessions", compare_api.SessionListView.as_view(), name="api-session-list"),
     path("api/v1/sessions/<id:session_id>", compare_api.SessionDetailView.as_view(), name="api-session-detail"),
     path("api/v1/findings", api.FindingListView.as_view(), name="api-finding-list"),

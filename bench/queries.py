@@ -385,4 +385,11 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
         "search: attribute (attr=gen_ai.system:openai, 5,000 tasks)": search(attr="gen_ai.system:openai"),
         "search: a step over 2 s (min_step_ms=2000)": search(min_step_ms=2000.0),
         "search: tool + step over 1 s": search(tool="search_inventory", min_step_ms=1000.0),
+        "search: a mapped attribute (attr=gen_ai.tool.name:search_inventory)": search(
+            attr="gen_ai.tool.name:search_inventory"),
+        "search: a tool no step calls (tool=refund_policy)": search(tool="refund_policy"),
+        "search: a tool pattern (tool=*inventory*)": search(tool="*inventory*"),
+        "search: the list's count (tool=search_inventory, up to 10,000)": lambda: selectors.task_count(
+            project=project, filters=TaskFilters(tool="search_inventory")),
+        "search: known tools (API)": api(project, "/api/v1/search/values?field=tool&q=inv"),
     }

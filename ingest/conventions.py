@@ -535,6 +535,30 @@ def span_facts(attributes: dict, *, resource: dict | None = None, events: list[d
     return facts
 
 
+# The keys `span_facts` consumes: their value moves to a step column and leaves the step's stored
+# attributes (one copy per step, not two). Attribute search (`attr=key:value`, analysis/filters.py)
+# reads these keys from their column, so a key is found as the sender sent it, consumed or not.
+# The session id is a task column. Content keys (tool arguments and results: input.value,
+# output.value, …) are unwrapped on the way in, so they have no exact value to match: their words
+# are found by `q`.
+CONSUMED_KEY_COLUMNS: dict[str, str] = {
+    **dict.fromkeys((*MODEL_KEYS, LANGCHAIN_MODEL_KEY), "model"),
+    **dict.fromkeys(PROVIDER_KEYS, "provider"),
+    **dict.fromkeys(INPUT_TOKEN_KEYS, "input_tokens"),
+    **dict.fromkeys(OUTPUT_TOKEN_KEYS, "output_tokens"),
+    **dict.fromkeys(CACHED_TOKEN_KEYS, "cached_tokens"),
+    **dict.fromkeys(TTFT_SECONDS_KEYS, "ttft_ms"),      # sent in seconds, stored in ms
+    **dict.fromkeys(STREAM_KEYS, "streamed"),
+    **dict.fromkeys(SESSION_KEYS, "session_id"),
+    DEVICE_KEY: "device",
+    **dict.fromkeys((*TOOL_NAME_KEYS, "traceloop.entity.name"), "tool_name"),
+    **dict.fromkeys(TOOL_CALL_ID_KEYS, "tool_call_id"),
+}
+# Resource keys that become task columns and leave the task's attributes.
+CONSUMED_RESOURCE_KEY_COLUMNS: dict[str, str] = {
+    RELEASE_KEY: "release", **dict.fromkeys(ENVIRONMENT_KEYS, "environment")}
+
+
 def resource_release(resource: dict) -> str:
     return _text(resource, (RELEASE_KEY,), set())
 

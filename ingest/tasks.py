@@ -27,6 +27,7 @@ def maintain_partitions() -> dict[str, int]:
         cutoff = timezone.now() - timedelta(days=settings.AGENTOPS_RETENTION_DAYS)
         dropped = partitions.drop_before(cutoff)
         deleted = data_delete(before=cutoff)
-    log.info("analysis.partitions_maintained created=%d dropped=%d tasks_deleted=%d",
-             len(created), len(dropped), deleted["tasks"])
+    log.log(logging.INFO if created or dropped or deleted["tasks"] else logging.DEBUG,  # hourly: routine when idle
+            "analysis.partitions_maintained created=%d dropped=%d tasks_deleted=%d",
+            len(created), len(dropped), deleted["tasks"])
     return {"created": len(created), "dropped": len(dropped), "tasks_deleted": deleted["tasks"]}

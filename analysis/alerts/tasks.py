@@ -19,8 +19,10 @@ def evaluate_alerts() -> dict:
     result = rules_evaluate()
     seconds = result.pop("seconds")
     result["redelivered"] = delivery.redeliver_due()
-    log.info("alerts.evaluated rules=%s notified=%s redelivered=%s max_rule_ms=%.1f", result["evaluated"],
-             result["notified"], result["redelivered"], 1000 * max(seconds, default=0.0))
+    # Every minute: an evaluation that changed nothing is routine (DEBUG); one that notified is news.
+    log.log(logging.INFO if result["notified"] or result["redelivered"] else logging.DEBUG,
+            "alerts.evaluated rules=%s notified=%s redelivered=%s max_rule_ms=%.1f", result["evaluated"],
+            result["notified"], result["redelivered"], 1000 * max(seconds, default=0.0))
     return result
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
@@ -24,22 +26,43 @@ from analysis.dashboard.serializers import (
     TaskPageSerializer,
 )
 from analysis.engine.detectors.base import all_detectors
-from analysis.filters import SORTS, FilterError, parse_limit, parse_task_filters
+from analysis.filters import (
+    SORTS,
+    FilterError,
+    is_pattern,
+    parse_limit,
+    parse_task_filters,
+    pattern_regex,
+    step_values,
+)
 from analysis.models import Finding
 
 TASK_FILTER_PARAMETERS = [
     OpenApiParameter(name, OpenApiTypes.STR, required=False)
     for name in ("project", "release", "name", "status", "environment", "session_id", "device",
-                 "finding", "since", "until", "range", "cursor", "sort", "model", "tool")
+                 "finding", "since", "until", "range", "cursor", "sort")
 ] + [
+    OpenApiParameter("model", OpenApiTypes.STR, required=False,
+                     description="a step of this model: exact, or with * as a wildcard (gpt-4*, *mini*; "
+                                 "case-insensitive); the known values are at /api/v1/search/values?field=model"),
+    OpenApiParameter("tool", OpenApiTypes.STR, required=False,
+                     description="a call of this tool: exact, or with * as a wildcard (search_*, *inventory*; "
+                                 "case-insensitive); the known values are at /api/v1/search/values?field=tool"),
+    OpenApiParameter("step_kind", OpenApiTypes.STR, required=False,
+                     enum=["llm", "tool", "retrieval", "agent", "framework", "queue", "other"],
+                     description="the kind of the step that model, tool, min_step_ms, error and attr describe"),
     OpenApiParameter("q", OpenApiTypes.STR, required=False,
                      description="the task name contains it, the task id is it, or a step's tool arguments or "
                                  "error hold its words (\"a phrase\", or, -word)"),
     OpenApiParameter("attr", OpenApiTypes.STR, required=False,
-                     description="key:value — a step attribute, or a task (resource) attribute"),
+                     description="key:value — a step attribute, or a task (resource) attribute, as the sender "
+                                 "sent it: keys ingest maps to a field (gen_ai.tool.name, gen_ai.request.model, "
+                                 "token counts, …) are matched on that field"),
     OpenApiParameter("error", OpenApiTypes.STR, required=False, description="words of a step's error"),
     OpenApiParameter("min_step_ms", OpenApiTypes.NUMBER, required=False,
-                     description="a step at least this long; model, tool, error and attr describe the same step"),
+                     description="a work step at least this long (agent and framework steps, which wrap the "
+                                 "others, only when step_kind names them); model, tool, error and attr describe "
+                                 "the same step"),
     OpenApiParameter("running", OpenApiTypes.STR, required=False, enum=["1", "0"],
                      description="1: only tasks whose steps are still arriving"),
     OpenApiParameter("min_duration_ms", OpenApiTypes.NUMBER, required=False),
@@ -75,6 +98,37 @@ class TaskListView(APIView):
         for task in tasks:
             task.cost = found[task.pk]
         return Response(TaskPageSerializer({"results": tasks, "next_cursor": next_cursor}).data)
+
+
+VALUE_FIELDS = {"model": "model", "tool": "tool_name"}
+MAX_VALUES = 500
+
+
+class SearchValuesSerializer(serializers.Serializer):
+    field = serializers.ChoiceField(choices=sorted(VALUE_FIELDS))
+    values = serializers.ListField(child=serializers.CharField())
+    complete = serializers.BooleanField(help_text="false: more values match than were listed")
+
+
+class SearchValuesView(APIView):
+    """The models or tools the project's steps name (for the task search's suggestions): those
+    containing `q` (case-insensitive; `*` is a wildcard), up to 500, in order."""
+
+    @extend_schema(operation_id="search_values", responses=SearchValuesSerializer, parameters=[
+        OpenApiParameter("project", OpenApiTypes.STR, required=False),
+        OpenApiParameter("field", OpenApiTypes.STR, required=True, enum=sorted(VALUE_FIELDS)),
+        OpenApiParameter("q", OpenApiTypes.STR, required=False, description="the values containing it")])
+    def get(self, request):
+        project = request_project(request)
+        field = request.query_params.get("field", "")
+        if field not in VALUE_FIELDS:
+            raise ValidationError({"error": f"field: must be one of {', '.join(sorted(VALUE_FIELDS))}"})
+        text = request.query_params.get("q", "")[:200]
+        known = step_values(project=project, column=VALUE_FIELDS[field])
+        regex = re.compile(pattern_regex(text if is_pattern(text) else f"*{text}*"), re.IGNORECASE)
+        matching = [v for v in known or () if regex.match(v)]
+        return Response({"field": field, "values": matching[:MAX_VALUES],
+                         "complete": known is not None and len(matching) <= MAX_VALUES})
 
 
 class TaskDetailView(APIView):

@@ -84,6 +84,13 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms:.1f} ms"
 
 
+def lower_bound_ms(ms: float | None) -> int | None:
+    """A percentile as the `min_duration_ms` of a link to the tasks at or above it: whole ms,
+    rounded down, so the filter box reads 25904 (not 25904.29315487388) and still lists the
+    task at exactly that percentile."""
+    return None if ms is None else math.floor(ms)
+
+
 def _colors(labels: Iterable[str]) -> dict[str, str]:
     return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
 
@@ -169,7 +176,8 @@ def percentile_figure(points: Sequence[SeriesPoint]) -> dict:
                 "name": f"{_release_label(release)} {pct}", "legendgroup": release,
                 "line": {"color": colors[release], "dash": PERCENTILE_DASH[pct]},
                 "x": [p.bucket for p in rows], "y": values,
-                "customdata": [[release, p.bucket, p.bucket_end, v] for p, v in zip(rows, values, strict=True)],
+                "customdata": [[release, p.bucket, p.bucket_end, lower_bound_ms(v)]
+                               for p, v in zip(rows, values, strict=True)],
                 "hovertext": [f"{_release_label(release)} {pct} {fmt_ms(v)}<br>{p.count} tasks"
                               "<br>click: list the tasks at or above" for p, v in zip(rows, values, strict=True)],
                 "hoverinfo": "text+x",

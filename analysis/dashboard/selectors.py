@@ -37,6 +37,16 @@ def task_list(*, project: Project, filters: TaskFilters, limit: int = 50, cursor
     return rows, next_cursor
 
 
+COUNT_CAP = 10_000
+
+
+def task_count(*, project: Project, filters: TaskFilters, cap: int = COUNT_CAP) -> tuple[int, bool]:
+    """How many tasks the filters match, counted up to `cap` (True: more than that): the list's
+    result count costs at most `cap` index entries, however many tasks match."""
+    n = task_queryset(project=project, filters=filters).values("pk")[: cap + 1].count()  # COUNT over a LIMIT
+    return min(n, cap), n > cap
+
+
 def tree_order(steps: Sequence[Step], *, presorted: bool = False) -> list[tuple[Step, int]]:
     """Steps depth-first, children by start time, with their depth. Iterative: a 50,000-step
     task with a deep chain does not recurse. A step whose parent is unknown is a root.

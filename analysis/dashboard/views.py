@@ -37,11 +37,12 @@ from analysis.dashboard.instrumentation import task_coverage
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
 from ingest.models import IngestKey, Task
+from ingest.records import STEP_KINDS
 from ingest.services import key_authenticate
 
 GLOBAL_PARAMS = ("project", "range", "since", "until", "release", "environment")
 TASK_PARAMS = GLOBAL_PARAMS + ("name", "status", "q", "min_duration_ms", "max_duration_ms",
-                               "finding", "device", "session_id", "attr", "model", "tool", "min_step_ms", "error",
+                               "finding", "device", "session_id", "attr", "model", "tool", "min_step_ms", "step_kind", "error",
                                "running")
 LATENCY_GROUPS = ("task", "kind", "name", "tool", "model", "device", "session")
 PAGE_SIZE = 50
@@ -205,11 +206,13 @@ def task_list(request):
     sort = request.GET.get("sort", "-started_at")
     if sort not in SORTS:
         error = error or f"sort: must be one of {', '.join(sorted(SORTS))}"
-    tasks, next_cursor = [], None
+    tasks, next_cursor, count_text = [], None, ""
     if project and not error:
         try:
             tasks, next_cursor = selectors.task_list(project=project, filters=filters, limit=PAGE_SIZE,
                                                      cursor=request.GET.get("cursor", ""), sort=sort)
+            count, more = selectors.task_count(project=project, filters=filters)
+            count_text = f"more than {count:,} tasks" if more else f"{count:,} task{'' if count == 1 else 's'}"
             found = costs.task_costs(tasks=tasks)
             for t in tasks:
                 t.cost = found[t.pk]
@@ -218,7 +221,9 @@ def task_list(request):
             error = str(exc)
     params = keep(request.GET, TASK_PARAMS + ("sort",))
     return _page(
-        request, "analysis/tasks.html", project, error, tasks=tasks, sort=sort,
+        request, "analysis/tasks.html", project, error, tasks=tasks, sort=sort, count_text=count_text,
+        step_kinds=STEP_KINDS,
+        config={"values": reverse("api-search-values") + (f"?{urlencode({'project': project.name})}" if project else "")},
         next_query=urlencode({**params, "cursor": next_cursor}) if next_cursor else "",
         first_query=urlencode(params) if request.GET.get("cursor") else "",
         sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
@@ -328,7 +333,8 @@ def latency(request):
     return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
                  group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
                  group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),
-                 tail_queries={k: urlencode({**params, "min_duration_ms": task_rows[0][k], "sort": "-duration_ms"})
+                 tail_queries={k: urlencode({**params, "min_duration_ms": charts.lower_bound_ms(task_rows[0][k]),
+                                                 "sort": "-duration_ms"})
                                for k in ("p50", "p90", "p95", "p99", "max") if task_rows and task_rows[0][k] is not None},
                  all_groups_query=urlencode({**params, "group_by": group_by}),
                  config={"charts": reverse("latency-charts") + "?" + urlencode(chart_params),

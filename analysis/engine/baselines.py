@@ -238,8 +238,9 @@ def baselines_refresh(*, project: Project, full: bool = False) -> int:
                        .exclude(device="").values_list("device", flat=True).distinct())
     written = sum(_side_by_side(lambda: step_baselines_compute(project=project, since=last),
                                 lambda: device_normals_compute(project=project, devices=devices)))
-    log.info("analysis.baselines_refreshed project=%s written=%d seconds=%.2f", project.pk, written,
-             (timezone.now() - started).total_seconds())
+    log.log(logging.INFO if written else logging.DEBUG,  # every 5 minutes: nothing new is routine
+            "analysis.baselines_refreshed project=%s written=%d seconds=%.2f", project.pk, written,
+            (timezone.now() - started).total_seconds())
     return written
 
 

@@ -221,13 +221,19 @@ def search_tasks(
     environment: Text = "", session_id: Text = "",
     device: Annotated[str, Field(max_length=200, description="a step ran on this device")] = "",
     finding: Annotated[str, Field(max_length=40, description="has a finding of this kind, e.g. slow_step")] = "",
-    model: Annotated[str, Field(max_length=200, description="a step used this model")] = "",
-    tool: Annotated[str, Field(max_length=200, description="a step called this tool")] = "",
-    attr: Annotated[str, Field(max_length=400, description="key:value of a step or task attribute")] = "",
+    model: Annotated[str, Field(max_length=200, description="a step used this model: exact, or * as a wildcard "
+                                                            "(gpt-4*, *mini*)")] = "",
+    tool: Annotated[str, Field(max_length=200, description="a step called this tool: exact, or * as a wildcard "
+                                                           "(search_*, *inventory*)")] = "",
+    attr: Annotated[str, Field(max_length=400, description="key:value of a step or task attribute, as the sender "
+                                                           "sent it (gen_ai.tool.name:refund_policy)")] = "",
     error: Annotated[str, Field(max_length=200, description="words of a step's error")] = "",
     min_duration_ms: Ms = None, max_duration_ms: Ms = None,
-    min_step_ms: Annotated[float | None, Field(ge=0, description="a step at least this long (with model, tool, "
-                                                                 "error, attr: the same step)")] = None,
+    min_step_ms: Annotated[float | None, Field(ge=0, description="a work step at least this long, not the agent "
+                                                                 "or framework span around others (with model, "
+                                                                 "tool, error, attr: the same step)")] = None,
+    step_kind: Annotated[str, Field(max_length=16, description="the kind of that step: llm, tool, retrieval, agent, "
+                                                               "framework, queue or other")] = "",
     since: Since = "", until: Until = "", range: Range = "",  # noqa: A002 (the pages' parameter name)
     running: Annotated[bool, Field(description="only tasks whose steps are still arriving")] = False,
     sort: TaskSort = "-started_at", limit: Limit = DEFAULT_LIMIT, cursor: Cursor = "",
@@ -238,7 +244,7 @@ def search_tasks(
     params = dict(q=q, name=name, release=release, status=status, environment=environment, session_id=session_id,
                   device=device, finding=finding, model=model, tool=tool, attr=attr, error=error,
                   min_duration_ms=min_duration_ms, max_duration_ms=max_duration_ms, min_step_ms=min_step_ms,
-                  since=since, until=until, range=range, running=running)
+                  step_kind=step_kind, since=since, until=until, range=range, running=running)
     filters = _filters(**params)
     try:
         tasks, next_cursor = selectors.task_list(project=project, filters=filters, limit=limit, cursor=cursor,

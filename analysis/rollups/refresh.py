@@ -393,8 +393,10 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
             release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
         deleted = retained + _orphans_delete(cursor)
         watermark_set(started)
-    log.info("analysis.rollups_refreshed hours=%d groups=%d slices=%d sample_hours=%d deleted=%d ms=%.0f", hours,
-             partial, analysed, sample_hours, deleted, 1000 * (time.monotonic() - clock))
+    # Every minute: a refresh that found nothing to do is routine (DEBUG), one that did work is news.
+    log.log(logging.INFO if hours or partial or analysed or sample_hours or deleted else logging.DEBUG,
+            "analysis.rollups_refreshed hours=%d groups=%d slices=%d sample_hours=%d deleted=%d ms=%.0f", hours,
+            partial, analysed, sample_hours, deleted, 1000 * (time.monotonic() - clock))
     return {"hours": hours, "groups": partial, "slices": analysed, "sample_hours": sample_hours, "deleted": deleted}
 
 

@@ -10,7 +10,7 @@ from django.urls import NoReverseMatch, reverse
 
 from analysis.access import project_for_user, projects_for_user
 from analysis.dashboard import reads
-from analysis.dashboard.charts import fmt_ms
+from analysis.dashboard.charts import fmt_ms, lower_bound_ms
 from analysis.filters import RANGE_PRESETS
 
 register = template.Library()
@@ -53,3 +53,9 @@ def topbar(context):
 @register.filter
 def ms(value):
     return fmt_ms(value)
+
+
+@register.filter
+def lower_bound(value):
+    """A percentile as a link's min_duration_ms (charts.lower_bound_ms)."""
+    return lower_bound_ms(value)

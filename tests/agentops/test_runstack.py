@@ -159,3 +159,26 @@ def test_demo_setup_says_the_port_the_stack_will_serve_on(db, settings, tmp_path
     out = StringIO()
     call_command("demo_setup", "--port", "8123", stdout=out)
     assert "Log in at http://127.0.0.1:8123 as demo / demo." in out.getvalue()
+
+
+@pytest.mark.slow
+def test_the_demo_console_ends_with_the_login_and_key_not_routine_lines(stack_env, tmp_path):
+    """Issue #27.10: the console of an idle `make demo` got an analysis.sweep line every 5 s (beat's
+    "Sending due task", the worker's "received" and "succeeded"), ~2,500 lines in 25 minutes, and
+    the ingest key printed before the stack started scrolled away. Now the stack prints the login
+    and the key once the web answers, and routine runs of beat's jobs log at DEBUG."""
+    (tmp_path / "demo-ingest-key").write_text("ao_test_key_123\n")
+    stack_env["AGENTOPS_DATA_DIR"] = str(tmp_path)
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "1", "--worker-concurrency", "1",
+               "--demo") as stack:
+        deadline = time.monotonic() + 40
+        while "ao_test_key_123" not in stack.output() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(14)  # the sweep runs every 5 s; the rollups and alerts every minute (their first run now)
+        output = stack.output()
+    banner = output.index(f"Log in at {stack.url} as demo / demo.")
+    assert output.index("ao_test_key_123") > banner > output.index("runstack: started beat"), output
+    after = output[output.index("ao_test_key_123"):]
+    assert "analysis.sweep" not in after and "Sending due task" not in after, after
+    routine = [line for line in after.splitlines() if line.strip()]
+    assert len(routine) <= 12, routine  # the first minute's one-off lines at most, not 3 per 5 s

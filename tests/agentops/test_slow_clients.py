@@ -144,3 +144,31 @@ def test_login_and_status_answer_within_a_second_while_slow_clients_hold_connect
         assert all(status == 200 and seconds < ANSWER_WITHIN for seconds, status in answers), (path, result)
     # And the attack held: both exports streaming, every attacker still connected at the end.
     assert result["exports_streaming"] == 2 and result["attackers_alive"] == 4, result
+
+
+@pytest.mark.slow
+def test_connections_that_send_nothing_yet_hold_no_request_thread(stack_env, tmp_path):
+    """Issue #27.11: browsers open connections before they have a request for them (Chromium's
+    preconnects and late-bound sockets). gthread gave each new connection a thread that waited 5 s
+    for its request, so 16 such sockets held both workers' 8 threads and a page load waited ~5 s
+    behind them while the server logged a fast response."""
+    from tests.agentops.test_runstack import Stack
+
+    stack_env["AGENTOPS_DATA_DIR"] = str(tmp_path)
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "2", "--worker-concurrency", "1",
+               "--no-beat") as stack:
+        assert probe(f"{stack.url}/login/")[1] == 200
+        idle = [socket.create_connection(("127.0.0.1", stack.port)) for _ in range(24)]  # 3 per thread of 1 worker
+        try:
+            time.sleep(0.3)  # accepted by now
+            answers = [probe(f"{stack.url}/login/") for _ in range(PROBES)]
+            # A silent connection is still served when its request comes.
+            idle[0].sendall(b"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            idle[0].settimeout(5)
+            head = idle[0].recv(64)
+        finally:
+            for sock in idle:
+                sock.close()
+    print(json.dumps({"answers": answers}))
+    assert all(status == 200 and seconds < ANSWER_WITHIN for seconds, status in answers), answers
+    assert head.startswith(b"HTTP/1.1 200"), head

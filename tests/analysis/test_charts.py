@@ -214,3 +214,13 @@ def test_empty_inputs_give_a_message_not_an_error():
                 charts.histogram_figure([], title="x"), charts.ecdf_figure([], title="x"),
                 charts.waterfall_figure([])):
         assert fig["data"] == [] and fig["layout"]["annotations"]
+
+
+def test_a_drill_down_threshold_is_whole_milliseconds_rounded_down():
+    """Issue #27.7: a click on a p99 point wrote "25904.29315487388" into the Duration box."""
+    points = [SeriesPoint("2026-11-01T10:00:00+00:00", "2026-11-01T11:00:00+00:00", "v1", 10, 1, 100.0, 400.0,
+                          25904.29315487388)]
+    p99 = next(t for t in charts.percentile_figure(points)["data"] if t["name"] == "v1 p99")
+    assert p99["customdata"][0][3] == 25904
+    assert p99["y"] == [25904.29315487388]  # the line is drawn where it is
+    assert charts.lower_bound_ms(999.9999) == 999 and charts.lower_bound_ms(None) is None

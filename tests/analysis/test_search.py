@@ -169,3 +169,130 @@ def test_a_running_task_is_listed_as_running(project):
     assert done.started_at == T0
     assert found(project, running="1") == ["live"]
     assert task_is_running(live) and not task_is_running(done)
+
+
+def _otlp_trace(trace: str, spans: list[tuple[str, str, str, dict]]) -> bytes:
+    """One trace: (span id, parent id, name, attributes) each 100 ms long."""
+    import json
+
+    def value(v):
+        if isinstance(v, bool):
+            return {"boolValue": v}
+        if isinstance(v, int):
+            return {"intValue": str(v)}
+        if isinstance(v, float):
+            return {"doubleValue": v}
+        return {"stringValue": v}
+
+    out = [{"traceId": trace, "spanId": sid, "parentSpanId": parent, "name": name,
+            "startTimeUnixNano": str(1_790_000_000_000_000_000 + i * 10**8),
+            "endTimeUnixNano": str(1_790_000_000_100_000_000 + i * 10**8),
+            "attributes": [{"key": k, "value": value(v)} for k, v in attrs.items()]}
+           for i, (sid, parent, name, attrs) in enumerate(spans)]
+    return json.dumps({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "support"}}]},
+        "scopeSpans": [{"scope": {"name": "agent"}, "spans": out}]}]}).encode()
+
+
+def test_attributes_the_otlp_mapper_read_are_still_found_as_sent(project, other_project, ingest_key, other_keys):
+    """Issue #27.7: `attr=gen_ai.tool.name:refund_policy` found none of the tasks whose spans carry
+    it, because the mapper moved the value to the step's tool column and out of its attributes."""
+    client = Client()
+    body = _otlp_trace("5b8efff798038103d269b633813fc60c", [
+        ("aaa19b7ec3c1b170", "", "invoke_agent support", {"gen_ai.operation.name": "invoke_agent",
+                                                          "gen_ai.agent.name": "support"}),
+        ("aaa19b7ec3c1b171", "aaa19b7ec3c1b170", "chat", {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.provider.name": "openai", "gen_ai.usage.input_tokens": 812, "gen_ai.usage.output_tokens": 40,
+            "gen_ai.request.stream": True}),
+        ("aaa19b7ec3c1b172", "aaa19b7ec3c1b170", "execute_tool refund_policy", {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund_policy",
+            "gen_ai.tool.call.id": "call_7Qx"}),
+    ])
+    for key in (ingest_key, other_keys["ingest"]):
+        r = client.post("/v1/traces", data=body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert r.status_code == 200, r.content[:300]
+    trace = ["5b8efff798038103d269b633813fc60c"]
+    for attr in ("gen_ai.tool.name:refund_policy", "gen_ai.request.model:gpt-4o-mini", "gen_ai.operation.name:chat",
+                 "gen_ai.agent.name:support", "gen_ai.provider.name:openai", "gen_ai.usage.input_tokens:812",
+                 "gen_ai.tool.call.id:call_7Qx", "gen_ai.request.stream:true"):
+        assert found(project, attr=attr) == trace, attr
+    assert found(project, attr="gen_ai.tool.name:refund") == []           # exact, as before
+    assert found(project, attr="gen_ai.usage.input_tokens:813") == []
+    assert found(project, attr="gen_ai.tool.name:refund_policy", step_kind="llm") == []
+    # One step: the tool call is not the chat call.
+    assert found(project, attr="gen_ai.tool.name:refund_policy", model="gpt-4o-mini") == []
+
+
+def test_model_and_tool_match_a_prefix_or_a_substring(project, tasks):
+    assert found(project, model="gpt-4o") == ["a"]       # exact, as before
+    assert found(project, model="gpt") == []
+    assert found(project, model="gpt*") == ["a"]          # prefix
+    assert found(project, model="*70b") == ["b"]          # suffix
+    assert found(project, tool="*inventory*") == ["a", "b"]  # substring
+    assert found(project, tool="GET_*") == ["b"]          # case-insensitive
+    assert found(project, tool="search_inventory*", min_step_ms=2000) == ["a"]  # still one step
+    assert found(project, tool="100%*") == []             # LIKE's own wildcards are text
+    assert found(project, tool="*_*") == ["a", "b"]          # zz-9's only call is "lookup"
+
+
+def test_a_step_at_least_this_long_is_a_work_step_not_the_agent_span(project):
+    """Issue #27.7: min_step_ms matched the root agent span, so "a step ≥ 30 s" was every task
+    longer than 30 s."""
+    slow_call = make_task(project, "slow-call", duration_ms=40_000.0)
+    make_step(slow_call, "root", kind="agent", duration_ms=40_000.0)
+    make_step(slow_call, "s1", kind="tool", parent="root", duration_ms=31_000.0)
+    long_task = make_task(project, "long-task", duration_ms=40_000.0)
+    make_step(long_task, "root", kind="agent", duration_ms=40_000.0)
+    make_step(long_task, "loop", kind="framework", parent="root", duration_ms=39_000.0)
+    for i in range(8):
+        make_step(long_task, f"s{i}", kind="llm", parent="loop", offset_ms=i * 5000.0, duration_ms=4000.0)
+    assert found(project, min_step_ms=30_000) == ["slow-call"]
+    assert found(project, min_step_ms=30_000, step_kind="agent") == ["long-task", "slow-call"]
+    assert found(project, min_step_ms=30_000, step_kind="framework") == ["long-task"]
+    assert found(project, min_step_ms=3000, step_kind="llm") == ["long-task"]
+
+
+def test_a_step_kind_must_be_one_of_the_kinds():
+    with pytest.raises(FilterError, match="step_kind"):
+        parse_task_filters({"step_kind": "span"})
+
+
+def test_known_models_and_tools_are_listed_for_suggestions(project, other_project, tasks, read_key):
+    client = Client()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {read_key}"}
+
+    def values(**params):
+        response = client.get("/api/v1/search/values", params, **auth)
+        assert response.status_code == 200, response.content
+        return response.json()["values"]
+
+    assert values(field="tool") == ["get_order", "lookup", "search_inventory"]  # not the other project's
+    assert values(field="tool", q="INV") == ["search_inventory"]                 # contains, any case
+    assert values(field="model", q="gpt") == ["gpt-4o"]
+    assert values(field="model", q="*70b") == ["llama-3-70b"]
+    assert client.get("/api/v1/search/values", {"field": "name"}, **auth).status_code == 400
+    assert "search_values" in client.get("/api/schema/", **auth).content.decode()
+
+
+def test_the_tool_search_reads_an_index(project, tasks):
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute("EXPLAIN SELECT task_id FROM ingest_step WHERE project_id = %s AND tool_name = %s",
+                    [project.pk, "get_order"])
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "step_tool_time" in plan or "tool_name_started_at" in plan, plan
+
+
+def test_the_list_shows_how_many_tasks_match(project, tasks):
+    from analysis.dashboard.selectors import task_count
+
+    user = get_user_model().objects.create_user("ana", password="pw")
+    project.members.add(user)
+    client = Client()
+    client.force_login(user)
+    body = client.get("/tasks", {"tool": "search_inventory"}).content.decode()
+    assert '<p class="result-count" id="result-count">2 tasks</p>' in body
+    assert '<p class="result-count" id="result-count">1 task</p>' in client.get("/tasks", {"q": "zz-9"}).content.decode()
+    assert task_count(project=project, filters=parse_task_filters({}), cap=2) == (2, True)
+    assert task_count(project=project, filters=parse_task_filters({}), cap=3) == (3, False)

@@ -42,7 +42,7 @@ PATH_KINDS = {
     "entity": lambda b: "steps",  # /api/v1/export/<entity>: the export of the caller's own project
 }
 # Open to anyone by design: the login form, logout, and the OpenAPI document (no data in it).
-PUBLIC = {"login/", "logout/", "api/schema/"}
+PUBLIC = {"login/", "logout/", "api/schema/", "api/docs"}  # no project data: the schema and its explorer
 # Write-only endpoints: a GET is 405 (or 401/403 without an ingest key).
 INGEST = {"api/v1/ingest", "v1/traces", "v1/metrics"}
 PARAM = re.compile(r"<(?:\w+:)?(\w+)>")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,8 +40,11 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", 2)))
         parser.add_argument("--worker-concurrency", type=int, default=2)
         parser.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
+        parser.add_argument("--demo", action="store_true",
+                            help="once the web answers, print how to log in and the demo project's ingest key "
+                                 "(make demo): last, so the start-up lines do not scroll them away")
 
-    def handle(self, *args, port, host, web_workers, worker_concurrency, no_beat, **options):
+    def handle(self, *args, port, host, web_workers, worker_concurrency, no_beat, demo=False, **options):
         python = sys.executable
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         # Links in alert notifications point at this stack unless a public URL was configured.
@@ -61,8 +65,12 @@ class Command(BaseCommand):
         if not no_beat:
             commands["beat"] = [python, "-m", "celery", "-A", "agentops", "beat", "--loglevel", "INFO",
                                 "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
-        stack = Stack(commands, out=self.stdout, err=self.stderr)
-        self.stdout.write(f"agentops on http://{host}:{port}  (Ctrl-C to stop)")
+        url = f"http://{public}:{port}"
+        workers = [name for name in commands if name.startswith("worker")]
+        stack = Stack(commands, out=self.stdout, err=self.stderr,
+                      ready=lambda: _answers((public, port)) and _workers_answer(len(workers)),
+                      on_ready=lambda: self.stdout.write(ready_banner(url, demo=demo)))
+        self.stdout.write(f"agentops starting on http://{host}:{port}  (Ctrl-C to stop)")
         try:
             status = stack.run()
         finally:  # a child that could not start, too: the others and the services stop
@@ -85,6 +93,35 @@ class Command(BaseCommand):
             self.stdout.write("runstack: stopped the embedded PostgreSQL")
 
 
+def ready_banner(url: str, *, demo: bool) -> str:
+    """What the console says once the web answers; for `make demo`, how to log in and the key."""
+    lines = ["", f"agentops is ready on {url}  (Ctrl-C to stop)"]
+    key_file = settings.DATA_DIR / "demo-ingest-key"
+    if demo and key_file.exists():
+        lines += [f"Log in at {url} as demo / demo.",
+                  f"Ingest key of project 'demo' (also in {key_file}):", key_file.read_text().strip()]
+    return "\n".join(lines + [""])
+
+
+def _answers(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _workers_answer(count: int) -> bool:
+    """This stack's Celery workers (hostnames end in this process's pid) answer a ping: their
+    start-up banners are printed by then, so what the console prints next stays last."""
+    try:
+        replies = celery_app.control.ping(timeout=0.5)
+    except Exception:  # noqa: BLE001 (the broker still starting: not ready yet)
+        return False
+    mine = [name for reply in replies for name in reply if name.split("@")[0].endswith(f"-{os.getpid()}")]
+    return len(mine) >= count
+
+
 # Deliveries wait on the network, not the CPU: threads, enough for every project's slots to be
 # busy at once without a healthy project queueing behind them (analysis/alerts/delivery.py).
 DELIVERY_WORKER_THREADS = 8
@@ -98,8 +135,9 @@ def delivery_worker(python: str) -> list[str]:
 
 
 class Stack:
-    def __init__(self, commands: dict[str, list[str]], *, out, err):
+    def __init__(self, commands: dict[str, list[str]], *, out, err, ready=None, on_ready=None):
         self.commands = commands
+        self.ready, self.on_ready = ready, on_ready  # on_ready is called once, when ready() is true
         self.out = out
         self.err = err
         self.children: dict[str, subprocess.Popen] = {}
@@ -122,6 +160,9 @@ class Stack:
         status = 0
         while not self.stopping:
             time.sleep(0.5)
+            if self.on_ready and self.ready and self.ready():
+                self.on_ready()
+                self.on_ready = None
             for name, child in list(self.children.items()):
                 code = child.poll()
                 if code is None:
