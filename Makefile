@@ -58,7 +58,9 @@ faults: $(STAMP)
 # '.[dev]') never gets them: .venv-fixtures ('.[fixtures]') and, for the recorders that declare
 # `# fixtures extra: fixtures-openai2` (frameworks still on openai<3), .venv-fixtures-openai2, and
 # for `# fixtures extra: fixtures-agents` (CrewAI, Agno), .venv-fixtures-agents; the AI SDK's Node
-# recorder installs with npm ci. Every recorder runs in its own process.
+# recorder installs with npm ci. Every recorder runs in its own process; one with a
+# `# content switch: VAR=value ...` line runs again with those set and AGENTOPS_FIXTURES_CONTENT=off,
+# into tests/fixtures/agents/content_off/<family>/ (its library's content hidden).
 FIXTURES_VENV := .venv-fixtures
 FIXTURES_VENV2 := .venv-fixtures-openai2
 FIXTURES_VENV3 := .venv-fixtures-agents
@@ -82,7 +84,10 @@ fixtures:
 	  m=$$(basename $$f .py); case $$m in capture|__init__) continue;; esac; \
 	  venv=$(FIXTURES_VENV); grep -q '^# fixtures extra: fixtures-openai2' $$f && venv=$(FIXTURES_VENV2); \
 	  grep -q '^# fixtures extra: fixtures-agents' $$f && venv=$(FIXTURES_VENV3); \
-	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; done
+	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
+	  sw=$$(sed -n 's/^# content switch: //p' $$f); if [ -n "$$sw" ]; then \
+	    echo "== $$m, content off: $$sw"; env $$sw AGENTOPS_FIXTURES_CONTENT=off $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
+	  fi; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -145,6 +145,37 @@ def stripped(family: str, body: bytes) -> bytes:
     return request.SerializeToString()
 
 
+# The families recorded a second time with their library's switch set to hide content, by `make
+# fixtures` (each recorder's `# content switch:` line) into tests/fixtures/agents/content_off/<family>/:
+# family → (the scope the switch belongs to, the switch as it was set).
+_OI_OFF = "OPENINFERENCE_HIDE_INPUTS=true OPENINFERENCE_HIDE_OUTPUTS=true"
+RECORDED: dict[str, tuple[str, str]] = {
+    "crewai_openinference": ("openinference.instrumentation.crewai", _OI_OFF),
+    "agno_openinference": ("openinference.instrumentation.agno", _OI_OFF),
+}
+MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}
+
+
+def scope_of(family: str) -> str:
+    return (SWITCHES.get(family) or RECORDED[family])[0]
+
+
+def folder_of(fixtures: Path, family: str, *, content: bool) -> Path:
+    """Where the family's payloads with content on or off are: its recording, or its content-off
+    recording for the families recorded so."""
+    return fixtures / family if content or family not in RECORDED else fixtures / "content_off" / family
+
+
 def bodies(folder: Path, *, content: bool) -> list[bytes]:
     raw = [p.read_bytes() for p in sorted(folder.glob("*.pb"))]
     return raw if content else [stripped(folder.name, b) for b in raw]
+
+
+def payloads(fixtures: Path, family: str, *, content: bool) -> list[tuple[bytes, str]]:
+    """The request bodies (and their content type) of a family with its content switch on or off:
+    recorded where a content-off recording exists, else derived from the recording by the rules above."""
+    folder = folder_of(fixtures, family, content=content)
+    if family in RECORDED or content:
+        return [(p.read_bytes(), MEDIA[p.suffix]) for p in sorted(folder.iterdir())
+                if p.suffix in MEDIA and p.stem.isdigit()]
+    return [(b, MEDIA[".pb"]) for b in bodies(folder, content=False)]

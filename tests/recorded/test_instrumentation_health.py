@@ -16,11 +16,11 @@ from django.contrib.auth import get_user_model
 
 from analysis.management.commands.evaluate_detection import replay_in_time_order
 from analysis.models import Finding
-from tests.recorded.content_switches import SWITCHES, bodies
+from tests.recorded.content_switches import RECORDED, SWITCHES, folder_of, payloads, scope_of
 
 pytestmark = pytest.mark.django_db
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
-FAMILIES = [f for f in SWITCHES if (FIXTURES / f).is_dir()]
+FAMILIES = [f for f in [*SWITCHES, *RECORDED] if (FIXTURES / f).is_dir()]
 B, W = "blind", "weakened"
 # Every family: model calls name no server (the recordings ran against a local mock), and TTFT
 # arrives only from pydantic-ai's streamed runs.
@@ -39,6 +39,13 @@ EXPECTED = {
     ("langgraph_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     ("langgraph_openllmetry", True): NO_TTFT,
     ("langgraph_openllmetry", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Recorded with the switch off (tests/fixtures/agents/content_off/). TOOL spans carry no call id
+    # whatever the switches. CrewAI's streamed calls have a first-token event (context growth can be
+    # read), no span a session; Agno's root has session.id, no first-token event.
+    ("crewai_openinference", True): {**COMMON, "parallelizable_calls": W, "sessions": B},
+    ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
+    ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
+    ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
 }
 # The switch that turns content back on, as the page names it, per family with content off.
 SWITCH_ON = {
@@ -47,6 +54,8 @@ SWITCH_ON = {
     "openai_agents": "OPENINFERENCE_HIDE_INPUTS=false",
     "langgraph_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
     "langgraph_openllmetry": "TRACELOOP_TRACE_CONTENT=true",
+    "crewai_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "agno_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
 }
 # What the task page of a run that called a tool twice with the same arguments says (headline → the
 # switch or text in its fix); a headline absent here must be absent from the page.
@@ -60,6 +69,11 @@ REPEAT_NOTES = {
                                          "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"},
     ("langgraph_openllmetry", False): {"Repeated calls not checked": SWITCH_ON["langgraph_openllmetry"],
                                        "Independent calls not checked": SWITCH_ON["langgraph_openllmetry"]},
+    **{(family, True): {"Independent calls judged on results only": "no switch"}
+       for family in ("crewai_openinference", "agno_openinference")},
+    **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
+                         "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
+       for family in ("crewai_openinference", "agno_openinference")},
 }
 HEADLINES = {"Repeated calls not checked", "Independent calls not checked", "Independent calls judged on results only"}
 
@@ -69,8 +83,8 @@ def text_of(response) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", response.content.decode())).split())
 
 
-def runs(family: str) -> list[dict]:
-    with (FIXTURES / family / "runs.jsonl").open(encoding="utf-8") as fh:
+def runs(family: str, *, content: bool = True) -> list[dict]:
+    with (folder_of(FIXTURES, family, content=content) / "runs.jsonl").open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
@@ -85,8 +99,8 @@ def member(client, project):
 @pytest.fixture
 def replay(client, ingest_key):
     def _replay(family: str, *, content: bool) -> None:
-        for body in bodies(FIXTURES / family, content=content):
-            r = client.post("/v1/traces", data=body, content_type="application/x-protobuf",
+        for body, media in payloads(FIXTURES, family, content=content):
+            r = client.post("/v1/traces", data=body, content_type=media,
                             HTTP_AUTHORIZATION=f"Bearer {ingest_key}")
             assert r.status_code == 200, r.content[:300]
     return _replay
@@ -110,11 +124,13 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     [service] = api.json()["services"]
     assert service["service"] == runs(family)[0]["service_name"]
     assert not_ok(service) == EXPECTED[family, content]
-    scope = next(s for s in service["scopes"] if s["scope"]["name"] == SWITCHES[family][0])
+    scope = next(s for s in service["scopes"] if s["scope"]["name"] == scope_of(family))
     assert scope["scope"]["version"] and (scope["sdk"]["name"], scope["sdk"]["language"]) == ("opentelemetry", "python")
     shares = {f["field"]: f["share"] for f in scope["fields"]}
-    assert shares["model"] == shares["tokens"] == 1.0
-    assert shares["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0)
+    # Every model call's scope (CrewAI's own scope traces none: OpenInference's OpenAI one does).
+    llm_shares = [{f["field"]: f["share"] for f in s["fields"]} for s in service["scopes"] if "llm" in s["kinds"]]
+    assert llm_shares and all(sh["model"] == sh["tokens"] == 1.0 for sh in llm_shares)
+    assert all(sh["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0) for sh in llm_shares)
     if "tool_args" in shares:
         assert shares["tool_args"] == (1.0 if content else 0.0)
     fixes = {f["switch"] for s in service["scopes"] for c in s["checks"] for f in c["fixes"]}
@@ -124,13 +140,13 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     page = member.get("/instrumentation", {"project": project.name})
     assert page.status_code == 200
     text = html.unescape(page.content.decode())
-    assert service["service"] in text and SWITCHES[family][0] in text
+    assert service["service"] in text and scope_of(family) in text
     for check, status in EXPECTED[family, content].items():
         assert f'data-check="{check}"' in text and f'status-{status}' in text
     if not content:
         assert SWITCH_ON[family] in text
 
-    repeat = next(r for r in runs(family) if r["scenario"] == "repeat")
+    repeat = next(r for r in runs(family, content=content) if r["scenario"] == "repeat")
     task_page = html.unescape(member.get(f"/tasks/{repeat['task_id']}", {"project": project.name}).content.decode())
     notes = REPEAT_NOTES.get((family, content), {})
     for headline in HEADLINES:
