@@ -152,6 +152,8 @@ _OI_OFF = "OPENINFERENCE_HIDE_INPUTS=true OPENINFERENCE_HIDE_OUTPUTS=true"
 RECORDED: dict[str, tuple[str, str]] = {
     "crewai_openinference": ("openinference.instrumentation.crewai", _OI_OFF),
     "agno_openinference": ("openinference.instrumentation.agno", _OI_OFF),
+    # The application's tracer, which the SDK's OpenTelemetry integration is given.
+    "ai_sdk": ("support-agent", "experimental_telemetry: { recordInputs: false, recordOutputs: false }"),
 }
 MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}
 

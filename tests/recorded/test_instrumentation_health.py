@@ -46,6 +46,11 @@ EXPECTED = {
     ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
     ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
     ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Its chat spans name the server they called; TTFT on streamText's calls only; no session id.
+    ("ai_sdk", True): {"slow_step": W, "sessions": B},
+    # recordInputs/recordOutputs false: tool spans keep their call ids, but neither the responses
+    # (the calls each requested) nor the results are recorded.
+    ("ai_sdk", False): {"slow_step": W, "sessions": B, "repeated_tool_call": B, "parallelizable_calls": B},
 }
 # The switch that turns content back on, as the page names it, per family with content off.
 SWITCH_ON = {
@@ -56,6 +61,7 @@ SWITCH_ON = {
     "langgraph_openllmetry": "TRACELOOP_TRACE_CONTENT=true",
     "crewai_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
     "agno_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "ai_sdk": "experimental_telemetry: { isEnabled: true, recordInputs: true, recordOutputs: true }",
 }
 # What the task page of a run that called a tool twice with the same arguments says (headline → the
 # switch or text in its fix); a headline absent here must be absent from the page.
@@ -74,7 +80,12 @@ REPEAT_NOTES = {
     **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
                          "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
        for family in ("crewai_openinference", "agno_openinference")},
+    ("ai_sdk", False): {"Repeated calls not checked": SWITCH_ON["ai_sdk"],
+                        "Independent calls not checked": SWITCH_ON["ai_sdk"]},
 }
+# The resource's telemetry.sdk.* (name, language): the AI SDK's recorder builds its resource from
+# attributes alone, as `resourceFromAttributes` does, without the SDK's defaults.
+SDK = {"ai_sdk": ("", "")}
 HEADLINES = {"Repeated calls not checked", "Independent calls not checked", "Independent calls judged on results only"}
 
 
@@ -125,7 +136,8 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     assert service["service"] == runs(family)[0]["service_name"]
     assert not_ok(service) == EXPECTED[family, content]
     scope = next(s for s in service["scopes"] if s["scope"]["name"] == scope_of(family))
-    assert scope["scope"]["version"] and (scope["sdk"]["name"], scope["sdk"]["language"]) == ("opentelemetry", "python")
+    assert scope["scope"]["version"]
+    assert (scope["sdk"]["name"], scope["sdk"]["language"]) == SDK.get(family, ("opentelemetry", "python"))
     shares = {f["field"]: f["share"] for f in scope["fields"]}
     # Every model call's scope (CrewAI's own scope traces none: OpenInference's OpenAI one does).
     llm_shares = [{f["field"]: f["share"] for f in s["fields"]} for s in service["scopes"] if "llm" in s["kinds"]]
@@ -155,9 +167,10 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
         assert fix in task_page.split(headline, 1)[1].split("</li>", 1)[0], (headline, fix)
 
 
-# Scopes no library names: the agent's own tracer (openai-v2's recorder makes its tool spans by hand;
-# the AI SDK's OpenTelemetry integration is given the application's tracer).
-OWN_SCOPES = {"orders_agent", "support-agent"}
+# Scopes no library names: the agent's own tracer (openai-v2's recorder makes its tool spans by hand).
+# The AI SDK's OpenTelemetry integration is given the application's tracer too (scope `support-agent`),
+# but its spans' shape tells it.
+OWN_SCOPES = {"orders_agent"}
 
 
 MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}  # Node's exporter posts OTLP/JSON
@@ -196,3 +209,20 @@ def test_redacted_arguments_raise_no_repeated_call_and_the_task_page_says_why(re
     assert "Repeated calls not checked : its tool arguments arrive redacted (__REDACTED__)" in page
     assert "Fix (OpenInference): OPENINFERENCE_HIDE_INPUTS=false" in page
     assert "No findings: nothing in this task wasted time" not in page
+
+
+def test_the_ai_sdk_is_told_by_what_it_sends_and_its_switch_is_named(client, member, project, ingest_key, read_key):
+    """AI SDK 7 traces under the application's tracer (scope `support-agent`, a resource with no
+    telemetry.sdk.*): the page names it by its spans' shape, and its switch where content is missing."""
+    for body in recorded_bodies(FIXTURES / "ai_sdk"):
+        assert client.post("/v1/traces", data=body.read_bytes(), content_type=MEDIA[body.suffix],
+                           HTTP_AUTHORIZATION=f"Bearer {ingest_key}").status_code == 200
+    [service] = client.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()["services"]
+    [scope] = service["scopes"]
+    assert (scope["scope"]["name"], scope["library"]["key"], scope["library"]["name"]) == (
+        "support-agent", "vercel-ai", "Vercel AI SDK")
+    page = text_of(member.get("/instrumentation", {"project": project.name}))
+    assert "Vercel AI SDK" in page
+    # No span names a session: the fix named is the AI SDK's scope's, not "your own spans".
+    sessions = next(c for c in service["checks"] if c["check"] == "sessions")
+    assert sessions["status"] == B and sessions["fixes"]
