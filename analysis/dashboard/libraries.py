@@ -101,14 +101,16 @@ LIBRARIES = {
         Fix("", "gen_ai.server.time_to_first_token on streamed calls")),
     "google-adk": Library(
         "google-adk", "Google ADK",
-        *[Fix("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true",
-              "the default; with the newer GenAI spans OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT must allow "
-              "span content too")] * 4,
+        *[Fix("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
+              "ADK 2's GenAI spans (telemetry schema 2, its default) carry prompts, tool arguments, results and "
+              "responses only so; true means EVENT_ONLY there (log records, not spans). ADK 1's spans read "
+              "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true, the default")] * 4,
         _OWN_TTFT),
     "vercel-ai": Library(
         "vercel-ai", "Vercel AI SDK",
-        *[Fix("experimental_telemetry: { isEnabled: true, recordInputs: true, recordOutputs: true }",
-              "recordInputs / recordOutputs default to true; false drops prompts, tool arguments and results")] * 4,
+        *[Fix("telemetry: { recordInputs: true, recordOutputs: true }",
+              "AI SDK 7's call option (experimental_telemetry, with isEnabled: true, before 7); both default to "
+              "true; false drops prompts, tool arguments and results, and the responses' requested calls")] * 4,
         Fix("", "streamText calls only: gen_ai.client.operation.time_to_first_chunk (AI SDK 7, @ai-sdk/otel), "
                 "ai.response.msToFirstChunk (earlier versions); generateText streams nothing")),
     "native": Library(

@@ -46,6 +46,17 @@ EXPECTED = {
     ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
     ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
     ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Derived content-off payloads (content_switches.SWITCHES). smolagents: no session id; LlamaIndex:
+    # no tokens (FunctionAgent streams without asking for usage), TTFT from its first-token event.
+    ("smolagents_openinference", True): {**NO_TTFT, "parallelizable_calls": W, "sessions": B},
+    ("smolagents_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B,
+                                          "sessions": B},
+    ("llamaindex_openinference", True): {**COMMON, "context_growth": B, "parallelizable_calls": W, "sessions": B},
+    ("llamaindex_openinference", False): {**COMMON, "context_growth": B, "repeated_tool_call": B,
+                                          "parallelizable_calls": B, "sessions": B},
+    # ADK's tool spans keep their call ids; with content off neither responses nor results remain.
+    ("google_adk", True): NO_TTFT,
+    ("google_adk", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     # Its chat spans name the server they called; TTFT on streamText's calls only; no session id.
     ("ai_sdk", True): {"slow_step": W, "sessions": B},
     # recordInputs/recordOutputs false: tool spans keep their call ids, but neither the responses
@@ -61,7 +72,10 @@ SWITCH_ON = {
     "langgraph_openllmetry": "TRACELOOP_TRACE_CONTENT=true",
     "crewai_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
     "agno_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
-    "ai_sdk": "experimental_telemetry: { isEnabled: true, recordInputs: true, recordOutputs: true }",
+    "ai_sdk": "telemetry: { recordInputs: true, recordOutputs: true }",
+    "smolagents_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "llamaindex_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "google_adk": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
 }
 # What the task page of a run that called a tool twice with the same arguments says (headline → the
 # switch or text in its fix); a headline absent here must be absent from the page.
@@ -80,12 +94,21 @@ REPEAT_NOTES = {
     **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
                          "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
        for family in ("crewai_openinference", "agno_openinference")},
+    **{(family, True): {"Independent calls judged on results only": "no switch"}
+       for family in ("smolagents_openinference", "llamaindex_openinference")},
+    **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
+                         "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
+       for family in ("smolagents_openinference", "llamaindex_openinference")},
+    ("google_adk", False): {"Repeated calls not checked": SWITCH_ON["google_adk"],
+                            "Independent calls not checked": SWITCH_ON["google_adk"]},
     ("ai_sdk", False): {"Repeated calls not checked": SWITCH_ON["ai_sdk"],
                         "Independent calls not checked": SWITCH_ON["ai_sdk"]},
 }
 # The resource's telemetry.sdk.* (name, language): the AI SDK's recorder builds its resource from
 # attributes alone, as `resourceFromAttributes` does, without the SDK's defaults.
 SDK = {"ai_sdk": ("", "")}
+# LlamaIndex's FunctionAgent streams without asking for usage: no tokens, whatever the switches.
+NO_TOKENS = {"llamaindex_openinference"}
 HEADLINES = {"Repeated calls not checked", "Independent calls not checked", "Independent calls judged on results only"}
 
 
@@ -141,10 +164,12 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     shares = {f["field"]: f["share"] for f in scope["fields"]}
     # Every model call's scope (CrewAI's own scope traces none: OpenInference's OpenAI one does).
     llm_shares = [{f["field"]: f["share"] for f in s["fields"]} for s in service["scopes"] if "llm" in s["kinds"]]
-    assert llm_shares and all(sh["model"] == sh["tokens"] == 1.0 for sh in llm_shares)
+    assert llm_shares and all(sh["model"] == 1.0 for sh in llm_shares)
+    assert all(sh["tokens"] == (0.0 if family in NO_TOKENS else 1.0) for sh in llm_shares)
     assert all(sh["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0) for sh in llm_shares)
     if "tool_args" in shares:
-        assert shares["tool_args"] == (1.0 if content else 0.0)
+        # ADK records no arguments on the failing call that ends its run: 33 of 35 tool spans.
+        assert shares["tool_args"] >= 0.94 if content else shares["tool_args"] == 0.0
     fixes = {f["switch"] for s in service["scopes"] for c in s["checks"] for f in c["fixes"]}
     if not content:
         assert SWITCH_ON[family] in fixes
