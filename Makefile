@@ -56,10 +56,14 @@ faults: $(STAMP)
 # Re-record the agent-framework OTLP fixtures (tests/fixtures/agents/, see its README): real
 # frameworks and instrumentations, fully offline, in their own venvs so that .venv (the suite's
 # '.[dev]') never gets them: .venv-fixtures ('.[fixtures]') and, for the recorders that declare
-# `# fixtures extra: fixtures-openai2` (frameworks still on openai<3), .venv-fixtures-openai2; the
-# AI SDK's Node recorder installs with npm ci. Every recorder runs in its own process.
+# `# fixtures extra: fixtures-openai2` (frameworks still on openai<3), .venv-fixtures-openai2, and
+# for `# fixtures extra: fixtures-agents` (CrewAI, Agno), .venv-fixtures-agents; the AI SDK's Node
+# recorder installs with npm ci. Every recorder runs in its own process; one with a
+# `# content switch: VAR=value ...` line runs again with those set and AGENTOPS_FIXTURES_CONTENT=off,
+# into tests/fixtures/agents/content_off/<family>/ (its library's content hidden).
 FIXTURES_VENV := .venv-fixtures
 FIXTURES_VENV2 := .venv-fixtures-openai2
+FIXTURES_VENV3 := .venv-fixtures-agents
 FIXTURES_NODE := tests/fixtures/agents/record/ai_sdk
 fixtures:
 	@test -x $(FIXTURES_VENV)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV)
@@ -71,11 +75,19 @@ fixtures:
 	@# and the recorders import nothing of agentops (run from the repository root).
 	$(FIXTURES_VENV2)/bin/python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['fixtures-openai2']))" > $(FIXTURES_VENV2)/requirements.txt
 	$(FIXTURES_VENV2)/bin/python -m pip install -q -r $(FIXTURES_VENV2)/requirements.txt
+	@test -x $(FIXTURES_VENV3)/bin/python || $(PYTHON) -m venv $(FIXTURES_VENV3)
+	$(FIXTURES_VENV3)/bin/python -m pip install -q --upgrade pip
+	$(FIXTURES_VENV3)/bin/python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['fixtures-agents']))" > $(FIXTURES_VENV3)/requirements.txt
+	$(FIXTURES_VENV3)/bin/python -m pip install -q -r $(FIXTURES_VENV3)/requirements.txt
 	npm ci --no-audit --no-fund --prefix $(FIXTURES_NODE)
 	@set -e; for f in $$(grep -l '^if __name__ == "__main__":' tests/fixtures/agents/record/*.py); do \
 	  m=$$(basename $$f .py); case $$m in capture|__init__) continue;; esac; \
 	  venv=$(FIXTURES_VENV); grep -q '^# fixtures extra: fixtures-openai2' $$f && venv=$(FIXTURES_VENV2); \
-	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; done
+	  grep -q '^# fixtures extra: fixtures-agents' $$f && venv=$(FIXTURES_VENV3); \
+	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
+	  sw=$$(sed -n 's/^# content switch: //p' $$f); if [ -n "$$sw" ]; then \
+	    echo "== $$m, content off: $$sw"; env $$sw AGENTOPS_FIXTURES_CONTENT=off $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
+	  fi; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

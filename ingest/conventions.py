@@ -10,6 +10,7 @@ by attributes, never by span names, because names are free text chosen by each f
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -144,25 +145,38 @@ TASK_NAME_KEYS = ("gen_ai.workflow.name", "gen_ai.agent.name", "traceloop.workfl
 # after the agent that ran in it (its first agent step), else after its service.
 GENERIC_ROOT_NAMES = frozenset({
     "langgraph", "agent workflow", "agent run", "invoke_agent", "workflow", "runnablesequence",
-    "agentexecutor", "agent", "chain", "graph", "run", "root", "trace", "main",
+    "agentexecutor", "agent", "chain", "graph", "run", "root", "trace", "main", "crew", "flow",
     # OpenInference names a LlamaIndex or smolagents run `<class or agent name>.run`; these are
     # the frameworks' own classes, which say nothing of the agent.
     "functionagent.run", "reactagent.run", "codeactagent.run", "agentworkflow.run", "workflow.run",
     "toolcallingagent.run", "codeagent.run", "multistepagent.run",
 })
-# `<Name>.run`: a method call's span name (OpenInference's LlamaIndex and smolagents roots);
-# the task is named after <Name> (a smolagents agent's name, a workflow subclass).
-_RUN_METHOD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.a?run$")
+# `<Owner>.<method>`: a method call's span name, the method one that runs an agent or a crew
+# (OpenInference's LlamaIndex, smolagents and Agno roots `support_agent.run` / `.arun`, CrewAI's
+# `support_crew.kickoff` and its agent steps `<role>._execute_core` or `<role>.<task>._execute_core`):
+# the task or agent is named after <Owner>, the part before the first dot.
+_RUN_METHOD = re.compile(r"^(?P<owner>[^.]+)(?:\.[^.]+)?\.(?:a?run|kickoff(?:_async)?|a?invoke|_?execute(?:_core)?)$")
+# An id made for each run (a UUID, 32 hex digits) names no agent: CrewAI's unnamed crew is
+# `Crew_<uuid>`; with the id taken out what is left is read as any other name (`Crew`: generic).
+_GENERATED_ID = re.compile(r"[_\-:# ]?(?<![0-9a-f])[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
+                           r"(?![0-9a-f])", re.I)
+# Where the agent name a step's own name gives is kept (agent steps that name no agent).
+AGENT_NAME_KEY = "agentops.agent.name"
 
 
 def is_generic_name(name: str) -> bool:
-    return name.strip().lower() in GENERIC_ROOT_NAMES
+    return _GENERATED_ID.sub("", name).strip().lower() in GENERIC_ROOT_NAMES
 
 
 def run_owner(name: str) -> str:
-    """The agent or workflow a `<Name>.run` span name names; the name itself otherwise."""
+    """The agent, crew or workflow a `<Owner>.run` (`.kickoff`, `._execute_core`, …) span name names,
+    without an id made for the run; the name itself otherwise."""
     match = _RUN_METHOD.match(name.strip())
-    return match.group(1) if match and not is_generic_name(name) else name
+    if not match or is_generic_name(name):
+        return name
+    return _GENERATED_ID.sub("", match.group("owner")).strip() or name
+
+
 DEVICE_KEY = "hw.id"
 RELEASE_KEY = "service.version"
 ENVIRONMENT_KEYS = ("deployment.environment.name", "deployment.environment")
@@ -336,9 +350,26 @@ def _unwrap_result(parsed: object) -> tuple[object, str]:
         elif parsed.get("lc") == 1 and isinstance(parsed.get("kwargs"), dict) and "ToolMessage" in str(parsed.get("id")):
             message = parsed["kwargs"]
     if message is None:
-        return parsed, ""
+        return _python_literal(parsed), ""
     call_id = message.get("tool_call_id")
     return message.get("content"), call_id if isinstance(call_id, str) else ""
+
+
+# A result longer than this is kept as the text it came as (literal_eval's cost grows with it).
+_MAX_LITERAL_CHARS = 16_384
+
+
+def _python_literal(value: object) -> object:
+    """A dict or list written as Python writes it (str() of the tool's return value, single quotes,
+    None/True: Agno's OpenInference `output.value`) as that dict or list; anything else as it is."""
+    if not (isinstance(value, str) and value[:1] in ("{", "[") and value.rstrip()[-1:] in ("}", "]")
+            and len(value) <= _MAX_LITERAL_CHARS):
+        return value
+    try:
+        found = ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return value
+    return found if isinstance(found, dict | list) else value
 
 
 # What OpenInference sends in place of a hidden value (OPENINFERENCE_HIDE_INPUTS / _OUTPUTS,

@@ -44,8 +44,14 @@ FIELDS = (
     "result_redacted",  # tool output sent as "__REDACTED__"
     "tool_call_id",     # the id of the call a tool step answered
     "session",          # a session (conversation) id
+    "ai_sdk_shape",     # shaped as the Vercel AI SDK writes its spans (AI_SDK_KEYS): the library, whatever its scope
 )
 SERVING_KEY = "agentops.serving"
+# The Vercel AI SDK traces with the application's tracer (its scope is the app's name, not the SDK's),
+# so what tells it is what it writes: up to AI SDK 6 its own `ai.*` attributes on every span
+# (ai.operationId, ai.model.id), from 7 (@ai-sdk/otel) the operation's duration as a span attribute
+# on its chat and tool spans, which the GenAI conventions define as metrics only.
+AI_SDK_KEYS = ("ai.operationId", "ai.model.id", "gen_ai.client.operation.duration", "gen_ai.execute_tool.duration")
 # Output messages of a model call, as each convention records them: GenAI's structured messages,
 # the first flattened message of OpenInference and of OpenLLMetry's older form (looked up by key:
 # scanning every key of a long prompt costs more than the rest of the count), and the span event
@@ -108,6 +114,7 @@ def presence(step: StepRecord) -> tuple[bool, ...]:
         tool and not result and a.get("output.value") == REDACTED,
         step.tool_call_id != "",
         step.session_id != "",
+        any(k in a for k in AI_SDK_KEYS),
     )
 
 

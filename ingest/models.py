@@ -303,6 +303,7 @@ class InstrumentationCount(models.Model):
     result_redacted = models.BigIntegerField(default=0)
     tool_call_id = models.BigIntegerField(default=0)
     session = models.BigIntegerField(default=0)
+    ai_sdk_shape = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(

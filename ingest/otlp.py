@@ -353,6 +353,11 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
     if facts.tool_server:
         attributes[conventions.TOOL_SERVER_KEY] = facts.tool_server
     name = _short(span.name)
+    if kind == "agent" and not any(attributes.get(k) for k in ("gen_ai.agent.name", "agent.name")):
+        # An agent step that names its agent only in its span name (CrewAI's `<role>._execute_core`).
+        owner = conventions.run_owner(name)
+        if owner != name and not conventions.is_generic_name(owner):
+            attributes[conventions.AGENT_NAME_KEY] = owner
     step = StepRecord(
         step_id=span_id,
         task_id=trace_id,

@@ -380,7 +380,7 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
             FROM (SELECT task_id, kind, name, parent_step_id, started_at, ended_at, status, input_tokens,
                          output_tokens, CASE WHEN kind = 'agent' THEN coalesce(
                                 nullif(attributes->>'gen_ai.agent.name', ''), nullif(attributes->>'agent.name', ''),
-                                nullif(name, '')) END AS agent_name
+                                nullif(attributes->>'agentops.agent.name', ''), nullif(name, '')) END AS agent_name
                   FROM ingest_step WHERE task_id = ANY(%s)) steps
             GROUP BY task_id
         ), b AS (

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Max, Q, Sum
 
-from analysis.dashboard.libraries import Fix, Library, library_of, package_name
+from analysis.dashboard.libraries import LIBRARIES, Fix, Library, library_of, package_name
 from analysis.filters import TaskFilters
 from ingest.instrumentation import FIELDS, REDACTED
 from ingest.models import InstrumentationCount, Project, Step, Task
@@ -118,6 +118,12 @@ def _rows(*, project: Project, filters: TaskFilters, span: dict) -> list[dict]:
     return list(qs.values(*keys).annotate(spans=Sum("spans"), **{f: Sum(f) for f in FIELDS}).order_by(*keys))
 
 
+def _ai_sdk_share(kinds: dict[str, dict]) -> float:
+    """The share of a scope's model and tool spans shaped as the Vercel AI SDK writes them."""
+    spans = sum(kinds[k]["spans"] for k in ("llm", "tool") if k in kinds)
+    return sum(kinds[k]["ai_sdk_shape"] for k in ("llm", "tool") if k in kinds) / spans if spans else 0.0
+
+
 def _field_rows(kinds: dict[str, dict]) -> list[dict]:
     out = []
     for name, label, applies in SHOWN:
@@ -174,8 +180,15 @@ def _checks(kinds: dict[str, dict], library: Library) -> list[Check]:
             if parallel is None:
                 parallel = Check("parallelizable_calls", OK)
                 checks.append(parallel)
-            parallel.worse(WEAKENED, "model responses are not recorded: the calls one response requested "
-                                     "together (independent by construction) cannot be told", library.responses)
+            if tools and share(tools, "tool_result") < NONE:
+                # A tool span's own call id says which call it answered, not which calls one response
+                # asked for together: without the responses, and without results, nothing tells.
+                parallel.worse(BLIND, "neither the model's responses nor tool results are recorded: the calls "
+                                      "one response requested together cannot be told, so calls run one after "
+                                      "another are only possible findings", library.responses)
+            else:
+                parallel.worse(WEAKENED, "model responses are not recorded: the calls one response requested "
+                                         "together (independent by construction) cannot be told", library.responses)
         slow = Check("slow_step", OK)
         growth = Check("context_growth", OK)
         ttft = share(llm, "ttft")
@@ -221,7 +234,8 @@ def instrumentation_health(*, project: Project, filters: TaskFilters, now: datet
     services: dict[str, dict] = {}
     for key, kinds in sources.items():
         service, scope_name, scope_version, sdk_name, sdk_language, sdk_version = key
-        library = library_of(scope_name, scope_version)
+        library = library_of(scope_name, scope_version, sdk_language=sdk_language,
+                             ai_sdk_share=_ai_sdk_share(kinds))
         spans = sum(k["spans"] for k in kinds.values())
         totals = {f: sum(k[f] for k in kinds.values()) for f in ("session", "serving")}
         checks = _checks(kinds, library)
@@ -243,7 +257,7 @@ def instrumentation_health(*, project: Project, filters: TaskFilters, now: datet
     for entry in services.values():
         entry["scopes"].sort(key=lambda s: -s["spans"])
         if entry["spans"] and not entry["session"]:  # one span per task is enough to name its session
-            main = library_of(entry["scopes"][0]["scope"]["name"], entry["scopes"][0]["scope"]["version"])
+            main = LIBRARIES[entry["scopes"][0]["library"]["key"]]
             entry["checks"].append(Check("sessions", BLIND, ["no span of this service carries a session id: the "
                                                              "Sessions page and the time per user turn stay empty"],
                                          [main.session]).as_dict())
@@ -290,9 +304,12 @@ def _task_libraries(*, task: Task) -> tuple[Library, Library]:
     if isinstance(service, str):
         qs = qs.filter(service=service)
     best: dict[str, tuple[int, Library]] = {}
-    for row in qs.values("scope_name", "scope_version", "kind").annotate(n=Sum("spans")):
+    for row in qs.values("scope_name", "scope_version", "sdk_language", "kind").annotate(
+            n=Sum("spans"), shaped=Sum("ai_sdk_shape")):
         if row["n"] > best.get(row["kind"], (-1, None))[0]:
-            best[row["kind"]] = (row["n"], library_of(row["scope_name"], row["scope_version"]))
+            best[row["kind"]] = (row["n"], library_of(row["scope_name"], row["scope_version"],
+                                                      sdk_language=row["sdk_language"],
+                                                      ai_sdk_share=row["shaped"] / row["n"] if row["n"] else 0.0))
     return best.get("tool", (0, UNKNOWN))[1], best.get("llm", (0, UNKNOWN))[1]
 
 
@@ -330,9 +347,11 @@ def task_coverage(*, task: Task) -> list[Note]:
         no_ids = c["ids"] == 0 or c["requested"] == 0
         if no_ids and c["results"] == 0:
             fix = tools_by.call_ids if c["ids"] == 0 else llm_by.responses
+            what = ("no tool-call ids and no tool results are recorded" if c["ids"] == 0 else
+                    "neither the model's responses (the calls each requested) nor tool results are recorded")
             notes.append(Note("parallelizable_calls", BLIND, "Independent calls not checked",
-                              "no tool-call ids and no tool results are recorded, so calls run one after another "
-                              "are only possible findings", fix, tools_by.name))
+                              f"{what}, so calls run one after another are only possible findings", fix,
+                              tools_by.name if c["ids"] == 0 else llm_by.name))
         elif no_ids:
             fix, name = ((_call_id_fix(tools_by, c["results"] / c["tools"]), tools_by.name) if c["ids"] == 0
                          else (llm_by.responses, llm_by.name))

@@ -7,7 +7,9 @@ replaces input.value with "__REDACTED__" and drops llm.input_messages.*; _HIDE_O
 output.value and llm.output_messages.*), OpenLLMetry's should_send_prompts() (TRACELOOP_TRACE_CONTENT,
 opentelemetry-instrumentation-langchain utils.py), the OpenTelemetry GenAI utilities'
 get_content_capturing_mode() (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, opentelemetry-util-genai),
-pydantic-ai's InstrumentationSettings.include_content (_tool_manager.py, messages.py).
+pydantic-ai's InstrumentationSettings.include_content (_tool_manager.py, messages.py), the Vercel AI SDK's
+experimental_telemetry recordInputs / recordOutputs (told by its spans' shape: it traces under the
+application's tracer).
 """
 
 from __future__ import annotations
@@ -99,15 +101,18 @@ LIBRARIES = {
         Fix("", "gen_ai.server.time_to_first_token on streamed calls")),
     "google-adk": Library(
         "google-adk", "Google ADK",
-        *[Fix("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true",
-              "the default; with the newer GenAI spans OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT must allow "
-              "span content too")] * 4,
+        *[Fix("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
+              "ADK 2's GenAI spans (telemetry schema 2, its default) carry prompts, tool arguments, results and "
+              "responses only so; true means EVENT_ONLY there (log records, not spans). ADK 1's spans read "
+              "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true, the default")] * 4,
         _OWN_TTFT),
     "vercel-ai": Library(
         "vercel-ai", "Vercel AI SDK",
-        *[Fix("experimental_telemetry: { isEnabled: true, recordInputs: true, recordOutputs: true }",
-              "recordInputs / recordOutputs default to true; false drops prompts, tool arguments and results")] * 4,
-        Fix("", "ai.response.msToFirstChunk on streamText calls")),
+        *[Fix("telemetry: { recordInputs: true, recordOutputs: true }",
+              "AI SDK 7's call option (experimental_telemetry, with isEnabled: true, before 7); both default to "
+              "true; false drops prompts, tool arguments and results, and the responses' requested calls")] * 4,
+        Fix("", "streamText calls only: gen_ai.client.operation.time_to_first_chunk (AI SDK 7, @ai-sdk/otel), "
+                "ai.response.msToFirstChunk (earlier versions); generateText streams nothing")),
     "native": Library(
         "native", "agentops native API (POST /api/v1/ingest)",
         Fix("tool_args", "send it on each tool step"), Fix("tool_result", "send it on each tool step"),
@@ -122,9 +127,15 @@ LIBRARIES = {
 _OPENLLMETRY_VERSION = re.compile(r"^0\.([1-9]\d)\.\d+$")
 
 
-def library_of(scope_name: str, scope_version: str) -> Library:
+# Languages the Vercel AI SDK runs in (telemetry.sdk.language); "" when the resource does not say.
+_AI_SDK_LANGUAGES = ("", "nodejs", "webjs", "js")
+
+
+def library_of(scope_name: str, scope_version: str, *, sdk_language: str = "", ai_sdk_share: float = 0.0) -> Library:
     """The library a scope belongs to; "own" for a tracer no known library names (the agent's own
-    spans), "native" for the native API (no scope)."""
+    spans), "native" for the native API (no scope). `ai_sdk_share`: the share of the scope's model and
+    tool spans shaped as the Vercel AI SDK writes them (ingest.instrumentation.AI_SDK_KEYS), which
+    tells the SDK under the application's own tracer, the scope it is given."""
     name = scope_name.lower()
     if not name:
         return LIBRARIES["native"]
@@ -143,6 +154,8 @@ def library_of(scope_name: str, scope_version: str) -> Library:
         return LIBRARIES["openllmetry"]
     if name.startswith(("opentelemetry.instrumentation.", "opentelemetry.util.genai")):
         return LIBRARIES["otel-genai"]
+    if ai_sdk_share >= 0.5 and sdk_language.lower() in _AI_SDK_LANGUAGES:
+        return LIBRARIES["vercel-ai"]
     return LIBRARIES["own"]
 
 

@@ -164,3 +164,17 @@ def test_a_task_whose_calls_carry_everything_has_no_notes(project):
         make_step(task, cid, kind="tool", offset_ms=100.0 * (i + 1), tool_name="lookup", tool_args={"i": i},
                   tool_result="ok", tool_call_id=cid)
     assert task_coverage(task=task) == []
+
+
+@pytest.mark.parametrize(("scope", "language", "shaped", "key"), [
+    ("ai", "nodejs", 0.0, "vercel-ai"),              # AI SDK up to 6: its own scope
+    ("support-agent", "", 1.0, "vercel-ai"),         # AI SDK 7: the application's tracer, its spans' shape
+    ("support-agent", "nodejs", 0.6, "vercel-ai"),
+    ("support-agent", "python", 1.0, "own"),         # the shape, but not a language the SDK runs in
+    ("support-agent", "nodejs", 0.2, "own"),         # a Node app's own spans, a few carrying a duration
+    ("openinference.instrumentation.agno", "", 1.0, "openinference"),  # a named library stays itself
+])
+def test_the_vercel_ai_sdk_is_told_by_its_scope_or_by_what_its_spans_carry(scope, language, shaped, key):
+    from analysis.dashboard.libraries import library_of
+
+    assert library_of(scope, "1.0.0", sdk_language=language, ai_sdk_share=shaped).key == key

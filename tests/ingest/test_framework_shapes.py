@@ -213,6 +213,134 @@ def test_a_llamaindex_task_is_named_after_its_service_or_its_workflow_class(proj
     assert names == {"8": "llamaindex-support", "9": "SupportWorkflow"}
 
 
+# --- CrewAI 1.15 + OpenInference (crewai, openai) -----------------------------------------
+
+CREW_ID = "a0d3e65a-1619-49ab-8cb2-ea0ee3ba6035"
+CREWAI_CALL = "call_hrg3Oh9mmvkT2jEdFNYGr3xN"
+
+
+def crewai_spans(trace=10, crew_name=f"Crew_{CREW_ID}"):
+    """crewai_openinference/: an unnamed crew's root is `Crew_<its uuid>.kickoff` (CHAIN), the task's
+    agent step `<role>._execute_core` (AGENT, no agent.name), the model call traced by the OpenAI
+    instrumentation, the tool `<tool>.run` (TOOL: JSON input, no call id)."""
+    root = span(trace, 1, name=f"{crew_name}.kickoff", end_ms=270.7, attributes={
+        "openinference.span.kind": "CHAIN", "crew_id": CREW_ID, "crew_key": "f1eab7e8778717133c88de89e3300c43",
+        "crew_agents": json.dumps([{"role": "Support agent", "id": "3e4783d0-2bec-4a42-a20a-85b3fa2a519b"}])})
+    agent = span(trace, 2, parent=1, name="Support agent._execute_core", start_ms=26.6, end_ms=261.3, attributes={
+        "openinference.span.kind": "AGENT", "graph.node.id": "Support agent", "crew_id": CREW_ID,
+        "input.value": json.dumps({"agent": {"role": "Support agent"}}), "input.mime_type": "application/json"})
+    chat = span(trace, 3, parent=2, name="ChatCompletion", start_ms=50.6, end_ms=101.1, attributes={
+        "openinference.span.kind": "LLM", "llm.system": "openai", "llm.model_name": "gpt-4o-mini-2024-07-18",
+        "llm.token_count.prompt": 195, "llm.token_count.completion": 12, "llm.token_count.total": 207,
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": CREWAI_CALL,
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup_customer",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"email": "user1@example.com"}'})
+    tool = span(trace, 4, parent=2, name="lookup_customer.run", start_ms=103.7, end_ms=130.7, attributes={
+        "openinference.span.kind": "TOOL", "tool.name": "lookup_customer",
+        "tool.parameters": json.dumps({"properties": {"email": {"type": "string"}}, "required": ["email"]}),
+        "input.value": '{"email": "user1@example.com"}', "input.mime_type": "application/json",
+        "output.value": '{"customer_id": "cus_user1", "tier": "gold"}', "output.mime_type": "application/json"})
+    return [root, agent, chat, tool]
+
+
+@pytest.mark.django_db
+def test_an_unnamed_crew_is_named_after_its_agent_and_a_named_crew_after_itself(project):
+    """An unnamed crew's root carries a uuid made for the run (every task would be named apart):
+    the task takes the role of the agent that ran, read from its `<role>._execute_core` step."""
+    from ingest.services import batch_store
+
+    batch_store(project=project, batch=decoded(crewai_spans(), **{"service.name": "crewai-support"}).batch)
+    batch_store(project=project, batch=decoded(crewai_spans(11, crew_name="support_crew"),
+                                               **{"service.name": "crewai-support"}).batch)
+    tasks = {t.task_id[-1]: t for t in Task.objects.filter(project=project)}
+    assert {k: t.name for k, t in tasks.items()} == {"a": "Support agent", "b": "support_crew"}
+    unnamed = tasks["a"]
+    assert (unnamed.input_tokens, unnamed.output_tokens, unnamed.step_count) == (195, 12, 4)
+    kinds = dict(unnamed.steps.values_list("name", "kind"))
+    assert kinds == {f"Crew_{CREW_ID}.kickoff": "framework", "Support agent._execute_core": "agent",
+                     "ChatCompletion": "llm", "lookup_customer.run": "tool"}
+
+
+def test_crewai_tool_and_model_steps():
+    found = steps(crewai_spans())
+    tool = found["lookup_customer.run"]
+    assert (tool.tool_name, tool.tool_args, tool.tool_call_id) == ("lookup_customer", {"email": "user1@example.com"}, "")
+    assert json.loads(tool.tool_result) == {"customer_id": "cus_user1", "tier": "gold"}
+    chat = found["ChatCompletion"]
+    assert (chat.model, chat.tool_call_ids) == ("gpt-4o-mini-2024-07-18", [CREWAI_CALL])
+    assert found["Support agent._execute_core"].attributes[conventions.AGENT_NAME_KEY] == "Support agent"
+
+
+@pytest.mark.parametrize(("name", "owner", "generic"), [
+    (f"Crew_{CREW_ID}.kickoff", "Crew", True),                   # an unnamed crew: the uuid is no name
+    ("support_crew.kickoff", "support_crew", False),
+    ("Support agent._execute_core", "Support agent", False),      # CrewAI's agent step
+    ("Support agent.Find the order._execute_core", "Support agent", False),  # a named CrewAI task
+    ("support_agent.arun", "support_agent", False),              # Agno
+    ("support_agent.run", "support_agent", False),               # smolagents
+    ("FunctionAgent.run", "FunctionAgent.run", True),            # LlamaIndex's own class
+    ("BaseWorkflowAgent.run_agent_step", "BaseWorkflowAgent.run_agent_step", False),  # not a run method
+])
+def test_the_owner_of_a_run_method_names_the_task(name, owner, generic):
+    assert conventions.run_owner(name) == owner
+    assert conventions.is_generic_name(owner) is generic
+
+
+# --- Agno 3.1 + OpenInference --------------------------------------------------------------
+
+def agno_spans():
+    """agno_openinference/: the root `support_agent.arun` (AGENT, agent.name), the model call
+    `OpenAIChat.ainvoke` (the request model only), the tool span named after the tool, its result
+    Python's str() of the dict the tool returned (text/plain), no call id."""
+    root = span(12, 1, name="support_agent.arun", end_ms=215.6, attributes={
+        "openinference.span.kind": "AGENT", "agent.name": "support-agent", "graph.node.id": "16f63b090141f7c3",
+        "graph.node.name": "support-agent", "session.id": "bd2ec9f1-450e-422d-b45f-f45428de9c0a",
+        "input.value": "Where is my order ord_0001x?"})
+    chat = span(12, 2, parent=1, name="OpenAIChat.ainvoke", start_ms=0.9, end_ms=67.2, attributes={
+        "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini", "llm.provider": "OpenAI",
+        "llm.system": "openai", "llm.token_count.prompt": 125, "llm.token_count.completion": 12,
+        "llm.token_count.total": 137, "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_BLHI6RawreK1doWkzCuemf9t",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup_customer"})
+    tool = span(12, 3, parent=1, name="lookup_customer", start_ms=67.5, end_ms=95.2, attributes={
+        "openinference.span.kind": "TOOL", "tool.name": "lookup_customer",
+        "tool.description": "Find a customer by e-mail address.",
+        "input.value": '{"email": "user1@example.com"}', "input.mime_type": "application/json",
+        "tool.parameters": '{"email": "user1@example.com"}',
+        "output.value": "{'customer_id': 'cus_user1', 'tier': 'gold', 'vip': True, 'note': None}",
+        "output.mime_type": "text/plain"})
+    return [root, chat, tool]
+
+
+@pytest.mark.django_db
+def test_agno_task_steps_and_a_result_written_as_python_writes_it(project):
+    """Agno's OpenInference records a tool's result as str() of what it returned: read as the dict
+    it is, so results compare and show as data, as every other family's JSON results do."""
+    from ingest.services import batch_store
+
+    out = decoded(agno_spans(), **{"service.name": "agno-support"})
+    tool = {s.name: s for s in out.batch.steps}["lookup_customer"]
+    assert (tool.kind, tool.tool_args) == ("tool", {"email": "user1@example.com"})
+    assert json.loads(tool.tool_result) == {"customer_id": "cus_user1", "tier": "gold", "vip": True, "note": None}
+    batch_store(project=project, batch=out.batch)
+    [task] = Task.objects.filter(project=project)
+    assert (task.name, task.session_id, task.input_tokens, task.output_tokens) == (
+        "support-agent", "bd2ec9f1-450e-422d-b45f-f45428de9c0a", 125, 12)
+    assert sorted(task.steps.values_list("kind", flat=True)) == ["agent", "llm", "tool"]
+
+
+@pytest.mark.parametrize("text", [
+    "{'a': 1",                       # not a literal: kept as the text it came as
+    "{'a': __import__('os')}",       # never evaluated
+    "[1, 2] and more",
+])
+def test_a_result_that_is_not_a_python_literal_stays_text(text):
+    tool = span(13, 1, name="t", attributes={"openinference.span.kind": "TOOL", "tool.name": "t",
+                                             "output.value": text})
+    assert steps([tool])["t"].tool_result == text
+
+
 # --- newer GenAI conventions ----------------------------------------------------------------
 
 def test_streaming_attributes_of_the_newer_conventions():

@@ -16,11 +16,11 @@ from django.contrib.auth import get_user_model
 
 from analysis.management.commands.evaluate_detection import replay_in_time_order
 from analysis.models import Finding
-from tests.recorded.content_switches import SWITCHES, bodies
+from tests.recorded.content_switches import RECORDED, SWITCHES, folder_of, payloads, scope_of
 
 pytestmark = pytest.mark.django_db
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
-FAMILIES = [f for f in SWITCHES if (FIXTURES / f).is_dir()]
+FAMILIES = [f for f in [*SWITCHES, *RECORDED] if (FIXTURES / f).is_dir()]
 B, W = "blind", "weakened"
 # Every family: model calls name no server (the recordings ran against a local mock), and TTFT
 # arrives only from pydantic-ai's streamed runs.
@@ -39,6 +39,29 @@ EXPECTED = {
     ("langgraph_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     ("langgraph_openllmetry", True): NO_TTFT,
     ("langgraph_openllmetry", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Recorded with the switch off (tests/fixtures/agents/content_off/). TOOL spans carry no call id
+    # whatever the switches. CrewAI's streamed calls have a first-token event (context growth can be
+    # read), no span a session; Agno's root has session.id, no first-token event.
+    ("crewai_openinference", True): {**COMMON, "parallelizable_calls": W, "sessions": B},
+    ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
+    ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
+    ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Derived content-off payloads (content_switches.SWITCHES). smolagents: no session id; LlamaIndex:
+    # no tokens (FunctionAgent streams without asking for usage), TTFT from its first-token event.
+    ("smolagents_openinference", True): {**NO_TTFT, "parallelizable_calls": W, "sessions": B},
+    ("smolagents_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B,
+                                          "sessions": B},
+    ("llamaindex_openinference", True): {**COMMON, "context_growth": B, "parallelizable_calls": W, "sessions": B},
+    ("llamaindex_openinference", False): {**COMMON, "context_growth": B, "repeated_tool_call": B,
+                                          "parallelizable_calls": B, "sessions": B},
+    # ADK's tool spans keep their call ids; with content off neither responses nor results remain.
+    ("google_adk", True): NO_TTFT,
+    ("google_adk", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
+    # Its chat spans name the server they called; TTFT on streamText's calls only; no session id.
+    ("ai_sdk", True): {"slow_step": W, "sessions": B},
+    # recordInputs/recordOutputs false: tool spans keep their call ids, but neither the responses
+    # (the calls each requested) nor the results are recorded.
+    ("ai_sdk", False): {"slow_step": W, "sessions": B, "repeated_tool_call": B, "parallelizable_calls": B},
 }
 # The switch that turns content back on, as the page names it, per family with content off.
 SWITCH_ON = {
@@ -47,6 +70,12 @@ SWITCH_ON = {
     "openai_agents": "OPENINFERENCE_HIDE_INPUTS=false",
     "langgraph_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
     "langgraph_openllmetry": "TRACELOOP_TRACE_CONTENT=true",
+    "crewai_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "agno_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "ai_sdk": "telemetry: { recordInputs: true, recordOutputs: true }",
+    "smolagents_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "llamaindex_openinference": "OPENINFERENCE_HIDE_INPUTS=false",
+    "google_adk": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
 }
 # What the task page of a run that called a tool twice with the same arguments says (headline → the
 # switch or text in its fix); a headline absent here must be absent from the page.
@@ -60,7 +89,26 @@ REPEAT_NOTES = {
                                          "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"},
     ("langgraph_openllmetry", False): {"Repeated calls not checked": SWITCH_ON["langgraph_openllmetry"],
                                        "Independent calls not checked": SWITCH_ON["langgraph_openllmetry"]},
+    **{(family, True): {"Independent calls judged on results only": "no switch"}
+       for family in ("crewai_openinference", "agno_openinference")},
+    **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
+                         "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
+       for family in ("crewai_openinference", "agno_openinference")},
+    **{(family, True): {"Independent calls judged on results only": "no switch"}
+       for family in ("smolagents_openinference", "llamaindex_openinference")},
+    **{(family, False): {"Repeated calls not checked": "OPENINFERENCE_HIDE_INPUTS=false",
+                         "Independent calls not checked": "OPENINFERENCE_HIDE_OUTPUTS=false"}
+       for family in ("smolagents_openinference", "llamaindex_openinference")},
+    ("google_adk", False): {"Repeated calls not checked": SWITCH_ON["google_adk"],
+                            "Independent calls not checked": SWITCH_ON["google_adk"]},
+    ("ai_sdk", False): {"Repeated calls not checked": SWITCH_ON["ai_sdk"],
+                        "Independent calls not checked": SWITCH_ON["ai_sdk"]},
 }
+# The resource's telemetry.sdk.* (name, language): the AI SDK's recorder builds its resource from
+# attributes alone, as `resourceFromAttributes` does, without the SDK's defaults.
+SDK = {"ai_sdk": ("", "")}
+# LlamaIndex's FunctionAgent streams without asking for usage: no tokens, whatever the switches.
+NO_TOKENS = {"llamaindex_openinference"}
 HEADLINES = {"Repeated calls not checked", "Independent calls not checked", "Independent calls judged on results only"}
 
 
@@ -69,8 +117,8 @@ def text_of(response) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", response.content.decode())).split())
 
 
-def runs(family: str) -> list[dict]:
-    with (FIXTURES / family / "runs.jsonl").open(encoding="utf-8") as fh:
+def runs(family: str, *, content: bool = True) -> list[dict]:
+    with (folder_of(FIXTURES, family, content=content) / "runs.jsonl").open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
@@ -85,8 +133,8 @@ def member(client, project):
 @pytest.fixture
 def replay(client, ingest_key):
     def _replay(family: str, *, content: bool) -> None:
-        for body in bodies(FIXTURES / family, content=content):
-            r = client.post("/v1/traces", data=body, content_type="application/x-protobuf",
+        for body, media in payloads(FIXTURES, family, content=content):
+            r = client.post("/v1/traces", data=body, content_type=media,
                             HTTP_AUTHORIZATION=f"Bearer {ingest_key}")
             assert r.status_code == 200, r.content[:300]
     return _replay
@@ -110,13 +158,18 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     [service] = api.json()["services"]
     assert service["service"] == runs(family)[0]["service_name"]
     assert not_ok(service) == EXPECTED[family, content]
-    scope = next(s for s in service["scopes"] if s["scope"]["name"] == SWITCHES[family][0])
-    assert scope["scope"]["version"] and (scope["sdk"]["name"], scope["sdk"]["language"]) == ("opentelemetry", "python")
+    scope = next(s for s in service["scopes"] if s["scope"]["name"] == scope_of(family))
+    assert scope["scope"]["version"]
+    assert (scope["sdk"]["name"], scope["sdk"]["language"]) == SDK.get(family, ("opentelemetry", "python"))
     shares = {f["field"]: f["share"] for f in scope["fields"]}
-    assert shares["model"] == shares["tokens"] == 1.0
-    assert shares["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0)
+    # Every model call's scope (CrewAI's own scope traces none: OpenInference's OpenAI one does).
+    llm_shares = [{f["field"]: f["share"] for f in s["fields"]} for s in service["scopes"] if "llm" in s["kinds"]]
+    assert llm_shares and all(sh["model"] == 1.0 for sh in llm_shares)
+    assert all(sh["tokens"] == (0.0 if family in NO_TOKENS else 1.0) for sh in llm_shares)
+    assert all(sh["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0) for sh in llm_shares)
     if "tool_args" in shares:
-        assert shares["tool_args"] == (1.0 if content else 0.0)
+        # ADK records no arguments on the failing call that ends its run: 33 of 35 tool spans.
+        assert shares["tool_args"] >= 0.94 if content else shares["tool_args"] == 0.0
     fixes = {f["switch"] for s in service["scopes"] for c in s["checks"] for f in c["fixes"]}
     if not content:
         assert SWITCH_ON[family] in fixes
@@ -124,13 +177,13 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     page = member.get("/instrumentation", {"project": project.name})
     assert page.status_code == 200
     text = html.unescape(page.content.decode())
-    assert service["service"] in text and SWITCHES[family][0] in text
+    assert service["service"] in text and scope_of(family) in text
     for check, status in EXPECTED[family, content].items():
         assert f'data-check="{check}"' in text and f'status-{status}' in text
     if not content:
         assert SWITCH_ON[family] in text
 
-    repeat = next(r for r in runs(family) if r["scenario"] == "repeat")
+    repeat = next(r for r in runs(family, content=content) if r["scenario"] == "repeat")
     task_page = html.unescape(member.get(f"/tasks/{repeat['task_id']}", {"project": project.name}).content.decode())
     notes = REPEAT_NOTES.get((family, content), {})
     for headline in HEADLINES:
@@ -139,9 +192,10 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
         assert fix in task_page.split(headline, 1)[1].split("</li>", 1)[0], (headline, fix)
 
 
-# Scopes no library names: the agent's own tracer (openai-v2's recorder makes its tool spans by hand;
-# the AI SDK's OpenTelemetry integration is given the application's tracer).
-OWN_SCOPES = {"orders_agent", "support-agent"}
+# Scopes no library names: the agent's own tracer (openai-v2's recorder makes its tool spans by hand).
+# The AI SDK's OpenTelemetry integration is given the application's tracer too (scope `support-agent`),
+# but its spans' shape tells it.
+OWN_SCOPES = {"orders_agent"}
 
 
 MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}  # Node's exporter posts OTLP/JSON
@@ -180,3 +234,20 @@ def test_redacted_arguments_raise_no_repeated_call_and_the_task_page_says_why(re
     assert "Repeated calls not checked : its tool arguments arrive redacted (__REDACTED__)" in page
     assert "Fix (OpenInference): OPENINFERENCE_HIDE_INPUTS=false" in page
     assert "No findings: nothing in this task wasted time" not in page
+
+
+def test_the_ai_sdk_is_told_by_what_it_sends_and_its_switch_is_named(client, member, project, ingest_key, read_key):
+    """AI SDK 7 traces under the application's tracer (scope `support-agent`, a resource with no
+    telemetry.sdk.*): the page names it by its spans' shape, and its switch where content is missing."""
+    for body in recorded_bodies(FIXTURES / "ai_sdk"):
+        assert client.post("/v1/traces", data=body.read_bytes(), content_type=MEDIA[body.suffix],
+                           HTTP_AUTHORIZATION=f"Bearer {ingest_key}").status_code == 200
+    [service] = client.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()["services"]
+    [scope] = service["scopes"]
+    assert (scope["scope"]["name"], scope["library"]["key"], scope["library"]["name"]) == (
+        "support-agent", "vercel-ai", "Vercel AI SDK")
+    page = text_of(member.get("/instrumentation", {"project": project.name}))
+    assert "Vercel AI SDK" in page
+    # No span names a session: the fix named is the AI SDK's scope's, not "your own spans".
+    sessions = next(c for c in service["checks"] if c["check"] == "sessions")
+    assert sessions["status"] == B and sessions["fixes"]
