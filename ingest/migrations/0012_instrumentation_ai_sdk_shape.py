@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ingest', '0010_instrumentation_counts'),
+        ('ingest', '0011_step_tool_index'),
     ]
 
     operations = [
