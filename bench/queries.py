@@ -62,7 +62,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     """Queries from the analysis, releases and alerts code, when present."""
     out: dict[str, Callable[[], object]] = {}
     try:
-        from analysis.dashboard.reads import duration_percentiles as latency_percentiles
+        from analysis.dashboard.aggregates import duration_percentiles as latency_percentiles
     except ImportError:
         latency_percentiles = None
     if latency_percentiles is not None:
@@ -95,7 +95,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
 def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     """The selectors behind the Overview and Latency pages (whole 30 days, no filter: the
     default view and the worst case)."""
-    from analysis.dashboard import reads
+    from analysis.dashboard import aggregates
     from analysis.filters import TaskFilters
 
     f = TaskFilters()
@@ -111,7 +111,7 @@ def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     }
     out = {}
     for label, (name, kwargs) in wanted.items():
-        fn = getattr(reads, name, None)
+        fn = getattr(aggregates, name, None)
         if fn is not None:
             out[label] = lambda fn=fn, kwargs=kwargs: fn(project=project, filters=f, **kwargs)
     return out
@@ -210,15 +210,15 @@ def device_queries(project) -> dict[str, Callable[[], object]]:
 
     from django.db.models import Max
 
-    from analysis.dashboard import devices, reads
+    from analysis.dashboard import aggregates, devices
     from analysis.filters import TaskFilters
     from ingest.models import Task
 
     f = TaskFilters()
     newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
     last_days = TaskFilters(since=newest - timedelta(hours=48), until=newest)
-    names = [d.name for d in reads.project_devices(project=project)]
-    servers = [d.name for d in reads.project_devices(project=project) if d.role != "gpu"]
+    names = [d.name for d in aggregates.project_devices(project=project)]
+    servers = [d.name for d in aggregates.project_devices(project=project) if d.role != "gpu"]
     return {
         "devices: verdict groups (first page, with the counts per device)": lambda: devices.verdict_groups(project=project, filters=f),
         "devices: server vs client breakdown (6 servers)": lambda: devices.serving_breakdown(
@@ -321,7 +321,7 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
     from django.core.cache import cache
     from django.test import Client
 
-    from analysis.comparison import explain
+    from analysis.comparison import diff
     from analysis.dashboard import selectors, sessions
     from analysis.filters import TaskFilters
     from ingest.models import IngestKey, Task
@@ -353,7 +353,7 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
 
     def cold_profile():
         cache.clear()  # built from its runs every time, as on the first visit after new runs
-        typical, reason = explain.typical_profile(project=project, name="checkout-agent", release="v2")
+        typical, reason = diff.typical_profile(project=project, name="checkout-agent", release="v2")
         assert typical is not None, reason
         return typical
 

@@ -18,8 +18,8 @@ from django.urls import reverse
 
 from agentops.db import read_connection
 from analysis import rollups
+from analysis.dashboard.aggregates import HARDWARE_FINDINGS, _finding_queryset
 from analysis.dashboard.charts import fmt_ms
-from analysis.dashboard.reads import HARDWARE_FINDINGS, _finding_queryset
 from analysis.filters import TaskFilters
 from analysis.measures import tpot_expr
 from analysis.models import COUNTED_FINDING_SQL

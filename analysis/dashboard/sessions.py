@@ -19,8 +19,8 @@ from django.db.models import Count, F, FloatField, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from agentops.db import read_connection
+from analysis.dashboard.aggregates import ECDF_FRACTIONS, PERCENTILES
 from analysis.dashboard.charts import log_edges
-from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES
 from analysis.filters import (
     FilterError,
     TaskFilters,

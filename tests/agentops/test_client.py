@@ -24,7 +24,7 @@ from agentops.client import (
     RateLimited,
     Unavailable,
 )
-from analysis.dashboard import reads
+from analysis.dashboard import aggregates
 from analysis.filters import TaskFilters
 from analysis.models import ModelPrice
 from ingest.models import ResourceSample, Step, Task
@@ -68,7 +68,7 @@ def test_bulk_reads_are_dataframes_of_the_projects_rows(client, data):
 @pytest.mark.parametrize("group_by", ["kind", "tool", "model"])
 def test_latency_is_what_the_dashboard_computes(client, data, group_by):
     frame = client.latency(group_by=group_by, release="v2")
-    expected = reads.duration_percentiles(project=data, filters=TaskFilters(release="v2"), group_by=group_by)
+    expected = aggregates.duration_percentiles(project=data, filters=TaskFilters(release="v2"), group_by=group_by)
     assert list(frame.columns) == ["group", "count", "p50", "p90", "p95", "p99", "max"]
     got = frame.set_index("group")
     assert len(got) == len(expected) > 0

@@ -10,7 +10,7 @@ from django.db import connection
 
 from analysis import rollups
 from analysis.alerts.metrics import MetricSpec, measure
-from analysis.dashboard import reads
+from analysis.dashboard import aggregates
 from analysis.engine import batch
 from analysis.engine.baselines import DEVICE, baselines_refresh
 from analysis.filters import TaskFilters
@@ -77,9 +77,9 @@ def test_error_counts_count_the_same_statuses_everywhere(project):
 
     alert = measure(project=project, spec=MetricSpec("error_rate", {}), start=BASE, end=NOW)
     assert alert.value == pytest.approx(100 * failed / len(statuses))
-    assert reads.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # raw
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # raw
     rollups.rollups_refresh()
-    assert reads.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # rolled up
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # rolled up
     (tools,) = rollups.step_summaries(project=project, filters=TaskFilters(), group_by="tool").values()
     assert (tools.count, tools.errors) == (len(statuses), failed)
 
@@ -99,7 +99,7 @@ def analysed_task(project, task_id: str, started_at: datetime) -> None:
 
 def test_budget_sums_add_json_numbers_and_nothing_else(project):
     analysed_task(project, "old", BASE)
-    assert reads.budget_by_release(project=project, filters=TaskFilters()) == [("v1", NUMBERS)]  # raw
+    assert aggregates.budget_by_release(project=project, filters=TaskFilters()) == [("v1", NUMBERS)]  # raw
     rollups.rollups_refresh()
     assert rollups.budget_sums(project=project, filters=TaskFilters()) == {"v1": (1, NUMBERS)}  # rolled up
     # After the last refresh, in the hour in progress (not NOW, which is when the suite began): read raw.
