@@ -210,15 +210,15 @@ def device_queries(project) -> dict[str, Callable[[], object]]:
 
     from django.db.models import Max
 
-    from analysis.dashboard import aggregates, devices
+    from analysis.dashboard import devices, selectors
     from analysis.filters import TaskFilters
     from ingest.models import Task
 
     f = TaskFilters()
     newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
     last_days = TaskFilters(since=newest - timedelta(hours=48), until=newest)
-    names = [d.name for d in aggregates.project_devices(project=project)]
-    servers = [d.name for d in aggregates.project_devices(project=project) if d.role != "gpu"]
+    names = [d.name for d in selectors.project_devices(project=project)]
+    servers = [d.name for d in selectors.project_devices(project=project) if d.role != "gpu"]
     return {
         "devices: verdict groups (first page, with the counts per device)": lambda: devices.verdict_groups(project=project, filters=f),
         "devices: server vs client breakdown (6 servers)": lambda: devices.serving_breakdown(

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.contrib.auth.decorators import login_required
 from django.urls import reverse
 
-from analysis.dashboard import aggregates, device_charts, devices
+from analysis.dashboard import aggregates, device_charts, devices, selectors
 from analysis.dashboard.charts import ecdf_figure
 from analysis.dashboard.views import (
     GLOBAL_PARAMS,
@@ -56,7 +56,7 @@ def _mark(params) -> tuple[datetime, datetime] | None:
 
 def _groups_page(request, project: Project):
     """(every device, the host groups selected, this page of them, page number, pages)."""
-    all_devices = aggregates.project_devices(project=project)
+    all_devices = selectors.project_devices(project=project)
     groups = devices.selected_groups(devices.host_groups(all_devices), vendor=request.GET.get("vendor", ""),
                                      device=request.GET.get("device", ""))
     page = _page_number(request.GET, "hosts")

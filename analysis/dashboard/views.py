@@ -88,7 +88,7 @@ def _page(request, template: str, project, error: str = "", **context):
     context.update({
         "project": project, "error": error,
         "global_query": urlencode(keep(request.GET, GLOBAL_PARAMS)),
-        "has_data": project is not None and aggregates.project_has_data(project=project),
+        "has_data": project is not None and selectors.project_has_data(project=project),
         "ingest_endpoint": request.build_absolute_uri("/"),
     })
     return render(request, template, context, status=400 if error else 200)
@@ -223,8 +223,8 @@ def task_list(request):
         sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
         sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
         export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
-        values=params, statuses=Task.STATUSES, finding_kinds=aggregates.finding_kinds(),
-        devices=aggregates.project_devices(project=project) if project else [],
+        values=params, statuses=Task.STATUSES, finding_kinds=selectors.finding_kinds(),
+        devices=selectors.project_devices(project=project) if project else [],
     )
 
 
@@ -247,7 +247,7 @@ def task_detail(request, task_id: str):
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=findings, possible_findings=any(not f.is_counted for f in findings),
                  coverage=task_coverage(task=task),
-                 whatif=aggregates.whatif_rows(analysis.whatif if analysis else {}),
+                 whatif=selectors.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
                          "step": base + "/steps/", "project": project.name,
@@ -266,14 +266,14 @@ def task_waterfall(request, task_id: str):
     if mode not in (None, "all", "top"):
         raise _BadRequest("mode: must be all or top")
     toggled = [t for t in request.GET.get("toggle", "").split(",") if t][:500]
-    rows = aggregates.task_waterfall_rows(task=task)
+    rows = selectors.task_waterfall_rows(task=task)
     mode = mode or charts.default_mode(len(rows))
     if request.GET.get("reveal"):
         toggled = charts.reveal(rows, mode=mode, toggled=toggled, step_id=request.GET["reveal"])
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
-    samples = aggregates.task_lane_samples(task=task, devices={r.device for r in rows})
-    counted, possible = aggregates.task_findings_by_step(findings)
+    samples = selectors.task_lane_samples(task=task, devices={r.device for r in rows})
+    counted, possible = selectors.task_findings_by_step(findings)
     figure = charts.waterfall_figure(
         rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
         findings=counted, possible=possible, samples=samples)
@@ -288,7 +288,7 @@ def step_detail(request, task_id: str, step_id: str):
     """All stored fields of one step (rendered as text by the page)."""
     project = _project(request)
     task = _task_or_404(project, task_id)
-    step = aggregates.step_detail(task=task, step_id=step_id)
+    step = selectors.step_detail(task=task, step_id=step_id)
     if step is None:
         raise Http404("no such step")
     fields = ["step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
@@ -423,7 +423,7 @@ def tasks_csv(request):
         return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
 
     def rows():
-        for t in aggregates.tasks_for_export(project=project, filters=filters, sort=sort):
+        for t in selectors.tasks_for_export(project=project, filters=filters, sort=sort):
             analysis = getattr(t, "analysis", None) if hasattr(t, "analysis") else None
             yield [t.task_id, t.name, t.release, t.environment, t.started_at.isoformat() if t.started_at else "",
                    t.duration_ms, t.status, t.step_count, t.input_tokens, t.output_tokens,
@@ -441,7 +441,7 @@ def findings_csv(request):
         return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
 
     def rows():
-        for f in aggregates.findings_for_export(project=project, filters=filters):
+        for f in selectors.findings_for_export(project=project, filters=filters):
             yield [f.task.task_id, f.task.name, f.release, f.task_started_at.isoformat() if f.task_started_at else "",
                    f.kind, f.severity, f.confidence, f.confidence_reason, f.wasted_ms, " ".join(f.step_ids),
                    f.summary]

@@ -321,7 +321,7 @@ def critical_path(*, project: Project, task_id: TaskId, limit: Limit = 50, curso
             "more": _offset_cursor("critical_path", end) if end < len(path) else None,
             "budget_ms": {k: _ms(v) for k, v in sorted((analysis.budget or {}).items())} if analysis else {},
             "whatif": [{"scenario": label, "ms": _ms(ms), "saved_ms": _ms(saved)}
-                       for label, ms, saved in aggregates.whatif_rows(analysis.whatif if analysis else {})][:20],
+                       for label, ms, saved in selectors.whatif_rows(analysis.whatif if analysis else {})][:20],
             "url": task_url(project, task.task_id)}
     return fit(data, "steps", lambda n: _offset_cursor("critical_path", offset + n))
 

@@ -9,7 +9,7 @@ from django import template
 from django.urls import NoReverseMatch, reverse
 
 from analysis.access import project_for_user, projects_for_user
-from analysis.dashboard import aggregates
+from analysis.dashboard import selectors
 from analysis.dashboard.charts import fmt_ms
 from analysis.filters import RANGE_PRESETS
 
@@ -41,8 +41,8 @@ def topbar(context):
         "request": request, "project": project, "query": query, "nav": nav,
         "projects": projects_for_user(user) if user.is_authenticated else [],
         "presets": list(RANGE_PRESETS), "values": {k: params.get(k, "") for k in GLOBAL_PARAMS},
-        "releases": aggregates.project_releases(project=project) if project else [],
-        "environments": aggregates.project_environments(project=project) if project else [],
+        "releases": selectors.project_releases(project=project) if project else [],
+        "environments": selectors.project_environments(project=project) if project else [],
         # Page-specific parameters ride along when the global filters change (minus the cursor:
         # a new filter starts from the first page).
         "carry": [(k, v) for k in params if k not in GLOBAL_PARAMS and k != "cursor"

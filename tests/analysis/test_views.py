@@ -477,7 +477,7 @@ def test_findings_follow_every_task_filter(client, project, spread):
 def test_waterfall_order_is_the_apis_tree_order(project):
     """The waterfall reads steps presorted by SQL; the API sorts them in Python: same order,
     including ties on start time, children before later siblings, and a parent cycle."""
-    from analysis.dashboard import aggregates, selectors
+    from analysis.dashboard import selectors
 
     task = make_task(project, "tree", duration_ms=1000.0)
     specs = [("b", "", 0, 500), ("a", "", 0, 500), ("c", "", 0, 300), ("b2", "b", 10, 50), ("b1", "b", 10, 50),
@@ -486,5 +486,5 @@ def test_waterfall_order_is_the_apis_tree_order(project):
     for step_id, parent, offset, duration in reversed(specs):
         make_step(task, step_id, parent=parent, offset_ms=offset, duration_ms=duration)
     api = [(s["step_id"], s["depth"]) for s in map(json.loads, selectors.task_steps_json(task=task))]
-    assert [(r.step_id, r.depth) for r in aggregates.task_waterfall_rows(task=task)] == api
+    assert [(r.step_id, r.depth) for r in selectors.task_waterfall_rows(task=task)] == api
     assert api[:3] == [("c", 0), ("a", 0), ("z", 1)]
