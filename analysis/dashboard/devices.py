@@ -22,7 +22,7 @@ from analysis.dashboard.aggregates import HARDWARE_FINDINGS
 from analysis.dashboard.charts import fmt_ms
 from analysis.dashboard.selectors import filtered_findings
 from analysis.filters import TaskFilters
-from analysis.measures import tpot_expr
+from analysis.measures import percentile_cont_sql, tpot_expr
 from analysis.models import COUNTED_FINDING_SQL
 from ingest.conventions import ROLE_GPU, host_of_server
 from ingest.models import Device, Project
@@ -331,7 +331,7 @@ def serving_breakdown(*, project: Project, filters: TaskFilters, servers: Sequen
     extra = "".join(f" AND {c}" for c in clauses)
     doc = "w.sv"
     figures = ", ".join(
-        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY {column}), avg({column})"
+        f"{percentile_cont_sql(column, (0.5, 0.95))}, avg({column})"
         for column in _SERVING_FIGURES.values())
     sql = f"""
         WITH w AS (

@@ -106,3 +106,26 @@ def test_budget_sums_add_json_numbers_and_nothing_else(project):
     analysed_task(project, "fresh", datetime.now(tz=UTC))
     assert rollups.budget_sums(project=project, filters=TaskFilters()) == \
         {"v1": (2, {k: 2 * v for k, v in NUMBERS.items()})}
+
+
+@pytest.mark.django_db
+def test_the_percentile_is_one_definition_in_sql_in_python_and_over_the_histogram():
+    """percentile_cont_sql, PercentileCont and percentiles give the same numbers; the histogram's
+    percentile (the same rank and weight, bucket middles for order statistics) is within its bound."""
+    import numpy as np
+
+    from analysis.measures import percentile_cont_sql, percentiles
+    from analysis.rollups.histograms import RELATIVE_ERROR, Summary, bin_sql
+
+    values = np.random.default_rng(7).lognormal(7, 1.2, size=1001).round(3)
+    fractions = (0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {percentile_cont_sql('v', fractions)}, {percentile_cont_sql('v', 0.5)},"
+                    f" array_agg({bin_sql('v')}) FROM unnest(%s::float8[]) u(v)", [values.tolist()])
+        in_sql, median, bins = cur.fetchone()
+    assert in_sql == pytest.approx(list(percentiles(values, fractions)), rel=1e-12)
+    assert median == pytest.approx(float(percentiles(values, 0.5)), rel=1e-12)
+    summary = Summary(max_ms=float(values.max()))
+    np.add.at(summary.bins, bins, 1)
+    for exact, bucketed in zip(in_sql, summary.quantiles(fractions), strict=True):
+        assert abs(bucketed - exact) <= RELATIVE_ERROR * exact * 1.0001
