@@ -4,13 +4,15 @@ list are in selectors.py. Every selector takes the project first and the shared
 TaskFilters, and builds on `task_queryset`, so a filter means the same thing on a
 page, in the API and in the CSV export, and one project's rows never reach another's page.
 
-Aggregation happens in Postgres (percentile_cont, date_bin, width_bucket) so a page costs one
-scan of the filtered rows whatever their number, and only a few hundred numbers come back.
+Aggregation happens in Postgres (date_bin, width_bucket, the histogram's buckets) so a page costs
+one scan of the filtered rows whatever their number, and only a few hundred numbers come back.
 
-Long ranges read the latency rollups (analysis/rollups/): whole hours from pre-aggregated
-histograms, only the edges and the fresh tail from raw rows, percentiles within 1.93 % of
-percentile_cont. Filters the rollups cannot answer (status, duration bounds, finding, device,
-search; task name for steps) and overview buckets shorter than an hour use the exact raw query.
+Every percentile these pages show is the histogram's (docs/rollups.md, "One percentile per page"):
+whole hours from the latency rollups, the edges and the fresh tail from raw rows binned the same
+way, and filters the rollups cannot answer (status, duration bounds, finding, device, search; task
+name for steps) or overview buckets shorter than an hour binned from raw rows too. So a
+percentile is one number whichever answered, within 1.93 % of percentile_cont, and the pages mark
+it "≈" with that bound.
 
 Time buckets: the overview aims at about BUCKETS_TARGET points per series: enough to see a
 regression, few enough to draw a readable line per release.
@@ -25,11 +27,9 @@ from datetime import datetime, timedelta
 from django.db.models import (
     Count,
     DateTimeField,
-    F,
     Func,
     Max,
     Min,
-    Q,
     QuerySet,
     Sum,
 )
@@ -39,9 +39,8 @@ from analysis import rollups
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import FindingTotal, SeriesPoint, log_edges
 from analysis.filters import TaskFilters, task_queryset
-from analysis.measures import PercentileCont, Tpot
 from analysis.models import Finding, TaskAnalysis
-from ingest.models import Project, Step, Task
+from ingest.models import Project, Step
 
 BUCKETS_TARGET = 60
 BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
@@ -93,16 +92,10 @@ def _percentiles(values: Sequence[float | None] | None) -> dict[str, float | Non
 
 
 def overview_totals(*, project: Project, filters: TaskFilters) -> dict:
-    summaries = rollups.task_summaries(project=project, filters=filters)
-    if summaries is not None:
-        total = rollups.Summary()
-        for summary in summaries.values():
-            total.merge(summary)
-        return {"count": total.count, "errors": total.errors, **_percentiles(total.quantiles(PERCENTILES))}
-    qs = task_queryset(project=project, filters=filters)
-    row = qs.aggregate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES)),
-                       pcts=PercentileCont("duration_ms", PERCENTILES))
-    return {"count": row["count"], "errors": row["errors"], **_percentiles(row["pcts"])}
+    total = rollups.Summary()
+    for summary in rollups.task_summaries(project=project, filters=filters, raw=True).values():
+        total.merge(summary)
+    return {"count": total.count, "errors": total.errors, **_percentiles(total.quantiles(PERCENTILES))}
 
 
 def overview_series(*, project: Project, filters: TaskFilters, max_releases: int = 6) -> list[SeriesPoint]:
@@ -137,19 +130,13 @@ def overview_series(*, project: Project, filters: TaskFilters, max_releases: int
 
 
 def _series_rows(*, project: Project, filters: TaskFilters, seconds: int) -> list[dict]:
-    """(bucket, release, count, errors, [p50, p95, p99]) rows, from the rollups when the bucket is
-    a whole number of hours and the filters allow, else from the raw rows."""
-    summaries = rollups.task_summaries(project=project, filters=filters, group="release", bucket_seconds=seconds)
-    if summaries is not None:
-        return [{"bucket": bucket, "release": release, "count": s.count, "errors": s.errors,
-                 "pcts": s.quantiles((0.5, 0.95, 0.99))}
-                for (bucket, release), s in sorted(summaries.items())]
-    return list(task_queryset(project=project, filters=filters)
-                .annotate(bucket=DateBin("started_at", seconds=seconds))
-                .values("bucket", "release")
-                .annotate(count=Count("pk"), errors=Count("pk", filter=Q(status__in=Task.FAILED_STATUSES)),
-                          pcts=PercentileCont("duration_ms", (0.5, 0.95, 0.99)))
-                .order_by("bucket", "release"))
+    """(bucket, release, count, errors, [p50, p95, p99]) rows: from the rollups when the bucket is
+    a whole number of hours and the filters allow, else from the raw rows binned the same way."""
+    summaries = rollups.task_summaries(project=project, filters=filters, group="release", bucket_seconds=seconds,
+                                       raw=True)
+    return [{"bucket": bucket, "release": release, "count": s.count, "errors": s.errors,
+             "pcts": s.quantiles((0.5, 0.95, 0.99))}
+            for (bucket, release), s in sorted(summaries.items())]
 
 
 def top_findings(*, project: Project, filters: TaskFilters, limit: int = 10) -> list[FindingTotal]:
@@ -208,24 +195,26 @@ def _group_queryset(*, project: Project, filters: TaskFilters, group_by: str, gr
 
 
 def _summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
-               groups: Sequence[str] | None = None) -> dict[str, rollups.Summary] | None:
-    """Rollup summaries per group ("" for tasks), or None when the filters need raw rows."""
+               groups: Sequence[str] | None = None, raw: bool = True) -> dict[str, rollups.Summary] | None:
+    """Summaries per group ("" for tasks): the rollups, and raw rows binned the same way where they
+    cannot answer (without `raw`: None then)."""
     if group_by == "task":
-        found = rollups.task_summaries(project=project, filters=filters)
+        found = rollups.task_summaries(project=project, filters=filters, raw=raw)
         if found is None:
             return None
         total = rollups.Summary()
         for summary in found.values():
             total.merge(summary)
         return {"": total}
-    return rollups.step_summaries(project=project, filters=filters, group_by=group_by, group=group, groups=groups)
+    return rollups.step_summaries(project=project, filters=filters, group_by=group_by, group=group, groups=groups,
+                                  raw=raw)
 
 
 def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str = "task",
                        group: str = "") -> list[tuple[float, float, int]]:
     """Counts per log-spaced bucket: (low ms inclusive, high ms exclusive, count)."""
     edges = log_edges()
-    summaries = _summaries(project=project, filters=filters, group_by=group_by, group=group)
+    summaries = _summaries(project=project, filters=filters, group_by=group_by, group=group, raw=False)
     if summaries is not None:
         merged = rollups.Summary()
         for summary in summaries.values():
@@ -248,20 +237,12 @@ def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str 
 
 def duration_percentiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
                          limit: int = 30) -> list[dict]:
-    """count, p50/p90/p95/p99 and max per group (one row for tasks), busiest groups first."""
+    """count, p50/p90/p95/p99 (from the histogram: approximate) and max per group (one row for
+    tasks), busiest groups first."""
     summaries = _summaries(project=project, filters=filters, group_by=group_by)
-    if summaries is not None:
-        rows = [{"group": name, "count": s.timed, "max": s.max_ms, **_percentiles(s.quantiles(PERCENTILES))}
-                for name, s in summaries.items() if s.timed]
-        return sorted(rows, key=lambda r: (-r["count"], r["group"]))[:limit]
-    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
-    aggregates = {"count": Count("pk"), "max": Max("duration_ms"),
-                  "pcts": PercentileCont("duration_ms", PERCENTILES)}
-    if column is None:
-        row = qs.aggregate(**aggregates)
-        return [{"group": "", "count": row["count"], "max": row["max"], **_percentiles(row["pcts"])}] if row["count"] else []
-    rows = qs.values(column).annotate(**aggregates).order_by("-count")[:limit]
-    return [{"group": r[column], "count": r["count"], "max": r["max"], **_percentiles(r["pcts"])} for r in rows]
+    rows = [{"group": name, "count": s.timed, "max": s.max_ms, **_percentiles(s.quantiles(PERCENTILES))}
+            for name, s in summaries.items() if s.timed]
+    return sorted(rows, key=lambda r: (-r["count"], r["group"]))[:limit]
 
 
 def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str = "task",
@@ -270,31 +251,22 @@ def duration_quantiles(*, project: Project, filters: TaskFilters, group_by: str 
     groups = list(groups)
     summaries = _summaries(project=project, filters=filters, group_by=group_by,
                            groups=None if group_by == "task" else groups)
-    if summaries is not None:
-        if group_by == "task":
-            values = summaries[""].quantiles(ECDF_FRACTIONS)
-            return [("tasks", ECDF_FRACTIONS, values)] if values else []
-        found = {g: s.quantiles(ECDF_FRACTIONS) for g, s in summaries.items()}
-        return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
-    qs, column = _group_queryset(project=project, filters=filters, group_by=group_by)
-    agg = PercentileCont("duration_ms", ECDF_FRACTIONS)
-    if column is None:
-        values = qs.aggregate(q=agg)["q"]
+    if group_by == "task":
+        values = summaries[""].quantiles(ECDF_FRACTIONS)
         return [("tasks", ECDF_FRACTIONS, values)] if values else []
-    rows = qs.filter(**{f"{column}__in": groups}).values(column).annotate(q=agg)
-    found = {r[column]: r["q"] for r in rows}
+    found = {g: s.quantiles(ECDF_FRACTIONS) for g, s in summaries.items()}
     return [(g, ECDF_FRACTIONS, found[g]) for g in groups if found.get(g)]
 
 
 # --- devices ---------------------------------------------------------------------------------
 
 
-def device_summaries(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> dict[str, dict] | None:
-    """{"ttft": {device: Summary}, "tpot": {…}} from the step rollups, or None when the filters need
-    the raw rows: what device_table and device_quantiles read, for a caller that wants both."""
-    found = {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
-                                            groups=list(devices), metric=metric) for metric in ("ttft", "tpot")}
-    return None if found["ttft"] is None or found["tpot"] is None else found
+def device_summaries(*, project: Project, filters: TaskFilters, devices: Sequence[str]) -> dict[str, dict]:
+    """{"ttft": {device: Summary}, "tpot": {…}} from the step rollups (raw steps binned where they
+    cannot answer): what device_table and device_quantiles read, for a caller that wants both."""
+    return {metric: rollups.step_summaries(project=project, filters=filters, group_by="device",
+                                           groups=list(devices), metric=metric, raw=True)
+            for metric in ("ttft", "tpot")}
 
 
 def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", device: str = "",
@@ -306,14 +278,7 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
                if (not vendor or d.vendor == vendor) and (not device or d.name == device)}
     if summaries is None:
         summaries = device_summaries(project=project, filters=filters, devices=list(devices))
-    rows = _device_rows_rolled_up(summaries)
-    if rows is None:
-        steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices))
-        rows = {r["device"]: r for r in steps.values("device").annotate(
-            steps=Count("pk"),
-            ttft=PercentileCont("ttft_ms", (0.5, 0.95), filter=Q(ttft_ms__isnull=False)),
-            tpot=PercentileCont(Tpot(), (0.5, 0.95)),
-        )}
+    rows = _device_rows(summaries)
     if hardware is None:
         hardware = hardware_finding_counts(project=project, filters=filters)
     out = []
@@ -327,11 +292,8 @@ def device_table(*, project: Project, filters: TaskFilters, vendor: str = "", de
     return sorted(out, key=lambda r: (-r["steps"], r["device"]))
 
 
-def _device_rows_rolled_up(found: dict[str, dict] | None) -> dict[str, dict] | None:
-    """device_table's figures from the step rollups' summaries (percentiles within 1.93 %), or None
-    when the filters need the raw rows."""
-    if found is None:
-        return None
+def _device_rows(found: dict[str, dict]) -> dict[str, dict]:
+    """device_table's figures from device_summaries (percentiles from the histogram, within 1.93 %)."""
     return {name: {"steps": summary.count, "ttft": summary.quantiles((0.5, 0.95)),
                    "tpot": found["tpot"][name].quantiles((0.5, 0.95)) if name in found["tpot"] else None}
             for name, summary in found["ttft"].items()}
@@ -361,11 +323,6 @@ def device_quantiles(*, project: Project, filters: TaskFilters, metric: str, dev
         summaries = summaries[metric]
     else:
         summaries = rollups.step_summaries(project=project, filters=filters, group_by="device",
-                                           groups=list(devices), metric=metric)
-    if summaries is not None:
-        found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
-        return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]
-    steps = _step_queryset(project=project, filters=filters).filter(device__in=list(devices), ttft_ms__isnull=False)
-    value = Tpot() if metric == "tpot" else F("ttft_ms")
-    found = {r["device"]: r["q"] for r in steps.values("device").annotate(q=PercentileCont(value, ECDF_FRACTIONS))}
+                                           groups=list(devices), metric=metric, raw=True)
+    found = {name: s.quantiles(ECDF_FRACTIONS) for name, s in summaries.items()}
     return [(d, ECDF_FRACTIONS, found[d]) for d in devices if found.get(d)]

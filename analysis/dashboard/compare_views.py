@@ -13,6 +13,7 @@ from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from analysis import rollups
 from analysis.comparison import diff
 from analysis.dashboard import compare_charts, selectors, sessions
 from analysis.dashboard.charts import fmt_ms
@@ -138,7 +139,8 @@ def turn_time_json(request):
     return {"sessions": found["sessions"], "turns": found["turns"],
             "text": {"sessions": str(found["sessions"]),
                      "turns_per_session": "–" if found["turns_per_session"] is None else f"{found['turns_per_session']:g}",
-                     **{k: fmt_ms(found[k]) for k in ("p50", "p95", "p99")}}}
+                     **{k: "–" if found[k] is None else f"≈{fmt_ms(found[k])}" for k in ("p50", "p95", "p99")}},
+            "approximate": rollups.APPROXIMATE_NOTE}
 
 
 @login_required

@@ -369,7 +369,7 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
         spans, sparks = figures
     else:
         base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
-                         "release", "started_at", "duration_ms")
+                         "release", "started_at", "duration_ms", "status")
         with transaction.atomic():
             set_work_mem()
             spans, sparks = _release_figures(base)
@@ -392,10 +392,10 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
 
 def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
                                ) -> tuple[dict[str, dict], dict[str, list]] | None:
-    """The list's figures from the latency rollups (analysis/rollups/): p50/p95 within 1.93 %,
-    sparkline slices at hour granularity; None when the filters need raw rows."""
+    """The list's figures from the latency rollups (analysis/rollups/; raw rows binned the same way
+    where they cannot answer): p50/p95 within 1.93 %, sparkline slices at hour granularity."""
     task_filters = filters.task_filters()
-    summaries = rollups.task_summaries(project=project, filters=task_filters, group="release")
+    summaries = rollups.task_summaries(project=project, filters=task_filters, group="release", raw=True)
     if summaries is None:
         return None
     spans = {}
@@ -404,7 +404,7 @@ def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
             p50, p95 = s.quantiles((0.5, 0.95))
             spans[release] = {"lo": s.first_at, "hi": s.last_at, "tasks": s.timed, "p50_ms": p50, "p95_ms": p95}
     sparks: dict[str, list] = defaultdict(list)
-    sliced = rollups.task_summaries(project=project, filters=task_filters, group="release", slices=(
+    sliced = rollups.task_summaries(project=project, filters=task_filters, group="release", raw=True, slices=(
         {r: (span["lo"], span["hi"]) for r, span in spans.items()}, SPARKLINE_BUCKETS)) if spans else {}
     for (bucket, release), s in sorted((sliced or {}).items()):
         if s.timed:
@@ -413,12 +413,13 @@ def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
 
 
 def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str, list]]:
+    """The list's figures from raw rows (a vendor filter, which the rollups have no dimension for):
+    p50/p95 binned as the rollups bin, as in every other case; the sparkline's exact p95."""
     spans = {}
-    for release, lo, hi, n, p50, p95 in fetch(f"""
-            SELECT release, min(started_at), max(started_at), count(*),
-                   {percentile_cont_sql("duration_ms", 0.5)}, {percentile_cont_sql("duration_ms", 0.95)}
-            FROM ({base[0]}) t GROUP BY release""", base[1]):
-        spans[release] = {"lo": lo, "hi": hi, "tasks": n, "p50_ms": p50, "p95_ms": p95}
+    for release, s in rollups.binned_summaries(base[0], base[1], key="t.release").items():
+        if s.timed:
+            p50, p95 = s.quantiles((0.5, 0.95))
+            spans[release] = {"lo": s.first_at, "hi": s.last_at, "tasks": s.timed, "p50_ms": p50, "p95_ms": p95}
     sparks: dict[str, list] = defaultdict(list)
     if not spans:
         return spans, sparks

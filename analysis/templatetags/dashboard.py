@@ -1,5 +1,6 @@
 """Template tags of the dashboard layout: the top bar (navigation, project switcher, global
-filters) works on every page, including pages whose views know nothing about it."""
+filters) works on every page, including pages whose views know nothing about it; durations, and
+percentiles read from the latency histogram marked "≈" with their bound."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from urllib.parse import urlencode
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
 
+from analysis import rollups
 from analysis.access import project_for_user, projects_for_user
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import fmt_ms
@@ -53,3 +56,24 @@ def topbar(context):
 @register.filter
 def ms(value):
     return fmt_ms(value)
+
+
+@register.filter
+def approx_ms(value):
+    """A percentile from the latency histogram: "≈4.55 s", its bound and origin in the tooltip
+    (docs/rollups.md, "One percentile per page")."""
+    if value is None:
+        return "–"
+    return format_html('<span class="approx" title="{}">≈{}</span>', rollups.APPROXIMATE_NOTE, fmt_ms(value))
+
+
+@register.simple_tag
+def approx_bound():
+    """The bound itself, for the page to show beside the figures it qualifies: "±1.9 %"."""
+    return rollups.APPROXIMATE_BOUND
+
+
+@register.inclusion_tag("analysis/_approx_note.html")
+def approx_note():
+    """One line under a table of histogram percentiles saying what "≈" means."""
+    return {"bound": rollups.APPROXIMATE_BOUND, "note": rollups.APPROXIMATE_NOTE}

@@ -24,6 +24,7 @@ from agentops.client import (
     RateLimited,
     Unavailable,
 )
+from analysis import rollups
 from analysis.dashboard import aggregates
 from analysis.filters import TaskFilters
 from analysis.models import ModelPrice
@@ -75,10 +76,12 @@ def test_latency_is_what_the_dashboard_computes(client, data, group_by):
     for row in expected:
         assert got.loc[row["group"], "count"] == row["count"]
         assert got.loc[row["group"], "p95"] == pytest.approx(row["p95"])
-    # and what pandas computes from the exported steps (percentile_cont = linear interpolation)
+    # and what pandas computes from the exported steps (percentile_cont = linear interpolation), within
+    # the bound of the histogram the dashboard reads its percentiles from
     if group_by == "tool":
         steps = client.steps(release="v2", kind="tool")
-        assert got.loc["search_orders", "p95"] == pytest.approx(steps.duration_ms.quantile(0.95))
+        assert got.loc["search_orders", "p95"] == pytest.approx(steps.duration_ms.quantile(0.95),
+                                                                rel=rollups.RELATIVE_ERROR * 1.001)
 
 
 def test_compare_returns_each_table_of_the_release_comparison(client):
