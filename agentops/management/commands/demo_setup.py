@@ -18,7 +18,6 @@ from analysis.models import ModelPrice
 from ingest.models import IngestKey, Project
 from ingest.services import key_create
 
-
 EXAMPLE_PRICES = settings.BASE_DIR / "docs" / "prices.example.csv"
 
 
