@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import (
     Count,
@@ -171,6 +172,106 @@ def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8)
         for release, key, mean in cur.fetchall():
             out[release][key] = round(mean, 3)
     return sorted(out.items())
+
+
+# --- the culprits: who is slow, what holds the critical path, what got worse -------------------
+
+CRITICAL_PATH_TASKS = 2000  # the newest analysed tasks whose critical paths are read
+REGRESSION_MIN = 20         # calls or tasks on each side before a p95 change is named
+REGRESSION_PCT = 10.0       # the release comparison's default threshold
+
+
+def previous_period(filters: TaskFilters, *, now: datetime | None = None) -> TaskFilters | None:
+    """The same filters over the period of the same length just before theirs, or None when they
+    have no start (all time has no period before it)."""
+    if filters.since is None:
+        return None
+    end = filters.until or now or datetime.now(tz=UTC)
+    return replace(filters, since=filters.since - (end - filters.since), until=filters.since)
+
+
+def _change_pct(now: float | None, before: float | None) -> float | None:
+    return None if now is None or not before else round((now - before) / before * 100, 1)
+
+
+def slowest_agents(*, project: Project, filters: TaskFilters, limit: int = 5) -> list[dict]:
+    """The agents (task names) with the highest p95 in range, each with its tasks, its p95 in the
+    previous period of the same length and the change: two reads of the task rollups by name."""
+    now = rollups.task_summaries(project=project, filters=filters, group="name", raw=True)
+    earlier = previous_period(filters)
+    before = (rollups.task_summaries(project=project, filters=earlier, group="name", raw=True)
+              if earlier is not None else {})
+    rows = []
+    for (_, name), s in now.items():
+        if not s.timed:
+            continue
+        (p95,) = s.quantiles((0.95,))
+        prior = before.get((None, name))
+        p95_before = prior.quantiles((0.95,))[0] if prior is not None and prior.timed else None
+        rows.append({"name": name, "tasks": s.timed, "p95": p95, "p95_before": p95_before,
+                     "change_pct": _change_pct(p95, p95_before)})
+    return sorted(rows, key=lambda r: (-r["p95"], r["name"]))[:limit]
+
+
+def critical_path_time(*, project: Project, filters: TaskFilters, tasks: int = CRITICAL_PATH_TASKS,
+                       limit: int = 5) -> dict:
+    """The tools, models and devices holding the most critical-path time (the summed durations of
+    the steps on each task's critical path, TaskAnalysis.critical_path) over the newest `tasks`
+    analysed tasks of the filters: {"tasks": n, "total_ms": …, "tool"|"model"|"device": [{name, ms,
+    share, tasks}]}. The paths are looked up task by task through the (task, step_id) index."""
+    qs = (task_queryset(project=project, filters=filters).filter(analysis__isnull=False)
+          .order_by("-started_at").values("id")[:tasks])
+    sql, params = qs.query.sql_with_params()
+    with read_connection().cursor() as cur:
+        cur.execute(
+            f"SELECT CASE WHEN GROUPING(s.tool_name) = 0 THEN 'tool' WHEN GROUPING(s.model) = 0 THEN 'model'"
+            f"            WHEN GROUPING(s.device) = 0 THEN 'device' ELSE '' END,"
+            f"       coalesce(s.tool_name, s.model, s.device, ''), sum(s.duration_ms), count(DISTINCT s.task_id)"
+            f" FROM ({sql}) t JOIN analysis_taskanalysis a ON a.task_id = t.id"
+            f" CROSS JOIN LATERAL (SELECT x.task_id, x.duration_ms,"
+            f"   CASE WHEN x.kind = 'tool' AND x.tool_name <> '' THEN x.tool_name END AS tool_name,"
+            f"   CASE WHEN x.kind = 'llm' AND x.model <> '' THEN x.model END AS model,"
+            f"   nullif(x.device, '') AS device"
+            f"   FROM ingest_step x WHERE x.task_id = t.id AND x.step_id = ANY(a.critical_path) OFFSET 0) s"
+            f" GROUP BY GROUPING SETS ((s.tool_name), (s.model), (s.device), ())", params)
+        rows = cur.fetchall()
+    total = next((float(ms or 0) for dim, _, ms, _ in rows if dim == ""), 0.0)
+    analysed = next((n for dim, _, _, n in rows if dim == ""), 0)
+    out: dict = {"tasks": analysed, "total_ms": total, "tool": [], "model": [], "device": []}
+    for dim, name, ms, n in sorted(rows, key=lambda r: -(r[2] or 0)):
+        if dim and name and len(out[dim]) < limit:
+            out[dim].append({"name": name, "ms": float(ms), "share_pct": round(float(ms) / total * 100, 1) if total else None,
+                             "tasks": n})
+    return out
+
+
+def regressions(*, project: Project, filters: TaskFilters, limit: int = 5) -> list[dict]:
+    """Agents, tools and models whose p95 grew by at least REGRESSION_PCT % against the previous
+    period of the same length, with at least REGRESSION_MIN tasks (agents) or calls on each side,
+    the largest relative change first; [] without a period before (all time). From the rollups."""
+    earlier = previous_period(filters)
+    if earlier is None:
+        return []
+    pairs: list[tuple[str, dict, dict]] = [
+        ("agent", {k[1]: v for k, v in rollups.task_summaries(project=project, filters=filters, group="name",
+                                                               raw=True).items()},
+         {k[1]: v for k, v in rollups.task_summaries(project=project, filters=earlier, group="name",
+                                                      raw=True).items()})]
+    for group_by in ("tool", "model"):
+        pairs.append((group_by, rollups.step_summaries(project=project, filters=filters, group_by=group_by, raw=True),
+                      rollups.step_summaries(project=project, filters=earlier, group_by=group_by, raw=True)))
+    rows = []
+    for what, now, before in pairs:
+        for name, s in now.items():
+            prior = before.get(name)
+            if not name or prior is None or s.timed < REGRESSION_MIN or prior.timed < REGRESSION_MIN:
+                continue
+            (p95,), (p95_before,) = s.quantiles((0.95,)), prior.quantiles((0.95,))
+            change = _change_pct(p95, p95_before)
+            if change is not None and change >= REGRESSION_PCT:
+                rows.append({"what": what, "name": name, "p95": p95, "p95_before": p95_before, "change_pct": change,
+                             "count": s.timed, "count_before": prior.timed})
+    return sorted(rows, key=lambda r: (-r["change_pct"], r["what"], r["name"]))[:limit]
 
 
 # --- latency ---------------------------------------------------------------------------------

@@ -146,13 +146,42 @@ def _task_or_404(project, task_id: str):
 # --- overview --------------------------------------------------------------------------------
 
 
+def _culprits(request, *, project, filters) -> dict:
+    """The overview's "where the time goes": the slowest agents, the tools, models and devices
+    holding the most critical-path time and the biggest regressions, each with the query of its
+    filtered task list."""
+    params = keep(request.GET)
+
+    def tasks(**narrow) -> str:
+        return urlencode({**params, **narrow, "sort": "-duration_ms"})
+
+    agents = aggregates.slowest_agents(project=project, filters=filters)
+    for r in agents:
+        r["query"] = tasks(name=r["name"])
+        r["tail_query"] = tasks(name=r["name"], min_duration_ms=r["p95"])
+    critical = aggregates.critical_path_time(project=project, filters=filters)
+    for dimension in ("tool", "model", "device"):
+        for r in critical[dimension]:
+            r["query"] = tasks(**{dimension: r["name"]})
+    found = aggregates.regressions(project=project, filters=filters)
+    for r in found:
+        r["query"] = tasks(**{"name" if r["what"] == "agent" else r["what"]: r["name"]})
+    return {"agents": agents, "critical": critical, "regressions": found,
+            "compared": filters.since is not None, "limit": aggregates.CRITICAL_PATH_TASKS,
+            "threshold": aggregates.REGRESSION_PCT, "minimum": aggregates.REGRESSION_MIN}
+
+
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = None
+    totals = culprits = None
     if project and filters:
         totals = aggregates.overview_totals(project=project, filters=filters)
-    return _page(request, "analysis/overview.html", project, error, totals=totals,
+        culprits = _culprits(request, project=project, filters=filters)
+    culprit_tables = [(d, label, culprits["critical"][d]) for d, label in
+                      (("tool", "Tool"), ("model", "Model"), ("device", "Device"))] if culprits else []
+    return _page(request, "analysis/overview.html", project, error, totals=totals, culprits=culprits,
+                 culprit_tables=culprit_tables,
                  behind=_behind(project),
                  sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
                  tasks_query=urlencode(keep(request.GET)),

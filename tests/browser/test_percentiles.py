@@ -83,6 +83,8 @@ def test_the_overview_shows_one_p50_p95_p99_for_one_filter(live_server, browser_
         assert tile == turn, (q, tile, turn)  # the same tasks: every task is a turn of a session
         approximate(page.locator(f"section.kpis:not(#turn-time) .kpi:has(span:text-is('{q}')) b"))
         approximate(page.locator(f"#turn-time b[data-field={q}]"))
+    agent_p95 = page.locator("#culprit-agents tbody tr td.num").first.text_content().strip()
+    assert agent_p95 == kpi(page, "p95")  # one agent: its p95 is the tiles'
     assert BOUND in page.text_content("main")  # the bound is on the page, not only in tooltips
     assert page.errors == [], page.errors
     screenshot(page, "percentiles-overview")
