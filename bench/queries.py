@@ -92,6 +92,18 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     return out
 
 
+def _last_day(project) -> str:
+    """The start of the data's last 24 hours, as a `since` parameter."""
+    from datetime import timedelta
+
+    from django.db.models import Max
+
+    from ingest.models import Task
+
+    newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
+    return (newest - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     """The selectors behind the Overview and Latency pages (whole 30 days, no filter: the
     default view and the worst case)."""
@@ -108,12 +120,22 @@ def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
         "latency histogram (llm steps)": ("duration_histogram", {"group_by": "kind", "group": "llm"}),
         "latency ECDF by model": ("duration_quantiles", {"group_by": "model",
                                                          "groups": ["llama-3.1-70b", "llama-3.1-8b"]}),
+        "overview: slowest agents": ("slowest_agents", {}),
+        "overview: critical-path time (newest 2,000 analysed tasks)": ("critical_path_time", {}),
     }
     out = {}
     for label, (name, kwargs) in wanted.items():
         fn = getattr(aggregates, name, None)
         if fn is not None:
             out[label] = lambda fn=fn, kwargs=kwargs: fn(project=project, filters=f, **kwargs)
+    if hasattr(aggregates, "regressions"):
+        from datetime import datetime
+
+        day = TaskFilters(since=datetime.fromisoformat(_last_day(project).replace("Z", "+00:00")))
+        out["overview: regressions, last 24 h vs the 24 h before"] = (
+            lambda: aggregates.regressions(project=project, filters=day))
+        out["overview: slowest agents, last 24 h vs the 24 h before"] = (
+            lambda: aggregates.slowest_agents(project=project, filters=day))
     return out
 
 
@@ -183,6 +205,8 @@ def _pages(project) -> dict[str, Callable[[], object]]:
     learn()  # the Agent page below reads what this learned
     return {"learn dependencies: one agent's refresh (200 runs)": learn,
             "page: agent call graph (/agents/checkout-agent)": page("/agents/checkout-agent"),
+            "page: overview (tiles and culprits, all time)": page("/"),
+            "page: overview, last 24 h (culprits against the 24 h before)": page(f"/?since={_last_day(project)}"),
             "page: overview charts JSON": page("/charts/overview.json"),
             "page: latency charts JSON": page("/charts/latency.json"),
             "page: devices (18 devices on 6 hosts, grouped verdicts, server vs client)": page("/devices"),
