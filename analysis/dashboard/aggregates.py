@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import (
     Count,
-    DateTimeField,
-    Func,
     Max,
     Min,
     QuerySet,
@@ -48,16 +46,6 @@ BUCKET_STEPS = [60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400]
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 ECDF_FRACTIONS = tuple(round(i / 100, 2) for i in range(0, 101))
 HARDWARE_FINDINGS = ["hardware_queueing", "hardware_throttling", "hardware_kv_cache_pressure"]
-
-
-class DateBin(Func):
-    """date_bin(stride, ts, origin): buckets of any width (date_trunc only knows units)."""
-
-    function = "date_bin"
-
-    def __init__(self, expression, *, seconds: int):
-        super().__init__(expression, output_field=DateTimeField())
-        self.template = f"date_bin(INTERVAL '{int(seconds)} seconds', %(expressions)s, TIMESTAMPTZ '2000-01-01')"
 
 
 # --- shared helpers --------------------------------------------------------------------------
@@ -194,19 +182,28 @@ def _change_pct(now: float | None, before: float | None) -> float | None:
     return None if now is None or not before else round((now - before) / before * 100, 1)
 
 
-def slowest_agents(*, project: Project, filters: TaskFilters, limit: int = 5) -> list[dict]:
-    """The agents (task names) with the highest p95 in range, each with its tasks, its p95 in the
-    previous period of the same length and the change: two reads of the task rollups by name."""
+def agent_summaries(*, project: Project, filters: TaskFilters) -> tuple[dict, dict]:
+    """Task summaries per agent (task name) in range and in the period before it ({} for all time):
+    two reads of the task rollups by name, which slowest_agents and regressions share."""
     now = rollups.task_summaries(project=project, filters=filters, group="name", raw=True)
     earlier = previous_period(filters)
     before = (rollups.task_summaries(project=project, filters=earlier, group="name", raw=True)
               if earlier is not None else {})
+    return {k[1]: v for k, v in now.items()}, {k[1]: v for k, v in before.items()}
+
+
+def slowest_agents(*, project: Project, filters: TaskFilters, limit: int = 5,
+                   summaries: tuple[dict, dict] | None = None) -> list[dict]:
+    """The agents (task names) with the highest p95 in range, each with its tasks, its p95 in the
+    previous period of the same length and the change (`summaries`: agent_summaries, when the
+    caller has them)."""
+    now, before = summaries or agent_summaries(project=project, filters=filters)
     rows = []
-    for (_, name), s in now.items():
+    for name, s in now.items():
         if not s.timed:
             continue
         (p95,) = s.quantiles((0.95,))
-        prior = before.get((None, name))
+        prior = before.get(name)
         p95_before = prior.quantiles((0.95,))[0] if prior is not None and prior.timed else None
         rows.append({"name": name, "tasks": s.timed, "p95": p95, "p95_before": p95_before,
                      "change_pct": _change_pct(p95, p95_before)})
@@ -245,21 +242,22 @@ def critical_path_time(*, project: Project, filters: TaskFilters, tasks: int = C
     return out
 
 
-def regressions(*, project: Project, filters: TaskFilters, limit: int = 5) -> list[dict]:
+def regressions(*, project: Project, filters: TaskFilters, limit: int = 5,
+                summaries: tuple[dict, dict] | None = None) -> list[dict]:
     """Agents, tools and models whose p95 grew by at least REGRESSION_PCT % against the previous
     period of the same length, with at least REGRESSION_MIN tasks (agents) or calls on each side,
-    the largest relative change first; [] without a period before (all time). From the rollups."""
+    the largest relative change first; [] without a period before (all time). From the rollups:
+    tools and models only under the filters the step rollups serve (release, environment, range)."""
     earlier = previous_period(filters)
     if earlier is None:
         return []
-    pairs: list[tuple[str, dict, dict]] = [
-        ("agent", {k[1]: v for k, v in rollups.task_summaries(project=project, filters=filters, group="name",
-                                                               raw=True).items()},
-         {k[1]: v for k, v in rollups.task_summaries(project=project, filters=earlier, group="name",
-                                                      raw=True).items()})]
-    for group_by in ("tool", "model"):
-        pairs.append((group_by, rollups.step_summaries(project=project, filters=filters, group_by=group_by, raw=True),
-                      rollups.step_summaries(project=project, filters=earlier, group_by=group_by, raw=True)))
+    pairs: list[tuple[str, dict, dict]] = [("agent", *(summaries or agent_summaries(project=project,
+                                                                                   filters=filters)))]
+    for group_by in ("tool", "model"):  # only where the step rollups answer: raw steps of two periods cost seconds
+        now = rollups.step_summaries(project=project, filters=filters, group_by=group_by)
+        before = rollups.step_summaries(project=project, filters=earlier, group_by=group_by)
+        if now is not None and before is not None:
+            pairs.append((group_by, now, before))
     rows = []
     for what, now, before in pairs:
         for name, s in now.items():

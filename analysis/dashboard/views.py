@@ -155,7 +155,8 @@ def _culprits(request, *, project, filters) -> dict:
     def tasks(**narrow) -> str:
         return urlencode({**params, **narrow, "sort": "-duration_ms"})
 
-    agents = aggregates.slowest_agents(project=project, filters=filters)
+    by_agent = aggregates.agent_summaries(project=project, filters=filters)
+    agents = aggregates.slowest_agents(project=project, filters=filters, summaries=by_agent)
     for r in agents:
         r["query"] = tasks(name=r["name"])
         r["tail_query"] = tasks(name=r["name"], min_duration_ms=r["p95"])
@@ -163,7 +164,7 @@ def _culprits(request, *, project, filters) -> dict:
     for dimension in ("tool", "model", "device"):
         for r in critical[dimension]:
             r["query"] = tasks(**{dimension: r["name"]})
-    found = aggregates.regressions(project=project, filters=filters)
+    found = aggregates.regressions(project=project, filters=filters, summaries=by_agent)
     for r in found:
         r["query"] = tasks(**{"name" if r["what"] == "agent" else r["what"]: r["name"]})
     return {"agents": agents, "critical": critical, "regressions": found,
