@@ -1,13 +1,15 @@
 """One definition of each quantity several rooms compute: time per output token, a failed
-status, a step's baseline key and the percentile aggregate. Where a quantity is needed both in
+status, a step's baseline key and the percentile (SQL, ORM and Python forms). Where a quantity is needed both in
 SQL and in Python, both are built here from one statement of it (docs/analysis.md, "TPOT").
 
 The bottom of analysis/: nothing here imports another analysis module."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numpy as np
 from django.contrib.postgres.fields import ArrayField
 from django.db.models import Aggregate, F, FloatField, Func
 
@@ -82,16 +84,48 @@ def baseline_key_sql(alias: str) -> str:
 
 
 # --- percentiles -----------------------------------------------------------------------------
+#
+# One definition, PostgreSQL's percentile_cont: the q-quantile (0 ≤ q ≤ 1) of n sorted values
+# x[0] ≤ … ≤ x[n−1] sits at rank h = q·(n − 1) and is x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋])
+# (linear interpolation between the order statistics around h: Hyndman & Fan's type 7, numpy's
+# "linear"). Its forms, side by side: `percentile_cont_sql` (SQL text), `PercentileCont` (the ORM
+# aggregate of the same SQL), `percentiles` (numpy, Python) and `percentile_rank` (the rank and
+# weight, for a reader that holds order statistics some other way: the rollups' histogram,
+# analysis/rollups/histograms.py, whose order statistics are bucket middles, so its percentiles are
+# within RELATIVE_ERROR of this definition; the pages mark them "≈" with that bound).
+
+
+def percentile_rank(q: float, n: int) -> tuple[int, float]:
+    """(k, t): the q-quantile of n sorted values is x[k] + t·(x[k+1] − x[k]) (x[k] when t is 0)."""
+    h = q * (n - 1)
+    k = int(math.floor(h))
+    return k, h - k
+
+
+def percentiles(values, fractions: Sequence[float] | float, *, axis=None):
+    """The Python form: numpy's linear quantiles (exactly percentile_cont) at each fraction (0..1)."""
+    return np.quantile(np.asarray(values, dtype=float), fractions, axis=axis, method="linear")
+
+
+def _fractions_sql(fractions: Sequence[float] | float) -> str:
+    if isinstance(fractions, (int, float)):
+        return repr(float(fractions))
+    return "ARRAY[" + ",".join(repr(float(f)) for f in fractions) + "]::float8[]"
+
+
+def percentile_cont_sql(expression: str, fractions: Sequence[float] | float) -> str:
+    """The SQL form over an expression: a float for one fraction, an array of floats for a
+    sequence. The fractions are our own constants, formatted as numbers, never user input."""
+    return f"percentile_cont({_fractions_sql(fractions)}) WITHIN GROUP (ORDER BY {expression})"
 
 
 class PercentileCont(Aggregate):
-    """percentile_cont(ARRAY[fractions]) WITHIN GROUP (ORDER BY expr) → an array of floats, the
-    interpolated percentiles (numpy's default definition); NULL values are left out. The
-    fractions are our own constants, formatted as numbers, never user input."""
+    """The ORM form: percentile_cont_sql over a queryset's expression → an array of floats (NULL
+    values are left out)."""
 
     function = "percentile_cont"
-    template = "%(function)s(ARRAY[%(fractions)s]::float8[]) WITHIN GROUP (ORDER BY %(expressions)s)"
+    template = "%(function)s(%(fractions)s) WITHIN GROUP (ORDER BY %(expressions)s)"
 
     def __init__(self, expression, fractions: Sequence[float], **extra):
-        text = ",".join(repr(float(f)) for f in fractions)
-        super().__init__(expression, fractions=text, output_field=ArrayField(FloatField()), **extra)
+        super().__init__(expression, fractions=_fractions_sql(list(fractions)),
+                         output_field=ArrayField(FloatField()), **extra)

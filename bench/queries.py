@@ -62,7 +62,7 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     """Queries from the analysis, releases and alerts code, when present."""
     out: dict[str, Callable[[], object]] = {}
     try:
-        from analysis.dashboard.reads import duration_percentiles as latency_percentiles
+        from analysis.dashboard.aggregates import duration_percentiles as latency_percentiles
     except ImportError:
         latency_percentiles = None
     if latency_percentiles is not None:
@@ -92,10 +92,22 @@ def _optional_queries(project) -> dict[str, Callable[[], object]]:
     return out
 
 
+def _last_day(project) -> str:
+    """The start of the data's last 24 hours, as a `since` parameter."""
+    from datetime import timedelta
+
+    from django.db.models import Max
+
+    from ingest.models import Task
+
+    newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
+    return (newest - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
     """The selectors behind the Overview and Latency pages (whole 30 days, no filter: the
     default view and the worst case)."""
-    from analysis.dashboard import reads
+    from analysis.dashboard import aggregates
     from analysis.filters import TaskFilters
 
     f = TaskFilters()
@@ -108,12 +120,22 @@ def _dashboard_queries(project) -> dict[str, Callable[[], object]]:
         "latency histogram (llm steps)": ("duration_histogram", {"group_by": "kind", "group": "llm"}),
         "latency ECDF by model": ("duration_quantiles", {"group_by": "model",
                                                          "groups": ["llama-3.1-70b", "llama-3.1-8b"]}),
+        "overview: slowest agents": ("slowest_agents", {}),
+        "overview: critical-path time (newest 2,000 analysed tasks)": ("critical_path_time", {}),
     }
     out = {}
     for label, (name, kwargs) in wanted.items():
-        fn = getattr(reads, name, None)
+        fn = getattr(aggregates, name, None)
         if fn is not None:
             out[label] = lambda fn=fn, kwargs=kwargs: fn(project=project, filters=f, **kwargs)
+    if hasattr(aggregates, "regressions"):
+        from datetime import datetime
+
+        day = TaskFilters(since=datetime.fromisoformat(_last_day(project).replace("Z", "+00:00")))
+        out["overview: regressions, last 24 h vs the 24 h before"] = (
+            lambda: aggregates.regressions(project=project, filters=day))
+        out["overview: slowest agents, last 24 h vs the 24 h before"] = (
+            lambda: aggregates.slowest_agents(project=project, filters=day))
     return out
 
 
@@ -183,6 +205,8 @@ def _pages(project) -> dict[str, Callable[[], object]]:
     learn()  # the Agent page below reads what this learned
     return {"learn dependencies: one agent's refresh (200 runs)": learn,
             "page: agent call graph (/agents/checkout-agent)": page("/agents/checkout-agent"),
+            "page: overview (tiles and culprits, all time)": page("/"),
+            "page: overview, last 24 h (culprits against the 24 h before)": page(f"/?since={_last_day(project)}"),
             "page: overview charts JSON": page("/charts/overview.json"),
             "page: latency charts JSON": page("/charts/latency.json"),
             "page: devices (18 devices on 6 hosts, grouped verdicts, server vs client)": page("/devices"),
@@ -210,15 +234,15 @@ def device_queries(project) -> dict[str, Callable[[], object]]:
 
     from django.db.models import Max
 
-    from analysis.dashboard import devices, reads
+    from analysis.dashboard import devices, selectors
     from analysis.filters import TaskFilters
     from ingest.models import Task
 
     f = TaskFilters()
     newest = Task.objects.filter(project=project).aggregate(last=Max("started_at"))["last"]
     last_days = TaskFilters(since=newest - timedelta(hours=48), until=newest)
-    names = [d.name for d in reads.project_devices(project=project)]
-    servers = [d.name for d in reads.project_devices(project=project) if d.role != "gpu"]
+    names = [d.name for d in selectors.project_devices(project=project)]
+    servers = [d.name for d in selectors.project_devices(project=project) if d.role != "gpu"]
     return {
         "devices: verdict groups (first page, with the counts per device)": lambda: devices.verdict_groups(project=project, filters=f),
         "devices: server vs client breakdown (6 servers)": lambda: devices.serving_breakdown(
@@ -321,7 +345,7 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
     from django.core.cache import cache
     from django.test import Client
 
-    from analysis.comparison import explain
+    from analysis.comparison import diff
     from analysis.dashboard import selectors, sessions
     from analysis.filters import TaskFilters
     from ingest.models import IngestKey, Task
@@ -353,7 +377,7 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
 
     def cold_profile():
         cache.clear()  # built from its runs every time, as on the first visit after new runs
-        typical, reason = explain.typical_profile(project=project, name="checkout-agent", release="v2")
+        typical, reason = diff.typical_profile(project=project, name="checkout-agent", release="v2")
         assert typical is not None, reason
         return typical
 

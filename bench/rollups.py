@@ -31,28 +31,28 @@ def drop_scratch() -> None:
 
 
 def suite(project) -> dict:
-    from analysis.dashboard import reads
+    from analysis.dashboard import aggregates
     from analysis.filters import TaskFilters
     from analysis.releases.compare import release_list
 
     f = TaskFilters()
     v2 = TaskFilters(release="v2")
     return {
-        "overview totals (all time)": lambda: reads.overview_totals(project=project, filters=f),
-        "overview series (all time)": lambda: reads.overview_series(project=project, filters=f),
-        "overview series (v2)": lambda: reads.overview_series(project=project, filters=v2),
-        "top findings (all time)": lambda: reads.top_findings(project=project, filters=f),
-        "budget by release (all time)": lambda: reads.budget_by_release(project=project, filters=f),
-        "latency: task percentiles": lambda: reads.duration_percentiles(project=project, filters=f),
-        "latency: task histogram": lambda: reads.duration_histogram(project=project, filters=f),
-        "latency: task ECDF": lambda: reads.duration_quantiles(project=project, filters=f),
-        "latency: steps by kind": lambda: reads.duration_percentiles(project=project, filters=f,
+        "overview totals (all time)": lambda: aggregates.overview_totals(project=project, filters=f),
+        "overview series (all time)": lambda: aggregates.overview_series(project=project, filters=f),
+        "overview series (v2)": lambda: aggregates.overview_series(project=project, filters=v2),
+        "top findings (all time)": lambda: aggregates.top_findings(project=project, filters=f),
+        "budget by release (all time)": lambda: aggregates.budget_by_release(project=project, filters=f),
+        "latency: task percentiles": lambda: aggregates.duration_percentiles(project=project, filters=f),
+        "latency: task histogram": lambda: aggregates.duration_histogram(project=project, filters=f),
+        "latency: task ECDF": lambda: aggregates.duration_quantiles(project=project, filters=f),
+        "latency: steps by kind": lambda: aggregates.duration_percentiles(project=project, filters=f,
                                                                           group_by="kind"),
-        "latency: steps by model (v2)": lambda: reads.duration_percentiles(
+        "latency: steps by model (v2)": lambda: aggregates.duration_percentiles(
             project=project, filters=v2, group_by="model"),
-        "latency: step histogram (all)": lambda: reads.duration_histogram(
+        "latency: step histogram (all)": lambda: aggregates.duration_histogram(
             project=project, filters=f, group_by="kind"),
-        "latency: step ECDF by kind": lambda: reads.duration_quantiles(
+        "latency: step ECDF by kind": lambda: aggregates.duration_quantiles(
             project=project, filters=f, group_by="kind", groups=["llm", "tool", "retrieval", "framework"]),
         "releases list": lambda: release_list(project=project),
     }

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from analysis import costs
 from analysis.access import request_project
-from analysis.dashboard import export_slots, exports, reads, selectors, status
+from analysis.dashboard import aggregates, export_slots, exports, selectors, status
 from analysis.dashboard.serializers import (
     FindingPageSerializer,
     LatencyPageSerializer,
@@ -222,7 +222,7 @@ class LatencyView(APIView):
         if group_by not in LATENCY_GROUPS:
             raise ValidationError({"error": f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"})
         filters = filters_or_400(request.query_params)
-        rows = reads.duration_percentiles(project=project, filters=filters, group_by=group_by, limit=100)
+        rows = aggregates.duration_percentiles(project=project, filters=filters, group_by=group_by, limit=100)
         return Response(LatencyPageSerializer({"group_by": group_by, "results": rows}).data)
 
 

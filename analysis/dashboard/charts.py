@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from analysis.rollups.histograms import APPROXIMATE_BOUND
+
 BAR_LIMIT = 1500
 BIG_TASK_STEPS = 2000
 LABEL_LIMIT = 250  # rows above which the waterfall drops its per-row tick labels
@@ -178,12 +180,12 @@ def percentile_figure(points: Sequence[SeriesPoint]) -> dict:
                 "x": [p.bucket for p in rows], "y": values,
                 "customdata": [[release, p.bucket, p.bucket_end, lower_bound_ms(v)]
                                for p, v in zip(rows, values, strict=True)],
-                "hovertext": [f"{_release_label(release)} {pct} {fmt_ms(v)}<br>{p.count} tasks"
+                "hovertext": [f"{_release_label(release)} {pct} ≈{fmt_ms(v)} ({APPROXIMATE_BOUND})<br>{p.count} tasks"
                               "<br>click: list the tasks at or above" for p, v in zip(rows, values, strict=True)],
                 "hoverinfo": "text+x",
             })
     return {"data": data, "layout": _layout(
-        title=_title("Task duration p50 / p95 / p99"), height=320,
+        title=_title(f"Task duration p50 / p95 / p99 (≈, {APPROXIMATE_BOUND})"), height=320,
         yaxis={"title": {"text": "ms"}, "type": "log"})}
 
 
@@ -291,7 +293,7 @@ def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | No
         "line": {"color": colors[label], "shape": "hv"},
         "x": [max(v, 1e-3) for v in values if v is not None],
         "y": [f for f, v in zip(fractions, values, strict=True) if v is not None],
-        "hovertext": [f"{esc(label)}<br>p{100 * f:g}: {fmt_ms(v)}"
+        "hovertext": [f"{esc(label)}<br>p{100 * f:g}: ≈{fmt_ms(v)} ({APPROXIMATE_BOUND})"
                       for f, v in zip(fractions, values, strict=True) if v is not None],
         "hoverinfo": "text",
     } for label, fractions, values in series]

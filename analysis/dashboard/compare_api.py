@@ -1,4 +1,4 @@
-"""Read API of the comparisons and sessions: thin views over analysis/comparison/explain.py and
+"""Read API of the comparisons and sessions: thin views over analysis/comparison/diff.py and
 analysis/dashboard/sessions.py. Same authentication and tenancy as the rest of the read API (a key with
 the `read` scope, or a logged-in session); a bad parameter answers 400 naming it."""
 
@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analysis.access import request_project
-from analysis.comparison import explain
+from analysis.comparison import diff
 from analysis.dashboard import selectors, sessions
 from analysis.dashboard.api import TASK_FILTER_PARAMETERS, filters_or_400
 from analysis.dashboard.serializers import FindingSerializer, TaskSerializer
@@ -32,7 +32,7 @@ def against_or_400(params) -> str:
 
 def diff_data(*, project, task, against: str, rows: bool = True) -> dict:
     try:
-        return explain.diff_payload(project=project, task=task, against=against, rows=rows)
+        return diff.diff_payload(project=project, task=task, against=against, rows=rows)
     except LookupError:
         raise NotFound(f"against: no such task {against!r}") from None
 

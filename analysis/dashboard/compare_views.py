@@ -1,5 +1,5 @@
 """Pages of the comparisons, sessions and in-task search: short functions over
-analysis/comparison/explain.py and analysis/dashboard/sessions.py, with the conventions of analysis/dashboard/views.py
+analysis/comparison/diff.py and analysis/dashboard/sessions.py, with the conventions of analysis/dashboard/views.py
 (login, the project from the URL, a bad parameter answers 400 naming it, filters in the URL)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from analysis.comparison import explain
+from analysis import rollups
+from analysis.comparison import diff
 from analysis.dashboard import compare_charts, selectors, sessions
 from analysis.dashboard.charts import fmt_ms
 from analysis.dashboard.views import (
@@ -60,7 +61,7 @@ def task_compare(request, task_id: str):
         other = selectors.task_get(project=project, task_id=against)
         if other is None:
             raise Http404("no such task")
-    data = None if error else explain.diff_payload(project=project, task=task, against=against, rows=False)
+    data = None if error else diff.diff_payload(project=project, task=task, against=against, rows=False)
     global_query = urlencode(keep(request.GET, GLOBAL_PARAMS))
     return _page(request, "analysis/task_compare.html", project, error, task=task, other=other, diff=data,
                  against=against, task_query=global_query,
@@ -79,8 +80,8 @@ def task_compare_json(request, task_id: str):
     if not against or "\x00" in against:
         raise _BadRequest("against: typical or a task id")
     try:
-        explanation = explain.task_diff(project=project, task=task, against=against)
-    except explain.DiffError as exc:
+        explanation = diff.task_diff(project=project, task=task, against=against)
+    except diff.DiffError as exc:
         raise _BadRequest(f"against: {exc}") from None
     except LookupError:
         raise Http404("no such task") from None
@@ -138,7 +139,8 @@ def turn_time_json(request):
     return {"sessions": found["sessions"], "turns": found["turns"],
             "text": {"sessions": str(found["sessions"]),
                      "turns_per_session": "–" if found["turns_per_session"] is None else f"{found['turns_per_session']:g}",
-                     **{k: fmt_ms(found[k]) for k in ("p50", "p95", "p99")}}}
+                     **{k: "–" if found[k] is None else f"≈{fmt_ms(found[k])}" for k in ("p50", "p95", "p99")}},
+            "approximate": rollups.APPROXIMATE_NOTE}
 
 
 @login_required

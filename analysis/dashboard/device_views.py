@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.contrib.auth.decorators import login_required
 from django.urls import reverse
 
-from analysis.dashboard import device_charts, devices, reads
+from analysis.dashboard import aggregates, device_charts, devices, selectors
 from analysis.dashboard.charts import ecdf_figure
 from analysis.dashboard.views import (
     GLOBAL_PARAMS,
@@ -56,7 +56,7 @@ def _mark(params) -> tuple[datetime, datetime] | None:
 
 def _groups_page(request, project: Project):
     """(every device, the host groups selected, this page of them, page number, pages)."""
-    all_devices = reads.project_devices(project=project)
+    all_devices = selectors.project_devices(project=project)
     groups = devices.selected_groups(devices.host_groups(all_devices), vendor=request.GET.get("vendor", ""),
                                      device=request.GET.get("device", ""))
     page = _page_number(request.GET, "hosts")
@@ -100,8 +100,8 @@ def _page_context(request, project: Project, filters: TaskFilters) -> dict:
     counts = totals["per_device"]
     step_filters = devices.page_filters(filters)
     # One read of the step rollups serves the table and the ECDFs.
-    summaries = reads.device_summaries(project=project, filters=step_filters, devices=[d.name for d in all_devices])
-    stats = {r["device"]: r for r in reads.device_table(project=project, filters=step_filters, hardware=counts,
+    summaries = aggregates.device_summaries(project=project, filters=step_filters, devices=[d.name for d in all_devices])
+    stats = {r["device"]: r for r in aggregates.device_table(project=project, filters=step_filters, hardware=counts,
                                                         summaries=summaries)}
     global_params = keep(request.GET, GLOBAL_PARAMS)
     tasks_base = {k: v for k, v in global_params.items() if k not in _TIME_PARAMS}
@@ -168,7 +168,7 @@ def devices_charts(request):
             devices.serving_breakdown(project=project, filters=filters, servers=servers), colors=colors, labels=labels)
     if "ttft" in parts or "tpot" in parts:
         step_filters = devices.page_filters(filters)
-        summaries = reads.device_summaries(project=project, filters=step_filters, devices=servers)
+        summaries = aggregates.device_summaries(project=project, filters=step_filters, devices=servers)
         out.update({k: v for k, v in _ecdfs(project, step_filters, servers, colors, labels, summaries).items()
                     if k in parts})
     return out
@@ -179,7 +179,7 @@ def _ecdfs(project, filters, servers, colors, labels, summaries) -> dict:
     by_label = {labels.get(name, name): color for name, color in colors.items()}
     out = {}
     for metric, title in (("ttft", "Client TTFT by server"), ("tpot", "Client TPOT (ms per output token) by server")):
-        series = reads.device_quantiles(project=project, filters=filters, metric=metric, devices=servers,
+        series = aggregates.device_quantiles(project=project, filters=filters, metric=metric, devices=servers,
                                         summaries=summaries)
         out[metric] = ecdf_figure([(labels.get(n, n), fr, v) for n, fr, v in series], title=title, colors=by_label)
     return out

@@ -18,10 +18,11 @@ from django.urls import reverse
 
 from agentops.db import read_connection
 from analysis import rollups
+from analysis.dashboard.aggregates import HARDWARE_FINDINGS
 from analysis.dashboard.charts import fmt_ms
-from analysis.dashboard.reads import HARDWARE_FINDINGS, _finding_queryset
+from analysis.dashboard.selectors import filtered_findings
 from analysis.filters import TaskFilters
-from analysis.measures import tpot_expr
+from analysis.measures import percentile_cont_sql, tpot_expr
 from analysis.models import COUNTED_FINDING_SQL
 from ingest.conventions import ROLE_GPU, host_of_server
 from ingest.models import Device, Project
@@ -204,7 +205,7 @@ def _culprit_sql() -> str:
 def _findings_sql(*, project: Project, filters: TaskFilters, devices: Sequence[str] | None) -> tuple[str, list]:
     """The counted hardware findings of the filtered tasks with their server, the device whose
     readings convicted them and their step's interval (one index probe per finding)."""
-    qs = (_finding_queryset(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
+    qs = (filtered_findings(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
           .values("pk"))
     sql, params = qs.query.sql_with_params()
     device_clause, device_params = "", []
@@ -330,7 +331,7 @@ def serving_breakdown(*, project: Project, filters: TaskFilters, servers: Sequen
     extra = "".join(f" AND {c}" for c in clauses)
     doc = "w.sv"
     figures = ", ".join(
-        f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY {column}), avg({column})"
+        f"{percentile_cont_sql(column, (0.5, 0.95))}, avg({column})"
         for column in _SERVING_FIGURES.values())
     sql = f"""
         WITH w AS (

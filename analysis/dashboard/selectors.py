@@ -1,17 +1,58 @@
-"""Reads: every selector takes the project first. The API, the pages and the exports all read
-through these, so a filter means the same thing everywhere."""
+"""Rows the pages, the API and the exports show: the project's releases, environments and devices,
+the task list, one task (its steps in tree order, waterfall rows, device lane, findings,
+analysis), findings and the rows of the CSV exports. Every selector takes the project (or a task
+of it) first and builds on `task_queryset`, so a filter means the same thing everywhere. The
+aggregations behind the overview, latency and devices pages (percentiles, series, histograms)
+are in aggregates.py."""
 
 from __future__ import annotations
 
 from collections import defaultdict, namedtuple
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 from django.db.models import Q, QuerySet
 
 from agentops.db import read_connection
+from analysis.dashboard.charts import SamplePoint, StepRow
+from analysis.engine.detectors.base import fmt_ms
 from analysis.filters import TaskFilters, decode_cursor, encode_cursor, task_queryset
 from analysis.models import Finding, TaskAnalysis
-from ingest.models import Project, Step, Task
+from ingest.models import Device, Project, Release, ResourceSample, Step, Task
+
+# --- the project --------------------------------------------------------------------------------
+
+
+def project_releases(*, project: Project) -> list[str]:
+    return list(Release.objects.filter(project=project).order_by("-last_seen").values_list("name", flat=True)[:200])
+
+
+def project_environments(*, project: Project) -> list[str]:
+    """Environments seen in the latest tasks: an index scan, not a DISTINCT over millions."""
+    with read_connection().cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT environment FROM (SELECT environment FROM ingest_task WHERE project_id = %s"
+            " AND started_at IS NOT NULL ORDER BY started_at DESC LIMIT 5000) recent WHERE environment <> ''"
+            " ORDER BY environment", [project.pk])
+        return [row[0] for row in cur.fetchall()]
+
+
+def project_devices(*, project: Project) -> list[Device]:
+    return list(Device.objects.filter(project=project).order_by("vendor", "name"))
+
+
+def finding_kinds() -> list[str]:
+    """Every kind a detector can raise (the detector registry), for the finding filter."""
+    from analysis.engine.detectors.base import all_detectors
+
+    return sorted(all_detectors())
+
+
+def project_has_data(*, project: Project) -> bool:
+    return Task.objects.filter(project=project).exists()
+
+
+# --- tasks -----------------------------------------------------------------------------------
 
 
 def task_list(*, project: Project, filters: TaskFilters, limit: int = 50, cursor: str = "",
@@ -178,3 +219,148 @@ def finding_page(*, project: Project, kind: str = "", task_id: str = "", release
         rows = rows[:limit]
         next_cursor = encode_cursor(rows[-1].task_started_at, rows[-1].pk)
     return rows, next_cursor
+
+
+# --- the task page ---------------------------------------------------------------------------
+
+
+LANE_PAD = timedelta(seconds=30)
+
+
+WHATIF_SCENARIOS = [("parallel_ms", "independent calls run in parallel"),
+                    ("cached_ms", "repeated tool calls cached"),
+                    ("parallel_cached_ms", "both: parallel and cached")]
+
+
+def whatif_rows(whatif: object) -> list[tuple[str, float, float | None]]:
+    """The what-if projection (analysis/engine/whatif.py) as table rows: (scenario, projected ms,
+    ms saved against the task as it ran). Unknown `<name>_ms` keys are shown under their name,
+    so a new scenario appears without a change here."""
+    if not isinstance(whatif, dict) or not isinstance(whatif.get("actual_ms"), (int, float)):
+        return []
+    actual = float(whatif["actual_ms"])
+    rows: list[tuple[str, float, float | None]] = [("critical path as it ran", actual, None)]
+    known = {"actual_ms", "llm_path_ms", "hardware"} | {k for k, _ in WHATIF_SCENARIOS}
+    scenarios = WHATIF_SCENARIOS + [(k, k.removesuffix("_ms").replace("_", " ")) for k in whatif
+                                    if k.endswith("_ms") and k not in known]
+    for key, label in scenarios:
+        value = whatif.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            rows.append((label, float(value), actual - float(value)))
+    unknown = whatif.get("unknown_hardware_ms")
+    unknown = float(unknown) if isinstance(unknown, (int, float)) and not isinstance(unknown, bool) else 0.0
+    for family, projection in sorted((whatif.get("hardware") or {}).items()):
+        if not isinstance(projection, dict):
+            continue
+        notes = []
+        already = projection.get("already_ms")
+        if isinstance(already, (int, float)) and already > 0:
+            notes.append(f"{fmt_ms(already)} of it already ran there")
+        if unknown > 0:
+            notes.append(f"hypothetical for {fmt_ms(unknown)} of it, on hardware no device named (a hosted API)")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        for key, label in (("ms", f"LLM calls on {family}{note}"), ("with_fixes_ms", f"on {family}, with both fixes")):
+            value = projection.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append((label, float(value), actual - float(value)))
+    return rows
+
+
+_ROWS_CACHE: dict[tuple, list[StepRow]] = {}
+
+
+def task_waterfall_rows(*, task: Task) -> list[StepRow]:
+    """The task's steps in tree order as StepRows. One round trip reading only the columns the
+    waterfall draws, straight into StepRow's field order, times already as ms since the task
+    started, tool arguments and errors cut to 200 characters in SQL: a 50,000-step task costs
+    a few hundred milliseconds, not seconds. The last few tasks stay cached in the process,
+    keyed on their last event, so expanding and collapsing subtrees does not read them again."""
+    key = (task.pk, task.last_event_at, task.step_count)
+    if key in _ROWS_CACHE:
+        return _ROWS_CACHE[key]
+    with read_connection().cursor() as cur:
+        cur.execute(
+            "SELECT step_id, parent_step_id, 0, kind, name,"
+            " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"
+            " ttft_ms, input_tokens, output_tokens, tool_name, coalesce(left(tool_args::text, 200), ''),"
+            " left(error, 200) FROM ingest_step WHERE task_id = %s"
+            ' ORDER BY started_at, ended_at, step_id COLLATE "C"', [task.started_at, task.pk])
+        steps = [StepRow._make(row) for row in cur.fetchall()]
+    # _make on a spliced tuple: NamedTuple._replace costs several times more at 50,000 rows
+    rows = [StepRow._make(step[:2] + (depth,) + step[3:]) if depth else step
+            for step, depth in tree_order(steps, presorted=True)]
+    _ROWS_CACHE[key] = rows
+    while len(_ROWS_CACHE) > 4:
+        _ROWS_CACHE.pop(next(iter(_ROWS_CACHE)))
+    return rows
+
+
+def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint]:
+    """Samples of the task's devices from shortly before it started to shortly after it ended,
+    as ms since the task started (the waterfall's axis)."""
+    devices = sorted(set(d for d in devices if d))
+    if not devices or task.started_at is None:
+        return []
+    end = task.ended_at or task.started_at
+    qs = (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices,
+                                        ts__gte=task.started_at - LANE_PAD, ts__lte=end + LANE_PAD)
+          .order_by("device", "ts").values_list("device", "ts", "queue_depth", "utilization",
+                                                  "temperature_c", "throttled")[:20000])
+    return [SamplePoint(device, round((ts - task.started_at).total_seconds() * 1000, 3),
+                        {"queue_depth": q, "utilization": u, "temperature_c": t, "throttled": th})
+            for device, ts, q, u, t, th in qs]
+
+
+def task_findings_by_step(findings: Iterable[Finding]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per step, "kind: summary" of the findings that count, and of the low-confidence ones
+    (with why we are not sure), which the waterfall draws dimmed."""
+    counted: dict[str, list[str]] = defaultdict(list)
+    possible: dict[str, list[str]] = defaultdict(list)
+    for f in findings:
+        why = f" — {f.confidence_reason}" if f.confidence_reason and not f.is_counted else ""
+        text = f"{f.kind}: {f.summary}{why}"
+        for step_id in f.step_ids:
+            (counted if f.is_counted else possible)[step_id].append(text)
+    return counted, possible
+
+
+def step_detail(*, task: Task, step_id: str) -> Step | None:
+    return Step.objects.filter(task=task, step_id=step_id).first()
+
+
+# --- findings of the filtered tasks, exports --------------------------------------------------
+
+
+_FINDING_OWN_FILTERS = {"release", "since", "until"}
+
+
+def filtered_findings(*, project: Project, filters: TaskFilters) -> QuerySet[Finding]:
+    """Findings of the tasks the dashboard filters select (the pages' totals read these). Findings carry their task's release and start, so the
+    common filters need no join with the tasks table."""
+    if {k for k, v in vars(filters).items() if v not in (None, "")} <= _FINDING_OWN_FILTERS:
+        qs = Finding.objects.filter(project=project, task_started_at__isnull=False)
+        if filters.release:
+            qs = qs.filter(release=filters.release)
+        if filters.since:
+            qs = qs.filter(task_started_at__gte=filters.since)
+        if filters.until:
+            qs = qs.filter(task_started_at__lt=filters.until)
+        return qs
+    tasks = task_queryset(project=project, filters=filters)
+    return Finding.objects.filter(project=project, task__in=tasks.values("pk"))
+
+
+def tasks_for_export(*, project: Project, filters: TaskFilters, sort: str = "-started_at"):
+    field = sort.lstrip("-")
+    order = [sort, "-pk" if sort.startswith("-") else "pk"]
+    qs = task_queryset(project=project, filters=filters).select_related("analysis")
+    if field == "duration_ms":
+        qs = qs.filter(duration_ms__isnull=False)
+    return qs.order_by(*order).iterator(chunk_size=2000)
+
+
+def findings_for_export(*, project: Project, filters: TaskFilters):
+    qs = filtered_findings(project=project, filters=filters).select_related("task")
+    if filters.finding:
+        qs = qs.filter(kind=filters.finding)
+    return qs.order_by("-task_started_at", "-id").iterator(chunk_size=2000)

@@ -19,8 +19,9 @@ from django.db.models import Count, F, FloatField, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
 from agentops.db import read_connection
+from analysis import rollups
+from analysis.dashboard.aggregates import ECDF_FRACTIONS, PERCENTILES
 from analysis.dashboard.charts import log_edges
-from analysis.dashboard.reads import ECDF_FRACTIONS, PERCENTILES
 from analysis.filters import (
     FilterError,
     TaskFilters,
@@ -30,7 +31,6 @@ from analysis.filters import (
     task_is_running,
     task_queryset,
 )
-from analysis.measures import PercentileCont
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Project, Task
 
@@ -213,32 +213,33 @@ def session_detail(*, project: Project, session_id: str, filters: TaskFilters | 
 
 def turn_time(*, project: Project, filters: TaskFilters) -> dict:
     """Time per user turn: how many sessions, turns per session, and percentiles of the time a
-    user waited per turn (tasks with a session). Two scans of the covering session index (the
-    sessions grouped, the durations sorted): linear in the turns of the range, so the overview
-    fetches it after rendering (`/charts/turn-time.json`)."""
+    user waited per turn (tasks with a session), from their durations binned like the rollups (the
+    overview's other percentiles are the rollups': the same tasks give the same numbers). Two scans
+    of the covering session index (the sessions grouped, the durations binned): linear in the turns
+    of the range, so the overview fetches it after rendering (`/charts/turn-time.json`)."""
     tasks = task_queryset(project=project, filters=filters).exclude(session_id="")
     counts = tasks.values("session_id").annotate(n=Count("session_id")).aggregate(
         sessions=Count("session_id"), turns=Sum("n"))
-    row = tasks.aggregate(pcts=PercentileCont("duration_ms", PERCENTILES), slowest=Max("duration_ms"))
+    summary = _binned(tasks).get("") or rollups.Summary()
     sessions_n, turns = counts["sessions"] or 0, counts["turns"] or 0
-    out = {"sessions": sessions_n, "turns": turns, "max": row["slowest"],
+    out = {"sessions": sessions_n, "turns": turns, "max": summary.max_ms,
            "turns_per_session": round(turns / sessions_n, 2) if sessions_n else None}
-    values = row["pcts"] or [None] * len(PERCENTILES)
+    values = summary.quantiles(PERCENTILES) or [None] * len(PERCENTILES)
     out.update({f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, values, strict=True)})
     return out
 
 
 def session_percentiles(*, project: Project, filters: TaskFilters, limit: int = 30) -> list[dict]:
     """The Latency page grouped by session: the sessions with most turns (one GROUP BY on the
-    covering index), then the percentiles of the time per turn of those only."""
+    covering index), then the percentiles of the time per turn of those only (binned like the
+    rollups, as every percentile of the page)."""
     turns = _turns(project=project, filters=filters)
     top = [r["session_id"] for r in turns.values("session_id").annotate(n=Count("session_id"))
            .order_by("-n", "session_id")[:limit]]
-    rows = {r["session_id"]: r for r in turns.filter(session_id__in=top).values("session_id").annotate(
-        count=Count("session_id"), max=Max("duration_ms"), pcts=PercentileCont("duration_ms", PERCENTILES))}
-    return [{"group": s, "count": rows[s]["count"], "max": rows[s]["max"],
-             **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, rows[s]["pcts"] or [None] * 4, strict=True)}}
-            for s in top if s in rows]
+    found = _binned(turns.filter(session_id__in=top), key="session_id")
+    return [{"group": s, "count": found[s].timed, "max": found[s].max_ms,
+             **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, found[s].quantiles(PERCENTILES), strict=True)}}
+            for s in top if s in found and found[s].timed]
 
 
 def _turns(*, project: Project, filters: TaskFilters, session_id: str = ""):
@@ -263,9 +264,16 @@ def session_quantiles(*, project: Project, filters: TaskFilters, session_ids: li
     """ECDF points of the time per turn, for all turns ("all sessions") and for each session."""
     turns = _turns(project=project, filters=filters)
     out = []
-    values = turns.aggregate(q=PercentileCont("duration_ms", ECDF_FRACTIONS))["q"]
-    if values:
-        out.append(("all sessions", ECDF_FRACTIONS, values))
-    found = {r["session_id"]: r["q"] for r in turns.filter(session_id__in=session_ids).values("session_id")
-             .annotate(q=PercentileCont("duration_ms", ECDF_FRACTIONS))}
+    total = _binned(turns).get("")
+    if total is not None and total.timed:
+        out.append(("all sessions", ECDF_FRACTIONS, total.quantiles(ECDF_FRACTIONS)))
+    found = {s: summary.quantiles(ECDF_FRACTIONS)
+             for s, summary in _binned(turns.filter(session_id__in=session_ids), key="session_id").items()}
     return out + [(s, ECDF_FRACTIONS, found[s]) for s in session_ids if found.get(s)]
+
+
+def _binned(turns, *, key: str = "") -> dict[str, rollups.Summary]:
+    """Summaries of these tasks' durations (per `key` column, or all under ""), binned as the rollups."""
+    columns = ["started_at", "status", "duration_ms"] + ([key] if key else [])
+    sql, params = turns.values(*columns).query.sql_with_params()
+    return rollups.binned_summaries(sql, params, key=f"t.{key}" if key else "''")

@@ -1,5 +1,5 @@
 """Dashboard pages, their chart JSON and the CSV exports: short functions that call selectors
-(`analysis.dashboard.selectors`, `analysis.dashboard.reads`) and render.
+(`analysis.dashboard.selectors`, `analysis.dashboard.aggregates`) and render.
 
 Every view requires a login and resolves the project through `analysis.access`: a project the
 user may not see is a 404, whatever its name. Filters live in the URL (the same parameters as
@@ -21,12 +21,12 @@ from django.views.decorators.gzip import gzip_page
 
 from analysis import costs
 from analysis.access import project_for_user
-from analysis.comparison import explain
+from analysis.comparison import diff
 from analysis.dashboard import (
+    aggregates,
     charts,
     devices,
     export_slots,
-    reads,
     remedies,
     selectors,
     sessions,
@@ -90,7 +90,7 @@ def _page(request, template: str, project, error: str = "", **context):
     context.update({
         "project": project, "error": error,
         "global_query": urlencode(keep(request.GET, GLOBAL_PARAMS)),
-        "has_data": project is not None and reads.project_has_data(project=project),
+        "has_data": project is not None and selectors.project_has_data(project=project),
         "ingest_endpoint": request.build_absolute_uri("/"),
     })
     return render(request, template, context, status=400 if error else 200)
@@ -148,13 +148,43 @@ def _task_or_404(project, task_id: str):
 # --- overview --------------------------------------------------------------------------------
 
 
+def _culprits(request, *, project, filters) -> dict:
+    """The overview's "where the time goes": the slowest agents, the tools, models and devices
+    holding the most critical-path time and the biggest regressions, each with the query of its
+    filtered task list."""
+    params = keep(request.GET)
+
+    def tasks(**narrow) -> str:
+        return urlencode({**params, **narrow, "sort": "-duration_ms"})
+
+    by_agent = aggregates.agent_summaries(project=project, filters=filters)
+    agents = aggregates.slowest_agents(project=project, filters=filters, summaries=by_agent)
+    for r in agents:
+        r["query"] = tasks(name=r["name"])
+        r["tail_query"] = tasks(name=r["name"], min_duration_ms=r["p95"])
+    critical = aggregates.critical_path_time(project=project, filters=filters)
+    for dimension in ("tool", "model", "device"):
+        for r in critical[dimension]:
+            r["query"] = tasks(**{dimension: r["name"]})
+    found = aggregates.regressions(project=project, filters=filters, summaries=by_agent)
+    for r in found:
+        r["query"] = tasks(**{"name" if r["what"] == "agent" else r["what"]: r["name"]})
+    return {"agents": agents, "critical": critical, "regressions": found,
+            "compared": filters.since is not None, "limit": aggregates.CRITICAL_PATH_TASKS,
+            "threshold": aggregates.REGRESSION_PCT, "minimum": aggregates.REGRESSION_MIN}
+
+
 @login_required
 def overview(request):
     project, filters, error = _scope(request)
-    totals = None
+    totals = culprits = None
     if project and filters:
-        totals = reads.overview_totals(project=project, filters=filters)
-    return _page(request, "analysis/overview.html", project, error, totals=totals,
+        totals = aggregates.overview_totals(project=project, filters=filters)
+        culprits = _culprits(request, project=project, filters=filters)
+    culprit_tables = [(d, label, culprits["critical"][d]) for d, label in
+                      (("tool", "Tool"), ("model", "Model"), ("device", "Device"))] if culprits else []
+    return _page(request, "analysis/overview.html", project, error, totals=totals, culprits=culprits,
+                 culprit_tables=culprit_tables,
                  behind=_behind(project),
                  sessions_query=urlencode(keep(request.GET, GLOBAL_PARAMS)),
                  tasks_query=urlencode(keep(request.GET)),
@@ -186,13 +216,13 @@ def overview_cost(request):
 @_json_view
 def overview_charts(request):
     project, filters = _json_scope(request)
-    series = reads.overview_series(project=project, filters=filters)
+    series = aggregates.overview_series(project=project, filters=filters)
     return {
         "volume": charts.volume_figure(series),
         "errors": charts.error_rate_figure(series),
         "percentiles": charts.percentile_figure(series),
-        "findings": charts.top_findings_figure(reads.top_findings(project=project, filters=filters)),
-        "budget": charts.budget_figure(reads.budget_by_release(project=project, filters=filters),
+        "findings": charts.top_findings_figure(aggregates.top_findings(project=project, filters=filters)),
+        "budget": charts.budget_figure(aggregates.budget_by_release(project=project, filters=filters),
                                        title="Latency budget: mean ms per task, by release"),
     }
 
@@ -229,8 +259,8 @@ def task_list(request):
         sort_started_query=urlencode({**keep(request.GET), "sort": "started_at" if sort == "-started_at" else "-started_at"}),
         sort_duration_query=urlencode({**keep(request.GET), "sort": "duration_ms" if sort == "-duration_ms" else "-duration_ms"}),
         export_query=urlencode(params), hidden=keep(request.GET, GLOBAL_PARAMS),
-        values=params, statuses=Task.STATUSES, finding_kinds=reads.finding_kinds(),
-        devices=reads.project_devices(project=project) if project else [],
+        values=params, statuses=Task.STATUSES, finding_kinds=selectors.finding_kinds(),
+        devices=selectors.project_devices(project=project) if project else [],
     )
 
 
@@ -250,13 +280,13 @@ def task_detail(request, task_id: str):
     session_tasks, session_cost = (costs.session_cost(project=project, session_id=task.session_id)
                                    if task.session_id else (0, None))
     running = task_is_running(task)
-    typical = None if running else explain.diff_payload(project=project, task=task, against="typical", rows=False)
+    typical = None if running else diff.diff_payload(project=project, task=task, against="typical", rows=False)
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
                  running=running, typical=typical, behind=_behind(project),
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=remedies.grouped(findings), possible_findings=any(not f.is_counted for f in findings),
                  coverage=task_coverage(task=task),
-                 whatif=reads.whatif_rows(analysis.whatif if analysis else {}),
+                 whatif=selectors.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],
                  config={"waterfall": base + "/waterfall.json?" + urlencode(keep(request.GET, ("project",))),
                          "step": base + "/steps/", "project": project.name,
@@ -275,14 +305,14 @@ def task_waterfall(request, task_id: str):
     if mode not in (None, "all", "top"):
         raise _BadRequest("mode: must be all or top")
     toggled = [t for t in request.GET.get("toggle", "").split(",") if t][:500]
-    rows = reads.task_waterfall_rows(task=task)
+    rows = selectors.task_waterfall_rows(task=task)
     mode = mode or charts.default_mode(len(rows))
     if request.GET.get("reveal"):
         toggled = charts.reveal(rows, mode=mode, toggled=toggled, step_id=request.GET["reveal"])
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
-    samples = reads.task_lane_samples(task=task, devices={r.device for r in rows})
-    counted, possible = reads.task_findings_by_step(findings)
+    samples = selectors.task_lane_samples(task=task, devices={r.device for r in rows})
+    counted, possible = selectors.task_findings_by_step(findings)
     figure = charts.waterfall_figure(
         rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
         findings=counted, possible=possible, samples=samples)
@@ -297,7 +327,7 @@ def step_detail(request, task_id: str, step_id: str):
     """All stored fields of one step (rendered as text by the page)."""
     project = _project(request)
     task = _task_or_404(project, task_id)
-    step = reads.step_detail(task=task, step_id=step_id)
+    step = selectors.step_detail(task=task, step_id=step_id)
     if step is None:
         raise Http404("no such step")
     fields = ["step_id", "parent_step_id", "kind", "name", "started_at", "ended_at", "duration_ms",
@@ -318,11 +348,11 @@ def latency(request):
         error = error or f"group_by: must be one of {', '.join(LATENCY_GROUPS)}"
     task_rows, group_rows = [], []
     if project and not error:
-        task_rows = reads.duration_percentiles(project=project, filters=filters)
+        task_rows = aggregates.duration_percentiles(project=project, filters=filters)
         if group_by == "session":  # time per user turn, per session
             group_rows = sessions.session_percentiles(project=project, filters=filters)
         elif group_by != "task":
-            group_rows = reads.duration_percentiles(project=project, filters=filters, group_by=group_by)
+            group_rows = aggregates.duration_percentiles(project=project, filters=filters, group_by=group_by)
     params = keep(request.GET)
     chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
     for r in group_rows:
@@ -350,8 +380,8 @@ def latency_charts(request):
     group = request.GET.get("group", "")
     out = {
         "task_histogram": charts.histogram_figure(
-            reads.duration_histogram(project=project, filters=filters), title="Task duration"),
-        "task_ecdf": charts.ecdf_figure(reads.duration_quantiles(project=project, filters=filters),
+            aggregates.duration_histogram(project=project, filters=filters), title="Task duration"),
+        "task_ecdf": charts.ecdf_figure(aggregates.duration_quantiles(project=project, filters=filters),
                                         title="Task duration ECDF"),
     }
     if group_by == "session":
@@ -364,14 +394,14 @@ def latency_charts(request):
             sessions.session_quantiles(project=project, filters=filters, session_ids=[group] if group else top),
             title="Time per user turn ECDF by session")
     elif group_by != "task":
-        top = [r["group"] for r in reads.duration_percentiles(project=project, filters=filters,
+        top = [r["group"] for r in aggregates.duration_percentiles(project=project, filters=filters,
                                                                   group_by=group_by, limit=8)]
         label = f"Step duration: {group_by} = {group}" if group else f"Step duration (all {group_by}s)"
         out["group_histogram"] = charts.histogram_figure(
-            reads.duration_histogram(project=project, filters=filters, group_by=group_by, group=group),
+            aggregates.duration_histogram(project=project, filters=filters, group_by=group_by, group=group),
             title=label, clickable=False)
         out["group_ecdf"] = charts.ecdf_figure(
-            reads.duration_quantiles(project=project, filters=filters, group_by=group_by,
+            aggregates.duration_quantiles(project=project, filters=filters, group_by=group_by,
                                          groups=[group] if group else top),
             title=f"Step duration ECDF by {group_by}")
     return out
@@ -433,7 +463,7 @@ def tasks_csv(request):
         return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
 
     def rows():
-        for t in reads.tasks_for_export(project=project, filters=filters, sort=sort):
+        for t in selectors.tasks_for_export(project=project, filters=filters, sort=sort):
             analysis = getattr(t, "analysis", None) if hasattr(t, "analysis") else None
             yield [t.task_id, t.name, t.release, t.environment, t.started_at.isoformat() if t.started_at else "",
                    t.duration_ms, t.status, t.step_count, t.input_tokens, t.output_tokens,
@@ -451,7 +481,7 @@ def findings_csv(request):
         return HttpResponse(error, status=400, content_type="text/plain; charset=utf-8")
 
     def rows():
-        for f in reads.findings_for_export(project=project, filters=filters):
+        for f in selectors.findings_for_export(project=project, filters=filters):
             yield [f.task.task_id, f.task.name, f.release, f.task_started_at.isoformat() if f.task_started_at else "",
                    f.kind, f.severity, f.confidence, f.confidence_reason, f.wasted_ms, " ".join(f.step_ids),
                    f.summary]

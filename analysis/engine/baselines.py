@@ -1,5 +1,5 @@
 """Baselines: robust statistics per (project, step kind, key[, device]) and each device's
-normal telemetry, over a trailing window, computed in SQL with percentile_cont.
+normal telemetry, over a trailing window, computed in SQL with percentile_cont (analysis.measures).
 
 - Step baselines: key = model for LLM steps, tool name for tools, the step name otherwise.
   LLM steps get one baseline per (model, device) and one per model across devices (the
@@ -31,7 +31,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from analysis.measures import baseline_key_sql, tpot_sql
+from analysis.measures import baseline_key_sql, percentile_cont_sql, tpot_sql
 from analysis.models import Baseline
 from ingest.models import Project, Step
 
@@ -67,19 +67,18 @@ WITH base AS (
     ) x WHERE started_at > latest - make_interval(days => %(days)s)
 ), med AS (
     SELECT kind, key, device, count(*) AS n, min(started_at) AS w_start, max(started_at) AS w_end,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS d_med,
-           percentile_cont(0.9) WITHIN GROUP (ORDER BY duration_ms) AS d_p90,
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS d_p99,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms) AS t_med,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY tpot) AS p_med,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY input_tokens) AS i_med,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY output_tokens) AS o_med
+           {percentile_cont_sql("duration_ms", 0.5)} AS d_med,
+           {percentile_cont_sql("duration_ms", 0.9)} AS d_p90,
+           {percentile_cont_sql("duration_ms", 0.99)} AS d_p99,
+           {percentile_cont_sql("ttft_ms", 0.5)} AS t_med,
+           {percentile_cont_sql("tpot", 0.5)} AS p_med,
+           {percentile_cont_sql("input_tokens", 0.5)} AS i_med,
+           {percentile_cont_sql("output_tokens", 0.5)} AS o_med
     FROM windowed GROUP BY kind, key, device
 ), slope AS (
     -- LLM duration against output tokens, for steps without TTFT: the median of the slopes
     -- from the centre (d_med, o_med) to each step far enough from it (a resistant line).
-    SELECT w.kind, w.key, w.device, greatest(percentile_cont(0.5) WITHIN GROUP (
-               ORDER BY (w.duration_ms - m.d_med) / (w.output_tokens - m.o_med)), 0) AS b
+    SELECT w.kind, w.key, w.device, greatest({percentile_cont_sql("(w.duration_ms - m.d_med) / (w.output_tokens - m.o_med)", 0.5)}, 0) AS b
     FROM windowed w JOIN med m USING (kind, key, device)
     WHERE w.kind = 'llm' AND abs(w.output_tokens - m.o_med) >= greatest(0.25 * m.o_med, 1)
     GROUP BY w.kind, w.key, w.device
@@ -90,16 +89,16 @@ WITH base AS (
     -- Grouped by the key alone and joined to the medians afterwards: grouping the joined rows
     -- by every median column sorted each step's row by fourteen keys.
     SELECT w.kind, w.key, w.device,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.duration_ms', '0.001')}
-           - {_ln('m.l_a + m.l_b * w.output_tokens', '1')})) AS l_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.duration_ms - m.d_med)) AS d_mad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.ttft_ms - m.t_med)) AS t_mad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.tpot - m.p_med)) AS p_mad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.input_tokens - m.i_med)) AS i_mad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.duration_ms', '0.001')} - {_ln('m.d_med', '0.001')})) AS d_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.t_med', '0.001')})) AS t_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.tpot', '0.001')} - {_ln('m.p_med', '0.001')})) AS p_lmad,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY abs({_ln('w.input_tokens', '1')} - {_ln('m.i_med', '1')})) AS i_lmad
+       {percentile_cont_sql(f"abs({_ln('w.duration_ms', '0.001')} - {_ln('m.l_a + m.l_b * w.output_tokens', '1')})",
+                            0.5)} AS l_lmad,
+       {percentile_cont_sql("abs(w.duration_ms - m.d_med)", 0.5)} AS d_mad,
+       {percentile_cont_sql("abs(w.ttft_ms - m.t_med)", 0.5)} AS t_mad,
+       {percentile_cont_sql("abs(w.tpot - m.p_med)", 0.5)} AS p_mad,
+       {percentile_cont_sql("abs(w.input_tokens - m.i_med)", 0.5)} AS i_mad,
+       {percentile_cont_sql(f"abs({_ln('w.duration_ms', '0.001')} - {_ln('m.d_med', '0.001')})", 0.5)} AS d_lmad,
+       {percentile_cont_sql(f"abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.t_med', '0.001')})", 0.5)} AS t_lmad,
+       {percentile_cont_sql(f"abs({_ln('w.tpot', '0.001')} - {_ln('m.p_med', '0.001')})", 0.5)} AS p_lmad,
+       {percentile_cont_sql(f"abs({_ln('w.input_tokens', '1')} - {_ln('m.i_med', '1')})", 0.5)} AS i_lmad
     FROM windowed w JOIN line m USING (kind, key, device)
     GROUP BY w.kind, w.key, w.device
 )
@@ -124,7 +123,7 @@ WITH windowed AS (
     ) x WHERE ts > latest - make_interval(days => %(days)s)
 ), med AS (
     SELECT device, count(*) AS n, min(ts) AS w_start, max(ts) AS w_end,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY gap_ms) AS interval_ms,
+           {interval} AS interval_ms,
            {medians}
     FROM windowed GROUP BY device
 ), mad AS (
@@ -203,9 +202,9 @@ def device_normals_compute(*, project: Project, devices: list[str] | None = None
     sql = _DEVICE_SQL.format(
         devices=("AND r.device = ANY(%(devices)s)" if devices is not None else "")
         + (" AND r.ts <= %(until)s" if until is not None else ""),
-        medians=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}) AS {m}_med" for m in _METRICS),
-        mads=", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(w.{m} - m.{m}_med)) AS {m}_mad"
-                       for m in _METRICS),
+        interval=percentile_cont_sql("gap_ms", 0.5),
+        medians=", ".join(f"{percentile_cont_sql(m, 0.5)} AS {m}_med" for m in _METRICS),
+        mads=", ".join(f"{percentile_cont_sql(f'abs(w.{m} - m.{m}_med)', 0.5)} AS {m}_mad" for m in _METRICS),
         metrics=", ".join(f"r.{m}" for m in _METRICS),
         mad_columns=", ".join(f"mad.{m}_mad" for m in _METRICS),
     )

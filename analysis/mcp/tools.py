@@ -24,8 +24,8 @@ from django.conf import settings
 from django.urls import reverse
 from pydantic import Field
 
-from analysis.comparison import explain
-from analysis.dashboard import reads, selectors, sessions
+from analysis.comparison import diff
+from analysis.dashboard import aggregates, selectors, sessions
 from analysis.engine.detectors.base import all_detectors
 from analysis.filters import (
     FilterError,
@@ -192,7 +192,7 @@ def _finding_row(finding: Finding, *, with_task: Project | None = None) -> dict:
 
 
 def _diff(payload: dict) -> dict:
-    """explain.diff_payload (rows=False) cut to what a model reads: the headline and the items."""
+    """diff.diff_payload (rows=False) cut to what a model reads: the headline and the items."""
     if not payload.get("available"):
         return {"available": False, "reason": _clip(payload.get("reason"))}
     typical = payload.get("typical") or {}
@@ -265,7 +265,7 @@ def explain_task(*, project: Project, task_id: TaskId) -> str:
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
     running = task_is_running(task)
-    typical = (_diff(explain.diff_payload(project=project, task=task, against="typical", rows=False)) if not running
+    typical = (_diff(diff.diff_payload(project=project, task=task, against="typical", rows=False)) if not running
                else {"available": False, "reason": "the task is still running"})
     data = {
         "project": project.name, "task": _task_row(project, task), "typical_run": typical,
@@ -287,7 +287,7 @@ def compare_tasks(*, project: Project, task_id: TaskId,
     task = _task(project, task_id)
     other = _task(project, other_task_id)
     try:
-        payload = explain.diff_payload(project=project, task=task, against=other.task_id, rows=False)
+        payload = diff.diff_payload(project=project, task=task, against=other.task_id, rows=False)
     except LookupError:
         raise ToolInputError(f"other_task_id: no such task {_clip(other_task_id, 80)!r}") from None
     data = {"project": project.name, "task": _task_row(project, task), "other": _task_row(project, other),
@@ -327,7 +327,7 @@ def critical_path(*, project: Project, task_id: TaskId, limit: Limit = 50, curso
             "more": _offset_cursor("critical_path", end) if end < len(path) else None,
             "budget_ms": {k: _ms(v) for k, v in sorted((analysis.budget or {}).items())} if analysis else {},
             "whatif": [{"scenario": label, "ms": _ms(ms), "saved_ms": _ms(saved)}
-                       for label, ms, saved in reads.whatif_rows(analysis.whatif if analysis else {})][:20],
+                       for label, ms, saved in selectors.whatif_rows(analysis.whatif if analysis else {})][:20],
             "url": task_url(project, task.task_id)}
     return fit(data, "steps", lambda n: _offset_cursor("critical_path", offset + n))
 
@@ -348,11 +348,11 @@ def latency_percentiles(
     params = dict(release=release, name=name, environment=environment, status=status, device=device, model=model,
                   tool=tool, since=since, until=until, range=range)
     filters = _filters(**params)
-    tasks = reads.duration_percentiles(project=project, filters=filters)
+    tasks = aggregates.duration_percentiles(project=project, filters=filters)
     if group_by == "session":
         groups = sessions.session_percentiles(project=project, filters=filters, limit=limit)
     elif group_by != "task":
-        groups = reads.duration_percentiles(project=project, filters=filters, group_by=group_by, limit=limit)
+        groups = aggregates.duration_percentiles(project=project, filters=filters, group_by=group_by, limit=limit)
     else:
         groups = []
 
@@ -499,8 +499,8 @@ def device_status(
     findings with the most wasted time (queueing, throttling) and their verdicts."""
     params = dict(release=release, environment=environment, since=since, until=until, range=range)
     filters = _filters(**params)
-    rows = reads.device_table(project=project, filters=filters, vendor=vendor, device=device)
-    findings = reads.hardware_findings(project=project, filters=filters, limit=10)
+    rows = aggregates.device_table(project=project, filters=filters, vendor=vendor, device=device)
+    findings = aggregates.hardware_findings(project=project, filters=filters, limit=10)
     data = {"project": project.name,
             "devices": [{"device": _clip(r["device"], 200), "vendor": _clip(r["vendor"], 50),
                          "hardware": _clip(r["hardware"], 100), "steps": r["steps"],

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from analysis.measures import percentiles
+
 ECDF_POINTS = 400
 HISTOGRAM_BINS = 40
 COLOURS = {"a": "#667085", "b": "#3556d8"}
@@ -37,7 +39,7 @@ def ecdf_points(durations: np.ndarray, points: int = ECDF_POINTS) -> tuple[list[
     if data.size <= points:
         return data.tolist(), (np.arange(1, data.size + 1) / data.size).tolist()
     probs = np.linspace(0, 1, points)
-    return np.quantile(data, probs).tolist(), probs.tolist()
+    return percentiles(data, probs).tolist(), probs.tolist()
 
 
 def ecdf_figure(series: Sequence[tuple[str, str, np.ndarray]]) -> dict:

@@ -5,7 +5,8 @@ page, the API and `manage.py compare_releases` show; `release_list` feeds the re
 How it stays fast on millions of tasks (see docs/releases.md for measured figures):
 - Exact counts and p50/p90/p95/p99 per task name: one hash-grouped scan ships each (release,
   task name)'s durations (12 bytes a task in binary: 24 MB for two releases of a million tasks) and numpy
-  computes percentile_cont's linear interpolation by partition, not by sort.
+  computes the percentile (analysis.measures: percentile_cont's linear interpolation) by
+  partition, not by sort.
 - The bootstrap interval, the Mann-Whitney test and the ECDF/histogram use at most `SAMPLE_CAP`
   durations per (release, task name), drawn uniformly with the comparison's seed (every task
   below the cap). The interval is centred on the exact difference and scaled to the true counts
@@ -42,7 +43,7 @@ from django.db.models import QuerySet
 from agentops.db import read_alias
 from analysis import rollups
 from analysis.filters import FilterError
-from analysis.measures import FAILED_SQL
+from analysis.measures import FAILED_SQL, percentile_cont_sql
 from analysis.releases import stats
 from analysis.releases.attribution import METHOD, where_it_changed
 from analysis.releases.db import fetch, set_repeatable_read, set_work_mem
@@ -132,8 +133,7 @@ def _task_figures(base: tuple[str, tuple], seed: int
         steps, with_steps, tokens, with_tokens, failed = sums[key]
         exact[key] = {
             "n": int(values.size),
-            "percentiles": dict(zip(stats.PERCENTILES, (float(v) for v in np.percentile(values, stats.PERCENTILES)),
-                                    strict=True)),
+            "percentiles": stats.percentiles(values),
             "mean": float(values.mean()),
             "steps_per_task": steps / with_steps if with_steps else None,
             "tokens_per_task": tokens / with_tokens if with_tokens else None,
@@ -369,7 +369,7 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
         spans, sparks = figures
     else:
         base = _base_sql(compared_tasks(project=project, releases=names, filters=filters),
-                         "release", "started_at", "duration_ms")
+                         "release", "started_at", "duration_ms", "status")
         with transaction.atomic():
             set_work_mem()
             spans, sparks = _release_figures(base)
@@ -392,10 +392,10 @@ def release_list(*, project: Project, filters: CompareFilters | None = None) -> 
 
 def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
                                ) -> tuple[dict[str, dict], dict[str, list]] | None:
-    """The list's figures from the latency rollups (analysis/rollups/): p50/p95 within 1.93 %,
-    sparkline slices at hour granularity; None when the filters need raw rows."""
+    """The list's figures from the latency rollups (analysis/rollups/; raw rows binned the same way
+    where they cannot answer): p50/p95 within 1.93 %, sparkline slices at hour granularity."""
     task_filters = filters.task_filters()
-    summaries = rollups.task_summaries(project=project, filters=task_filters, group="release")
+    summaries = rollups.task_summaries(project=project, filters=task_filters, group="release", raw=True)
     if summaries is None:
         return None
     spans = {}
@@ -404,7 +404,7 @@ def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
             p50, p95 = s.quantiles((0.5, 0.95))
             spans[release] = {"lo": s.first_at, "hi": s.last_at, "tasks": s.timed, "p50_ms": p50, "p95_ms": p95}
     sparks: dict[str, list] = defaultdict(list)
-    sliced = rollups.task_summaries(project=project, filters=task_filters, group="release", slices=(
+    sliced = rollups.task_summaries(project=project, filters=task_filters, group="release", raw=True, slices=(
         {r: (span["lo"], span["hi"]) for r, span in spans.items()}, SPARKLINE_BUCKETS)) if spans else {}
     for (bucket, release), s in sorted((sliced or {}).items()):
         if s.timed:
@@ -413,13 +413,13 @@ def _release_figures_rolled_up(*, project: Project, filters: CompareFilters
 
 
 def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str, list]]:
+    """The list's figures from raw rows (a vendor filter, which the rollups have no dimension for):
+    p50/p95 binned as the rollups bin, as in every other case; the sparkline's exact p95."""
     spans = {}
-    for release, lo, hi, n, p50, p95 in fetch(f"""
-            SELECT release, min(started_at), max(started_at), count(*),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
-                   percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms)
-            FROM ({base[0]}) t GROUP BY release""", base[1]):
-        spans[release] = {"lo": lo, "hi": hi, "tasks": n, "p50_ms": p50, "p95_ms": p95}
+    for release, s in rollups.binned_summaries(base[0], base[1], key="t.release").items():
+        if s.timed:
+            p50, p95 = s.quantiles((0.5, 0.95))
+            spans[release] = {"lo": s.first_at, "hi": s.last_at, "tasks": s.timed, "p50_ms": p50, "p95_ms": p95}
     sparks: dict[str, list] = defaultdict(list)
     if not spans:
         return spans, sparks
@@ -429,7 +429,7 @@ def _release_figures(base: tuple[str, tuple]) -> tuple[dict[str, dict], dict[str
                    for v in (release, span["lo"].timestamp(), span["hi"].timestamp() + 0.001))
     for release, bucket, p95, n in fetch(f"""
             SELECT t.release, width_bucket(extract(epoch FROM t.started_at), s.lo, s.hi, %s),
-                   percentile_cont(0.95) WITHIN GROUP (ORDER BY t.duration_ms), count(*)
+                   {percentile_cont_sql("t.duration_ms", 0.95)}, count(*)
             FROM ({base[0]}) t JOIN (VALUES {values}) s(release, lo, hi) ON s.release = t.release
             GROUP BY 1, 2 ORDER BY 1, 2""", (SPARKLINE_BUCKETS,) + base[1] + bounds):
         sparks[release].append({"bucket": bucket, "p95_ms": p95, "tasks": n})

@@ -2,12 +2,13 @@
 interval on the difference of a percentile, the Mann-Whitney U test (on values, or on counts per
 ordered bin), and a verdict in words.
 
-No Django here: numbers in, numbers out, so every figure the Releases page shows can be checked
-against scipy or by hand.
+No database here: numbers in, numbers out (the percentile is analysis.measures' one definition),
+so every figure the Releases page shows can be checked against scipy or by hand.
 
 Choices, and why:
-- Percentiles interpolate linearly between order statistics (numpy's default, the same rule as
-  PostgreSQL's `percentile_cont`), so a percentile computed in SQL and one computed here agree.
+- Percentiles are the one definition of analysis.measures (linear interpolation between order
+  statistics, PostgreSQL's `percentile_cont`), so a percentile computed in SQL and one computed
+  here agree.
 - The confidence interval is a percentile bootstrap of p(B) − p(A), 2,000 resamples per side,
   from a seeded `numpy.random.Generator`: the same data always gives the same interval. Each
   resample's percentile is drawn directly from its exact bootstrap distribution through the
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as scipy_stats
 
+from analysis import measures
+
 PERCENTILES = (50, 90, 95, 99)
 # A regression is judged on the typical task (p50) and the tail users notice (p95); p90 and p99
 # are shown. Two percentiles judged at once → Bonferroni: each interval at 1 − alpha/2.
@@ -51,14 +54,14 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         return None
-    return float(np.percentile(data, q))
+    return float(measures.percentiles(data, q / 100))
 
 
 def percentiles(values, qs: Sequence[float] = PERCENTILES) -> dict[int, float | None]:
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         return {int(q): None for q in qs}
-    return {int(q): float(v) for q, v in zip(qs, np.percentile(data, qs), strict=True)}
+    return {int(q): float(v) for q, v in zip(qs, measures.percentiles(data, [q / 100 for q in qs]), strict=True)}
 
 
 def _bootstrap_deviations(sample: np.ndarray, qs: Sequence[float], *, rng: np.random.Generator,
@@ -75,9 +78,7 @@ def _bootstrap_deviations(sample: np.ndarray, qs: Sequence[float], *, rng: np.ra
     scale = np.sqrt(n / max(population, n))
     out = np.empty((len(qs), resamples))
     for i, q in enumerate(qs):
-        h = (n - 1) * q / 100.0
-        j = int(np.floor(h))
-        frac = h - j
+        j, frac = measures.percentile_rank(q / 100.0, n)
         lower_u = rng.beta(j + 1, n - j, size=resamples)
         lower = sample[np.minimum((lower_u * n).astype(np.int64), n - 1)]
         if frac > 0 and j + 1 < n:
@@ -86,8 +87,14 @@ def _bootstrap_deviations(sample: np.ndarray, qs: Sequence[float], *, rng: np.ra
             out[i] = lower + frac * (upper - lower)
         else:
             out[i] = lower
-    centre = np.percentile(sample, qs)[:, None]
+    centre = measures.percentiles(sample, [q / 100 for q in qs])[:, None]
     return (out - centre) * scale
+
+
+def percentile_difference(a: np.ndarray, b: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """p_q(B) − p_q(A) for each q (0..100)."""
+    fractions = [q / 100 for q in qs]
+    return measures.percentiles(b, fractions) - measures.percentiles(a, fractions)
 
 
 def bootstrap_percentile_diff(a, b, *, qs: Sequence[float] = PERCENTILES, level: float = 0.95,
@@ -109,9 +116,9 @@ def bootstrap_percentile_diff(a, b, *, qs: Sequence[float] = PERCENTILES, level:
     dev_b = _bootstrap_deviations(xb, qs, rng=rng, resamples=resamples,
                                   population=population_b or xb.size)
     centre = (np.asarray(estimate, dtype=float) if estimate is not None
-              else np.percentile(xb, qs) - np.percentile(xa, qs))
+              else percentile_difference(xa, xb, qs))
     tail = (1 - level) / 2 * 100
-    spread = np.percentile(dev_b - dev_a, [tail, 100 - tail], axis=1).T
+    spread = measures.percentiles(dev_b - dev_a, [tail / 100, 1 - tail / 100], axis=1).T
     return centre[:, None] + spread
 
 

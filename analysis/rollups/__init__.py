@@ -8,10 +8,18 @@ This is the room's public face; other rooms use these names only:
 - reads.py: task and step summaries over a filter, whole hours rolled up, the edges raw;
 - samples.py: device telemetry per device and hour, and its reads (the Devices page)."""
 
-from analysis.rollups.histograms import NBINS, RELATIVE_ERROR, Summary, bin_sql
+from analysis.rollups.histograms import (
+    APPROXIMATE_BOUND,
+    APPROXIMATE_NOTE,
+    NBINS,
+    RELATIVE_ERROR,
+    Summary,
+    bin_sql,
+)
 from analysis.rollups.reads import (
     STEP_FILTERS,
     TASK_FILTERS,
+    binned_summaries,
     budget_sums,
     covered_hours,
     edge,
@@ -45,8 +53,8 @@ from analysis.rollups.sql import (
 )
 
 __all__ = [
-    "DAY", "SampleBucket", "sample_buckets", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "HOURLY_TABLES", "NBINS", "REBUILD_WORKERS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
-    "STEP_GROUPS", "TABLES", "TASK_FILTERS", "Summary", "bin_sql", "budget_sums", "covered_hours",
+    "APPROXIMATE_BOUND", "APPROXIMATE_NOTE", "DAY", "SampleBucket", "sample_buckets", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "HOURLY_TABLES", "NBINS", "REBUILD_WORKERS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
+    "STEP_GROUPS", "TABLES", "TASK_FILTERS", "Summary", "bin_sql", "binned_summaries", "budget_sums", "covered_hours",
     "day_floor", "edge", "group_rows_sql", "hour_floor", "hours_recompute", "project_rebuild", "rollup_where",
     "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "watermark",
     "watermark_set",

@@ -5,7 +5,6 @@ expression: no database access."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,12 +12,18 @@ from datetime import datetime
 
 import numpy as np
 
+from analysis.measures import percentile_rank
+
 BINS_PER_DECADE = 60
 LOW_EXP = -2  # 0.01 ms
 HIGH_EXP = 9  # 10^9 ms ≈ 11.6 days
 TOP_BIN = BINS_PER_DECADE * (HIGH_EXP - LOW_EXP) + 1  # the overflow bucket
 NBINS = TOP_BIN + 1
-RELATIVE_ERROR = 10 ** (1 / (2 * BINS_PER_DECADE)) - 1  # 1.93 %
+RELATIVE_ERROR = 10 ** (1 / (2 * BINS_PER_DECADE)) - 1  # 1.93 %: half a bucket, which is 3.9 % wide
+# How the pages say a percentile came from these buckets (analysis/templatetags/dashboard.py: approx_ms).
+APPROXIMATE_BOUND = f"±{RELATIVE_ERROR * 100:.1f} %"
+APPROXIMATE_NOTE = (f"approximate: read from the latency histogram (log buckets {(10 ** (1 / BINS_PER_DECADE) - 1) * 100:.1f} %"
+                    f" wide), within {APPROXIMATE_BOUND} of the exact percentile")
 
 def bin_sql(column: str) -> str:
     """The bucket of a duration column, in SQL (NULL stays NULL). log() of float8 is base 10."""
@@ -66,7 +71,8 @@ class Summary:
         return int(self.bins.sum())
 
     def quantiles(self, fractions: Sequence[float]) -> list[float | None] | None:
-        """percentile_cont at each fraction, within RELATIVE_ERROR; None when nothing is timed."""
+        """The percentile (analysis.measures: percentile_rank) at each fraction, each order statistic
+        replaced by its bucket's middle: within RELATIVE_ERROR; None when nothing is timed."""
         cumulative = np.cumsum(self.bins)
         n = int(cumulative[-1])
         if n == 0:
@@ -76,11 +82,10 @@ class Summary:
             middles[TOP_BIN] = self.max_ms
         out = []
         for q in fractions:
-            rank = q * (n - 1)
-            k = int(math.floor(rank))
+            k, t = percentile_rank(q, n)
             below = middles[np.searchsorted(cumulative, k, side="right")]
             above = middles[np.searchsorted(cumulative, min(k + 1, n - 1), side="right")]
-            value = float(below + (rank - k) * (above - below))
+            value = float(below + t * (above - below))
             out.append(min(value, self.max_ms) if self.max_ms is not None else value)
         return out
 

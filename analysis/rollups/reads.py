@@ -100,8 +100,11 @@ def _collect(out: dict, totals: Iterable[tuple], bins: Iterable[tuple]) -> None:
             out[(bucket, group)].bins[index] += n
 
 
-def edge(lo: datetime | None, hi: datetime) -> Q:
-    """Tasks outside the rolled-up hours: the fresh tail and the partial first hour."""
+def edge(lo: datetime | None, hi: datetime | None) -> Q:
+    """Tasks outside the rolled-up hours: the fresh tail and the partial first hour (every task
+    when nothing is rolled up for these filters: `hi` None)."""
+    if hi is None:
+        return Q()
     return Q(started_at__gte=hi) | Q(started_at__lt=lo) if lo is not None else Q(started_at__gte=hi)
 
 
@@ -114,21 +117,23 @@ def _fetch(sql: str, params) -> list[tuple]:
 def task_summaries(*, project: Project, filters: TaskFilters, group: str | None = None,
                    bucket_seconds: int | None = None,
                    slices: tuple[dict[str, tuple[datetime, datetime]], int] | None = None,
-                   ) -> dict[tuple[object, str], Summary] | None:
+                   raw: bool = False) -> dict[tuple[object, str], Summary] | None:
     """Task figures keyed by (time bucket, value of `group` or ""), or None when these filters
-    need the raw query. `group`: a task rollup dimension (e.g. "release"). The time bucket is
+    need the raw query; with `raw`, the rows the rollups cannot answer for (a filter they have no
+    dimension for, buckets under an hour, nothing rolled up yet) are binned from raw rows the same
+    way instead, so a percentile is the same number whichever answered (the dashboards' rule,
+    docs/rollups.md "One percentile per page"). `group`: a task rollup dimension (e.g. "release"). The time bucket is
     None, or the start of a `bucket_seconds` bucket (a whole number of hours), or with
     `slices` = ({group value: (lo, hi)}, n) the number (1..n) of the equal slice of that group's
     own [lo, hi) the row falls in (hour granularity: a rolled-up hour counts whole in the slice
     of its first task's start)."""
-    if bucket_seconds is not None and bucket_seconds % 3600:
-        return None
     if slices is not None and (group not in TASK_DIMENSIONS or not slices[0]):
         return None
-    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
-    if span is None:
+    span = (None if bucket_seconds is not None and bucket_seconds % 3600
+            else covered_hours(filters=filters, allowed=TASK_FILTERS))
+    if span is None and not raw:
         return None
-    lo, hi = span
+    lo, hi = span or (None, None)
     group_sql = f"r.{group}" if group in TASK_DIMENSIONS else "''"
     equal = {"release": filters.release, "environment": filters.environment, "name": filters.name}
     out: dict[tuple, Summary] = defaultdict(Summary)
@@ -147,7 +152,7 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
     # a rolled-up row falls in the slice of its first task's start (never before the group's lo)
     tb = bucket("r.first_at" if slices is not None else "r.hour")
     days = slices is None and (bucket_seconds is None or bucket_seconds % DAY.total_seconds() == 0)
-    for suffix, seg_lo, seg_hi in sources(lo, hi, days=days):
+    for suffix, seg_lo, seg_hi in sources(lo, hi, days=days) if hi is not None else ():
         where, params = rollup_where(project=project, lo=seg_lo, hi=seg_hi, equal=equal)
         rollup_from = f"analysis_task_rollup{suffix} r" + join.format(g=f"r.{group}")
         totals = _fetch(f"SELECT {tb}, {group_sql}, sum(tasks), sum(errors), sum(sum_ms), max(max_ms),"
@@ -168,23 +173,38 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
     return dict(out)
 
 
+def binned_summaries(rows_sql: str, params: Sequence, *, key: str = "''") -> dict[str, Summary]:
+    """Summaries of rows no rollup holds (the tasks of sessions, say), per value of the SQL
+    expression `key` over them (alias t: started_at, status, duration_ms), binned as the rollups
+    bin: their percentiles are the dashboards' one kind, equal to a rollup's over the same rows."""
+    out: dict[tuple, Summary] = defaultdict(Summary)
+    rows = _fetch(f"SELECT NULL, {key}, {bin_sql('t.duration_ms')}, count(*),"
+                  f" count(*) FILTER (WHERE t.status {FAILED_SQL}), coalesce(sum(t.duration_ms), 0),"
+                  f" max(t.duration_ms), min(t.started_at), max(t.started_at) FROM ({rows_sql}) t GROUP BY 1, 2, 3",
+                  list(params))
+    _collect(out, [(r[0], r[1], *r[3:]) for r in rows], [(r[0], r[1], r[2], r[3]) for r in rows])
+    return {k[1]: summary for k, summary in out.items()}
+
+
 def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, group: str = "",
-                   groups: Sequence[str] | None = None, metric: str = "duration") -> dict[str, Summary] | None:
+                   groups: Sequence[str] | None = None, metric: str = "duration",
+                   raw: bool = False) -> dict[str, Summary] | None:
     """Step figures per value of the `group_by` column (kind, name, tool, model, device) for the
     steps of the filtered tasks, or None when these filters need the raw query. Steps with an
     empty value are left out, like the Latency page does; "tool" means steps of kind tool.
     `group` narrows to one value, `groups` to several. `metric`: which histogram the summaries
     hold, "duration", "ttft" (time to first token) or "tpot" (time per output token, LLM steps
     with a first token and more than one output token); counts are of all steps either way, and
-    the maximum is only known for durations."""
+    the maximum is only known for durations. `raw`: as for task_summaries, bin the steps the
+    rollups cannot answer for rather than return None."""
     column = STEP_GROUPS.get(group_by)
     prefix = {"duration": "", "ttft": "ttft_", "tpot": "tpot_"}.get(metric)
     if column is None or prefix is None:
         return None
     span = covered_hours(filters=filters, allowed=STEP_FILTERS)
-    if span is None:
+    if span is None and not raw:
         return None
-    lo, hi = span
+    lo, hi = span or (None, None)
 
     def narrowed(alias: str) -> tuple[str, list]:
         """The group conditions on rollup rows or steps (same column names in both)."""
@@ -201,7 +221,7 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     extra, extra_params = narrowed("r")
     max_sql = "max(max_ms)" if not prefix else "NULL::float8"
     out: dict[tuple, Summary] = defaultdict(Summary)
-    for suffix, seg_lo, seg_hi in sources(lo, hi, days=True):
+    for suffix, seg_lo, seg_hi in sources(lo, hi, days=True) if hi is not None else ():
         where, params = rollup_where(project=project, lo=seg_lo, hi=seg_hi,
                                       equal={"release": filters.release, "environment": filters.environment},
                                       extra=extra)

@@ -1,5 +1,6 @@
 """Template tags of the dashboard layout: the top bar (navigation, project switcher, global
-filters) works on every page, including pages whose views know nothing about it."""
+filters) works on every page, including pages whose views know nothing about it; durations, and
+percentiles read from the latency histogram marked "≈" with their bound."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from urllib.parse import urlencode
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
 
+from analysis import rollups
 from analysis.access import project_for_user, projects_for_user
-from analysis.dashboard import reads
+from analysis.dashboard import selectors
 from analysis.dashboard.charts import fmt_ms, lower_bound_ms
 from analysis.filters import RANGE_PRESETS
 
@@ -41,8 +44,8 @@ def topbar(context):
         "request": request, "project": project, "query": query, "nav": nav,
         "projects": projects_for_user(user) if user.is_authenticated else [],
         "presets": list(RANGE_PRESETS), "values": {k: params.get(k, "") for k in GLOBAL_PARAMS},
-        "releases": reads.project_releases(project=project) if project else [],
-        "environments": reads.project_environments(project=project) if project else [],
+        "releases": selectors.project_releases(project=project) if project else [],
+        "environments": selectors.project_environments(project=project) if project else [],
         # Page-specific parameters ride along when the global filters change (minus the cursor:
         # a new filter starts from the first page).
         "carry": [(k, v) for k in params if k not in GLOBAL_PARAMS and k != "cursor"
@@ -59,3 +62,24 @@ def ms(value):
 def lower_bound(value):
     """A percentile as a link's min_duration_ms (charts.lower_bound_ms)."""
     return lower_bound_ms(value)
+
+
+@register.filter
+def approx_ms(value):
+    """A percentile from the latency histogram: "≈4.55 s", its bound and origin in the tooltip
+    (docs/rollups.md, "One percentile per page")."""
+    if value is None:
+        return "–"
+    return format_html('<span class="approx" title="{}">≈{}</span>', rollups.APPROXIMATE_NOTE, fmt_ms(value))
+
+
+@register.simple_tag
+def approx_bound():
+    """The bound itself, for the page to show beside the figures it qualifies: "±1.9 %"."""
+    return rollups.APPROXIMATE_BOUND
+
+
+@register.inclusion_tag("analysis/_approx_note.html")
+def approx_note():
+    """One line under a table of histogram percentiles saying what "≈" means."""
+    return {"bound": rollups.APPROXIMATE_BOUND, "note": rollups.APPROXIMATE_NOTE}

@@ -8,6 +8,7 @@
     if (!found.sessions) { return; }
     section.querySelectorAll("[data-field]").forEach(function (el) {
       el.textContent = found.text[el.dataset.field];
+      if (/^p\d+$/.test(el.dataset.field)) { el.className = "approx"; el.title = found.approximate; }
     });
     section.hidden = false;
   }).catch(function () { /* the rest of the overview stands without it */ });

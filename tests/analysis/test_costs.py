@@ -238,3 +238,20 @@ def test_the_demo_user_may_enter_prices_in_the_admin(db, settings, tmp_path):
     client.force_login(get_user_model().objects.get(username="demo"))
     assert client.get("/admin/analysis/modelprice/add/").status_code == 200
     assert client.get("/admin/analysis/finding/").status_code == 403  # nothing more than prices
+
+
+def test_a_fresh_demo_prices_the_models_the_simulator_calls(db, settings, tmp_path):
+    """make demo loads docs/prices.example.csv when no price is entered: the cost tiles show dollars
+    (qwen2.5-coder-32b is left without one on purpose: docs/client.md shows a partly priced sum)."""
+    from analysis.models import ModelPrice
+    from analysis.simulator import catalog
+
+    settings.DATA_DIR = tmp_path
+    (tmp_path / "demo-seeded").write_text("ok\n")
+    call_command("demo_setup", stdout=open(tmp_path / "out.txt", "w"))
+    priced = set(ModelPrice.objects.values_list("model", flat=True))
+    simulated = {agent.model for agent in catalog.AGENTS}
+    assert simulated - priced == {"qwen2.5-coder-32b"}, (simulated, priced)
+    ModelPrice.objects.filter(model="llama-3.1-8b").update(note="ours")
+    call_command("demo_setup", stdout=open(tmp_path / "out.txt", "w"))  # entered prices are left alone
+    assert ModelPrice.objects.get(model="llama-3.1-8b").note == "ours"

@@ -351,14 +351,14 @@ def test_api_errors_name_the_parameter_and_never_reach_another_project(stored, a
 
 
 def test_the_typical_profile_is_built_from_the_release_else_the_baseline_window(db, project):
-    from analysis.comparison import explain
+    from analysis.comparison import diff
 
     for i in range(22):
         store(project, f"old-{i}", USUAL, start=T0 + timedelta(hours=i), release="v1")
     store(project, "new", USUAL, start=T0 + timedelta(hours=30), release="v2")
-    runs, scope = explain.typical_runs(project=project, name="checkout-agent", release="v1")
+    runs, scope = diff.typical_runs(project=project, name="checkout-agent", release="v1")
     assert scope == "release" and len(runs) == 22
-    runs, scope = explain.typical_runs(project=project, name="checkout-agent", release="v2")
+    runs, scope = diff.typical_runs(project=project, name="checkout-agent", release="v2")
     assert scope == "window" and len(runs) == 23
 
 

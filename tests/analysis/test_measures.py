@@ -10,7 +10,7 @@ from django.db import connection
 
 from analysis import rollups
 from analysis.alerts.metrics import MetricSpec, measure
-from analysis.dashboard import reads
+from analysis.dashboard import aggregates
 from analysis.engine import batch
 from analysis.engine.baselines import DEVICE, baselines_refresh
 from analysis.filters import TaskFilters
@@ -77,9 +77,9 @@ def test_error_counts_count_the_same_statuses_everywhere(project):
 
     alert = measure(project=project, spec=MetricSpec("error_rate", {}), start=BASE, end=NOW)
     assert alert.value == pytest.approx(100 * failed / len(statuses))
-    assert reads.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # raw
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # raw
     rollups.rollups_refresh()
-    assert reads.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # rolled up
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["errors"] == failed  # rolled up
     (tools,) = rollups.step_summaries(project=project, filters=TaskFilters(), group_by="tool").values()
     assert (tools.count, tools.errors) == (len(statuses), failed)
 
@@ -99,10 +99,33 @@ def analysed_task(project, task_id: str, started_at: datetime) -> None:
 
 def test_budget_sums_add_json_numbers_and_nothing_else(project):
     analysed_task(project, "old", BASE)
-    assert reads.budget_by_release(project=project, filters=TaskFilters()) == [("v1", NUMBERS)]  # raw
+    assert aggregates.budget_by_release(project=project, filters=TaskFilters()) == [("v1", NUMBERS)]  # raw
     rollups.rollups_refresh()
     assert rollups.budget_sums(project=project, filters=TaskFilters()) == {"v1": (1, NUMBERS)}  # rolled up
     # After the last refresh, in the hour in progress (not NOW, which is when the suite began): read raw.
     analysed_task(project, "fresh", datetime.now(tz=UTC))
     assert rollups.budget_sums(project=project, filters=TaskFilters()) == \
         {"v1": (2, {k: 2 * v for k, v in NUMBERS.items()})}
+
+
+@pytest.mark.django_db
+def test_the_percentile_is_one_definition_in_sql_in_python_and_over_the_histogram():
+    """percentile_cont_sql, PercentileCont and percentiles give the same numbers; the histogram's
+    percentile (the same rank and weight, bucket middles for order statistics) is within its bound."""
+    import numpy as np
+
+    from analysis.measures import percentile_cont_sql, percentiles
+    from analysis.rollups.histograms import RELATIVE_ERROR, Summary, bin_sql
+
+    values = np.random.default_rng(7).lognormal(7, 1.2, size=1001).round(3)
+    fractions = (0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {percentile_cont_sql('v', fractions)}, {percentile_cont_sql('v', 0.5)},"
+                    f" array_agg({bin_sql('v')}) FROM unnest(%s::float8[]) u(v)", [values.tolist()])
+        in_sql, median, bins = cur.fetchone()
+    assert in_sql == pytest.approx(list(percentiles(values, fractions)), rel=1e-12)
+    assert median == pytest.approx(float(percentiles(values, 0.5)), rel=1e-12)
+    summary = Summary(max_ms=float(values.max()))
+    np.add.at(summary.bins, bins, 1)
+    for exact, bucketed in zip(in_sql, summary.quantiles(fractions), strict=True):
+        assert abs(bucketed - exact) <= RELATIVE_ERROR * exact * 1.0001

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from analysis import rollups
-from analysis.dashboard import reads
+from analysis.dashboard import aggregates
 from analysis.dashboard.charts import log_edges
 from analysis.filters import TaskFilters
 from analysis.releases.compare import release_list
@@ -241,7 +241,7 @@ def test_new_tasks_show_before_the_job_runs(project):
     batch_store(project=project, batch=Batch(tasks=[TaskRecord(
         task_id="fresh", name="checkout", release="v1", environment="prod", started_at=now,
         ended_at=now + timedelta(seconds=1), status="ok")]))
-    totals = reads.overview_totals(project=project, filters=TaskFilters())
+    totals = aggregates.overview_totals(project=project, filters=TaskFilters())
     assert totals["count"] == 101
 
 
@@ -263,11 +263,11 @@ def test_the_hour_in_progress_is_rolled_up_once_it_is_over(project):
 
     rollups.rollups_refresh(now=NOW + timedelta(seconds=1))
     assert rolled_up() == 0
-    assert reads.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["count"] == 101
     Task.objects.filter(project=project).update(last_event_at=NOW - timedelta(days=1))
     rollups.rollups_refresh(now=current + timedelta(hours=1, minutes=1))
     assert rolled_up() == 1
-    assert reads.overview_totals(project=project, filters=TaskFilters())["count"] == 101
+    assert aggregates.overview_totals(project=project, filters=TaskFilters())["count"] == 101
 
 
 def test_projects_are_isolated(project, other_project):
@@ -311,7 +311,7 @@ def test_filters_the_rollups_lack_fall_back_to_raw_rows(project):
     assert rollups.task_summaries(project=project, filters=TaskFilters(status="error")) is None
     assert rollups.step_summaries(project=project, filters=TaskFilters(name="checkout"), group_by="kind") is None
     # and the page still answers, exactly
-    assert reads.overview_totals(project=project, filters=TaskFilters(status="error"))["count"] == 3
+    assert aggregates.overview_totals(project=project, filters=TaskFilters(status="error"))["count"] == 3
 
 
 def _raw(fn):
@@ -333,17 +333,17 @@ def test_overview_and_latency_pages_show_the_same_numbers_as_the_raw_queries(pro
     rollups.rollups_refresh()
     f = TaskFilters()
     for fn in (
-        lambda: reads.overview_totals(project=project, filters=f),
-        lambda: reads.overview_series(project=project, filters=f),
-        lambda: reads.duration_percentiles(project=project, filters=f),
-        lambda: reads.duration_percentiles(project=project, filters=TaskFilters(release="v1"), group_by="model"),
-        lambda: reads.duration_percentiles(project=project, filters=f, group_by="tool"),
-        lambda: reads.duration_quantiles(project=project, filters=f, group_by="kind", groups=["llm", "tool"]),
+        lambda: aggregates.overview_totals(project=project, filters=f),
+        lambda: aggregates.overview_series(project=project, filters=f),
+        lambda: aggregates.duration_percentiles(project=project, filters=f),
+        lambda: aggregates.duration_percentiles(project=project, filters=TaskFilters(release="v1"), group_by="model"),
+        lambda: aggregates.duration_percentiles(project=project, filters=f, group_by="tool"),
+        lambda: aggregates.duration_quantiles(project=project, filters=f, group_by="kind", groups=["llm", "tool"]),
     ):
         same(_raw(fn), fn())
     # the histogram: the same bars, counts equal but for durations within 0.01 % of an edge
-    raw, rolled = _raw(lambda: reads.duration_histogram(project=project, filters=f)), \
-        reads.duration_histogram(project=project, filters=f)
+    raw, rolled = _raw(lambda: aggregates.duration_histogram(project=project, filters=f)), \
+        aggregates.duration_histogram(project=project, filters=f)
     assert sum(n for *_, n in raw) == sum(n for *_, n in rolled) == 1200
     edges = log_edges()
     near = Task.objects.filter(project=project).extra(
@@ -361,17 +361,17 @@ def test_devices_page_figures_from_rollups_match_the_raw_queries(project):
     rolled = rollups.step_summaries(project=project, filters=TaskFilters(), group_by="device", metric="tpot")
     assert set(rolled) == {"gpu-0", "groq-0"} and rolled["gpu-0"].timed > 100  # the rollups answer
     for f in (TaskFilters(), TaskFilters(release="v2"), TaskFilters(since=BASE + timedelta(minutes=90))):
-        raw = _raw(lambda f=f: reads.device_table(project=project, filters=f))
-        same(raw, reads.device_table(project=project, filters=f))
+        raw = _raw(lambda f=f: aggregates.device_table(project=project, filters=f))
+        same(raw, aggregates.device_table(project=project, filters=f))
         assert [r["device"] for r in raw] == ["gpu-0", "groq-0", "idle-0"] and raw[0]["tpot_p95"] is not None
         for metric in ("ttft", "tpot"):
-            query = lambda f=f, metric=metric: reads.device_quantiles(  # noqa: E731
+            query = lambda f=f, metric=metric: aggregates.device_quantiles(  # noqa: E731
                 project=project, filters=f, metric=metric, devices=["gpu-0", "groq-0", "idle-0"])
             same(_raw(query), query())
     # Filters the rollups have no dimension for still answer exactly from raw rows.
     f = TaskFilters(name="checkout")
-    assert _raw(lambda: reads.device_table(project=project, filters=f)) == \
-        reads.device_table(project=project, filters=f)
+    assert _raw(lambda: aggregates.device_table(project=project, filters=f)) == \
+        aggregates.device_table(project=project, filters=f)
 
 
 def test_releases_list_from_rollups_matches_the_raw_list(project):
@@ -433,8 +433,8 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
         for i, t in enumerate(tasks[:200])])
     rollups.rollups_refresh()
     f = TaskFilters()
-    raw = _raw(lambda: reads.budget_by_release(project=project, filters=f))
-    rolled = reads.budget_by_release(project=project, filters=f)
+    raw = _raw(lambda: aggregates.budget_by_release(project=project, filters=f))
+    rolled = aggregates.budget_by_release(project=project, filters=f)
     assert [r for r, _ in raw] == [r for r, _ in rolled] == ["v1", "v2"]
     for (_, a), (_, b) in zip(raw, rolled, strict=True):
         assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9) for k in a)
@@ -443,16 +443,16 @@ def test_budget_by_release_from_rollups_matches_and_follows_new_analyses(project
     TaskAnalysis.objects.create(task=late, project=project, analyzed_at=datetime.now(tz=UTC),
                                 budget={"prefill": 1e6})
     rollups.rollups_refresh()
-    rolled = dict(reads.budget_by_release(project=project, filters=f))
-    raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
+    rolled = dict(aggregates.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: aggregates.budget_by_release(project=project, filters=f)))
     assert rolled["v1"]["prefill"] == pytest.approx(raw["v1"]["prefill"]) and rolled["v1"]["prefill"] > 5000
     # a task of the fresh tail (after the last run) counts at once, from raw rows
     now = datetime.now(tz=UTC)  # not NOW: the hour in progress, even when the suite began in the previous one
     fresh = Task.objects.create(project=project, task_id="fresh", release="v2", started_at=now, duration_ms=5.0,
                                 last_event_at=now)
     TaskAnalysis.objects.create(task=fresh, project=project, analyzed_at=now, budget={"tool": 2e6})
-    rolled = dict(reads.budget_by_release(project=project, filters=f))
-    raw = dict(_raw(lambda: reads.budget_by_release(project=project, filters=f)))
+    rolled = dict(aggregates.budget_by_release(project=project, filters=f))
+    raw = dict(_raw(lambda: aggregates.budget_by_release(project=project, filters=f)))
     assert rolled["v2"]["tool"] == pytest.approx(raw["v2"]["tool"]) and rolled["v2"]["tool"] > 10000
 
 
@@ -461,8 +461,8 @@ def test_a_mid_hour_range_series_matches_the_raw_query(project):
     rollups.rollups_refresh()
     filters = TaskFilters(since=BASE + timedelta(hours=1, minutes=20), until=BASE + timedelta(hours=29, minutes=7),
                           release="v1")
-    raw = _raw(lambda: reads.overview_series(project=project, filters=filters))
-    rolled = reads.overview_series(project=project, filters=filters)
+    raw = _raw(lambda: aggregates.overview_series(project=project, filters=filters))
+    rolled = aggregates.overview_series(project=project, filters=filters)
     assert [(p.bucket, p.release, p.count, p.errors) for p in raw] == \
         [(p.bucket, p.release, p.count, p.errors) for p in rolled]
     assert all(close(b.p95, a.p95) for a, b in zip(raw, rolled, strict=True) if a.p95 is not None)

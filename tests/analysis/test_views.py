@@ -308,7 +308,7 @@ def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
 
 
 def test_whatif_says_which_calls_already_ran_on_a_family_and_which_are_hypothetical(project):
-    from analysis.dashboard.reads import whatif_rows
+    from analysis.dashboard.selectors import whatif_rows
 
     rows = whatif_rows({"actual_ms": 9000.0, "llm_path_ms": 8000.0, "unknown_hardware_ms": 3000.0,
                         "hardware": {"groq": {"ms": 7000.0, "llm_ms": 6000.0, "already_ms": 2000.0,
@@ -488,7 +488,7 @@ def test_findings_follow_every_task_filter(client, project, spread):
 def test_waterfall_order_is_the_apis_tree_order(project):
     """The waterfall reads steps presorted by SQL; the API sorts them in Python: same order,
     including ties on start time, children before later siblings, and a parent cycle."""
-    from analysis.dashboard import reads, selectors
+    from analysis.dashboard import selectors
 
     task = make_task(project, "tree", duration_ms=1000.0)
     specs = [("b", "", 0, 500), ("a", "", 0, 500), ("c", "", 0, 300), ("b2", "b", 10, 50), ("b1", "b", 10, 50),
@@ -497,5 +497,5 @@ def test_waterfall_order_is_the_apis_tree_order(project):
     for step_id, parent, offset, duration in reversed(specs):
         make_step(task, step_id, parent=parent, offset_ms=offset, duration_ms=duration)
     api = [(s["step_id"], s["depth"]) for s in map(json.loads, selectors.task_steps_json(task=task))]
-    assert [(r.step_id, r.depth) for r in reads.task_waterfall_rows(task=task)] == api
+    assert [(r.step_id, r.depth) for r in selectors.task_waterfall_rows(task=task)] == api
     assert api[:3] == [("c", 0), ("a", 0), ("z", 1)]

@@ -1,5 +1,6 @@
 """The first-run setup `make demo` does: the migrations, user demo/demo, project demo with an
-ingest key, and (once) a simulated week of traffic. Safe to run on every start.
+ingest key, the example model prices when none are entered, and (once) a simulated week of
+traffic. Safe to run on every start.
 
 Run as `manage.py demo_setup`, it stops the embedded PostgreSQL and Redis that it started when it
 ends, normally, by an error, Ctrl-C or SIGTERM (runstack starts them again for itself); those it
@@ -13,8 +14,11 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from analysis.models import ModelPrice
 from ingest.models import IngestKey, Project
 from ingest.services import key_create
+
+EXAMPLE_PRICES = settings.BASE_DIR / "docs" / "prices.example.csv"
 
 
 class Command(BaseCommand):
@@ -48,9 +52,13 @@ class Command(BaseCommand):
             user.save()
         project, _ = Project.objects.get_or_create(name="demo")
         project.members.add(user)
-        # The demo user enters model prices in the admin (token cost; none is built in).
+        # The demo user enters model prices in the admin (token cost; none is built in). A fresh demo
+        # starts with the illustrative prices of docs/prices.example.csv, so its cost tiles show
+        # dollars rather than "no price"; prices already entered are left as they are.
         user.user_permissions.add(*Permission.objects.filter(content_type__app_label="analysis",
                                                              content_type__model="modelprice"))
+        if not ModelPrice.objects.exists() and EXAMPLE_PRICES.exists():
+            call_command("load_prices", str(EXAMPLE_PRICES), stdout=self.stdout)
         key_file = settings.DATA_DIR / "demo-ingest-key"
         if not key_file.exists() or not IngestKey.objects.filter(project=project, revoked_at=None).exists():
             _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST, IngestKey.SCOPE_READ],
