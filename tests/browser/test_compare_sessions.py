@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from ingest.models import Step, Task
-from tests.analysis.factories import T0, make_finding, make_step, make_task
+from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
 from tests.browser.conftest import ARTIFACTS, screenshot, skip_without_chromium
 from tests.browser.test_dashboard import assert_nothing_ran, log_in
 
@@ -91,6 +92,21 @@ def test_a_slow_task_opens_with_its_comparison_to_the_typical_run(live_server, b
     page.click("#typical-items a.step-link[data-step='llm1']")
     page.wait_for_function("document.getElementById('step-title').textContent.includes('llm1')", timeout=WAIT_MS)
     screenshot(page, "task-typical")
+    assert_nothing_ran(page)
+
+
+def test_the_header_says_what_wasted_and_vs_typical_each_mean(live_server, browser_page, member, workload):
+    # 2.1 s the findings would save, +3.7 s against the typical run: two numbers, two questions.
+    analyse(workload, critical_path=["root", "llm1"], kinds=["hardware_queueing"], wasted_ms=2100.0)
+    page = browser_page
+    log_in(page, live_server, "/tasks/slow-one")
+    wasted, typical = page.locator("#fact-wasted"), page.locator("#fact-vs-typical")
+    assert wasted.locator("dt").inner_text() == "wasted (findings)"
+    assert re.fullmatch(r"2\.10? s", wasted.locator("dd").inner_text())
+    assert "the findings that count say this run could save" in wasted.get_attribute("title")
+    assert typical.locator("dt").inner_text() == "vs its typical run"
+    assert re.fullmatch(r"\+3\.70? s", typical.locator("dd").inner_text())
+    assert "A different question from the findings'" in typical.get_attribute("title")
     assert_nothing_ran(page)
 
 
