@@ -143,6 +143,8 @@ class _Acc:
         g["others"] += [o for o in others if o]
         g["n"] += 1
         g["extra_n"] = g.get("extra_n", 0) + info.get("extra", 0)
+        # Steps at a position of the other run (the compare waterfall pairs them) vs none.
+        g["placed_n"] = g.get("placed_n", 0) + (0 if info.get("elsewhere") else 1)
         if "turn" in info and info["turn"] not in g["turns"]:
             g["turns"].append(info["turn"])
 
@@ -242,7 +244,7 @@ def _add_idle(acc: _Acc, turn: Turn, i: int, idle: float) -> None:
 
 
 def _speed_item(acc: _Acc, step: DStep, own: float, other_id: str, median_ms: float, median_ttft: float | None,
-                i: int, verdicts: Mapping[str, str], small: float) -> None:
+                i: int, verdicts: Mapping[str, str], small: float, *, elsewhere: bool = False) -> None:
     """The change of a step's duration on the path, as a slower/faster item (LLM steps grouped
     by device and verdict, with TTFT named when it is most of the change)."""
     direction = "slower" if own >= 0 else "faster"
@@ -255,10 +257,11 @@ def _speed_item(acc: _Acc, step: DStep, own: float, other_id: str, median_ms: fl
         # One item per turn, unless a finding's verdict explains several turns together.
         acc.add((direction, "llm", step.name, step.device, verdict, ttft_part, i if not verdict else -1), own,
                 [step.step_id], [other_id], turn=i, name=step.name, device=step.device, verdict=verdict,
-                ttft=ttft_part)
+                ttft=ttft_part, elsewhere=elsewhere)
     else:
         acc.add((direction, "call", step.step_id), own, [step.step_id], [other_id], turn=i,
-                name=step.tool_name or step.name, ratio=step.duration_ms / median_ms if median_ms else 0.0)
+                name=step.tool_name or step.name, ratio=step.duration_ms / median_ms if median_ms else 0.0,
+                elsewhere=elsewhere)
 
 
 def _slower_than_usual(acc: _Acc, step: DStep, path: Mapping[str, float], typical: Typical, i: int,
@@ -271,7 +274,7 @@ def _slower_than_usual(acc: _Acc, step: DStep, path: Mapping[str, float], typica
     if usual is None or p <= 0 or d <= 0 or d < factor * usual[0] or d - usual[0] < small:
         return 0.0
     own = p * (d - usual[0]) / d
-    _speed_item(acc, step, own, "", usual[0], usual[1], i, verdicts, small)
+    _speed_item(acc, step, own, "", usual[0], usual[1], i, verdicts, small, elsewhere=True)
     return own
 
 
@@ -403,9 +406,15 @@ def _items(acc: _Acc, n_turns: int, typical: Typical) -> list[Item]:
             what = g["name"] + (" TTFT" if g["ttft"] else "")
             text = f"{kind} {what}" + (f" on {g['device']}" if g["device"] else "") + (
                 f" ({g['verdict']})" if g["verdict"] else "") + (f" in {g['n']} turns" if g["n"] > 1 else "")
+            if not g["placed_n"]:  # the waterfall draws it "only in this task": say so here too
+                text += f", a call {other} does not make there"
         elif kind in ("slower", "faster"):
             text = (f"{kind} {g['name']}" if g["n"] == 1 else f"{g['n']} {kind} {g['name']} calls")
-            if g["n"] == 1 and g.get("ratio"):
+            if g["n"] == 1 and not g["placed_n"] and g.get("ratio"):
+                # Paired with no step of the other run (the waterfall's "only in this task"): slower
+                # than such calls usually take, not than a step there.
+                text += f", a call {other} does not make there ({g['ratio']:.1f}× its usual)"
+            elif g["n"] == 1 and g.get("ratio"):
                 text += f" ({g['ratio']:.1f}× {'typical' if typical.scope != 'task' else 'the other'})"
         elif kind == "overlap":
             text = (f"calls in {_turn_name(key[1], n_turns)} overlapped "
