@@ -6,7 +6,7 @@
   function draw(el, figure) {
     el.textContent = "";
     if (window.Plotly) {
-      window.Plotly.react(el, figure.data, figure.layout, { displayModeBar: false, responsive: true });
+      window.Plotly.react(el, figure.data, figure.layout, { displayModeBar: false });
     }
   }
 

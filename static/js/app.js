@@ -21,7 +21,10 @@
       });
   }
 
-  var plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  // Not `responsive`: it sizes a chart's height from its container on every resize, and our
+  // containers take their height from the chart, so each resize collapsed every chart to its
+  // border (~12 px) for good. Width follows the window (fitWidth below); height is the figure's.
+  var plotConfig = { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
   function draw(id, figure) {
     var el = document.getElementById(id);
@@ -52,6 +55,20 @@
     var el = document.getElementById(id);
     if (el && el.on) { el.on("plotly_click", function (ev) { if (ev.points && ev.points.length) { handler(ev.points[0]); } }); }
   }
+
+  // Every chart on the page (drawn here or by a page's own script) takes its container's new
+  // width after the window settles; a height-only change (a full-page screenshot) moves nothing.
+  var resizeTimer = null;
+  function fitWidth() {
+    document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+      var width = gd.clientWidth, full = gd._fullLayout;
+      if (width && full && Math.abs(full.width - width) > 1) { Plotly.relayout(gd, { width: width }); }
+    });
+  }
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(fitWidth, 150);
+  });
 
   window.agentops = { config: config, fetchJSON: fetchJSON, draw: draw, fail: fail, tasksUrl: tasksUrl, onClick: onClick };
 })();
