@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as scipy_stats
 
+from analysis.units import fmt_ms
+
 PERCENTILES = (50, 90, 95, 99)
 # A regression is judged on the typical task (p50) and the tail users notice (p95); p90 and p99
 # are shown. Two percentiles judged at once → Bonferroni: each interval at 1 − alpha/2.
@@ -181,7 +183,7 @@ class Change:
                 and (self.ci[0] > 0 or self.ci[1] < 0))
 
     def text(self) -> str:
-        return f"p{self.q} {self.before:,.0f} → {self.after:,.0f} ms ({self.pct:+.1f}%)"
+        return f"p{self.q} {fmt_ms(self.before)} → {fmt_ms(self.after)} ({self.pct:+.1f}%)"
 
 
 def interval_level(alpha: float, tests: int = len(HEADLINE_PERCENTILES)) -> float:

@@ -7,11 +7,12 @@ from urllib.parse import urlencode
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
 
 from analysis.access import project_for_user, projects_for_user
 from analysis.dashboard import reads
-from analysis.dashboard.charts import fmt_ms
 from analysis.filters import RANGE_PRESETS
+from analysis.units import fmt_ms, fmt_ts, fmt_value
 
 register = template.Library()
 
@@ -53,3 +54,19 @@ def topbar(context):
 @register.filter
 def ms(value):
     return fmt_ms(value)
+
+
+@register.filter
+def metric(value, unit):
+    """A metric's value in its unit, as every page and alert writes it (units.fmt_value)."""
+    return fmt_value(value, unit or "")
+
+
+@register.filter
+def ts(value, precision="second"):
+    """A timestamp that says its zone: <time datetime="…" data-ts="second">2026-11-30 14:02:07
+    UTC</time>. The top bar's UTC/local switch rewrites every one of them (app.js)."""
+    if value is None:
+        return "–"
+    return format_html('<time datetime="{}" data-ts="{}">{}</time>', value.isoformat(), precision,
+                       fmt_ts(value, precision))

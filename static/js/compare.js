@@ -10,7 +10,7 @@
     return A.draw("chart-compare", body.figure).then(function (el) {
       var meta = body.figure.layout.meta || {};
       status.textContent = (meta.rows || 0) + " aligned steps" + (meta.webgl ? " (WebGL)" : "") +
-        " · drawn in " + Math.round(performance.now() - t0) + " ms";
+        " · drawn in " + A.fmtMs(performance.now() - t0);
       window.agentopsTiming = { fetchMs: t1 - t0, drawMs: performance.now() - t1 };
       if (el && el.on) {
         el.on("plotly_click", function (ev) {

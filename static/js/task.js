@@ -33,7 +33,7 @@
         window.agentopsTiming = { fetchMs: t1 - t0, drawMs: t2 - t1, totalMs: t2 - t0 };
         status.textContent = (meta.visible || 0) + " of " + (meta.steps || 0) + " steps shown" +
           (meta.webgl ? " (WebGL)" : "") + (meta.collapsed && meta.collapsed.length ? "; ▸ marks collapsed subtrees" : "") +
-          " · drawn in " + Math.round(t2 - t0) + " ms";
+          " · drawn in " + A.fmtMs(t2 - t0);
         if (!state.bound) {
           state.bound = true;
           el.on("plotly_click", function (ev) {

@@ -201,5 +201,5 @@ def test_latency_and_overview_group_by_session(project, sessions_data, browser_c
     assert "time per user turn" in browser_client.get("/").content.decode()
     found = browser_client.get("/charts/turn-time.json").json()
     assert found["sessions"] == 3 and found["text"] == {"sessions": "3", "turns_per_session": "2",
-                                                        "p50": "1.00 s", "p95": "7.00 s", "p99": "7.80 s"}
+                                                        "p50": "1 s", "p95": "7 s", "p99": "7.8 s"}
     assert browser_client.get("/charts/turn-time.json", {"since": "yesterday"}).status_code == 400
