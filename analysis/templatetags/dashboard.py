@@ -11,6 +11,7 @@ from django.utils.html import format_html
 
 from analysis.access import project_for_user, projects_for_user
 from analysis.dashboard import reads
+from analysis.dashboard.links import entity_url
 from analysis.filters import RANGE_PRESETS
 from analysis.units import fmt_ms, fmt_ts, fmt_value
 
@@ -70,3 +71,17 @@ def ts(value, precision="second"):
         return "–"
     return format_html('<time datetime="{}" data-ts="{}">{}</time>', value.isoformat(), precision,
                        fmt_ts(value, precision))
+
+
+@register.simple_tag(takes_context=True)
+def entity_link(context, kind, name, text=None):
+    """<a class="entity-link" href="…">name</a>: a tool or model to its tasks, a device or
+    server to the Devices page, an agent to its call graph, a session to its turns
+    (analysis.dashboard.links), keeping the page's global filters. Escaped like any value."""
+    request = context.get("request")
+    params = {k: request.GET[k] for k in GLOBAL_PARAMS if request is not None and request.GET.get(k)}
+    url = entity_url(kind, name or "", params)
+    label = name if text is None else text
+    if not url:
+        return format_html("{}", label or "")
+    return format_html('<a class="entity-link" data-entity="{}" href="{}">{}</a>', kind, url, label)

@@ -195,6 +195,6 @@
   });
 
   window.agentops = { config: config, fetchJSON: fetchJSON, draw: draw, fail: fail, tasksUrl: tasksUrl, onClick: onClick,
-    fmtMs: fmtMs, fmtValue: fmtValue, fmtTs: fmtTs, timezone: tzMode, applyTimezone: applyTimezone,
+    fitWidth: fitWidth, fmtMs: fmtMs, fmtValue: fmtValue, fmtTs: fmtTs, timezone: tzMode, applyTimezone: applyTimezone,
     localizeFigure: localizeFigure };
 })();

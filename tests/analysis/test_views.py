@@ -9,9 +9,11 @@ import io
 import json
 import re
 from datetime import timedelta
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.urls import reverse
 
 from ingest.models import Device, ResourceSample
 from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
@@ -355,6 +357,19 @@ def test_step_json_returns_raw_attributes(client, traced):
     step = charts_json(client, "/tasks/run-1/steps/search.json")
     assert step["tool_args"] == {"q": XSS_ARG} and step["attributes"] == {"prompt": XSS_NAME}
     assert client.get("/tasks/run-1/steps/nope.json").status_code == 404
+
+
+def test_step_json_names_the_pages_its_tool_model_device_and_agent_lead_to(client, traced):
+    tool = charts_json(client, "/tasks/run-1/steps/search.json", project="acme")
+    assert tool["task_id"] == "run-1" and tool["agent"] == XSS_NAME and tool["offset_ms"] == 800.0
+    assert tool["links"]["tool"] == "/tasks?project=acme&tool=search"
+    assert tool["links"]["agent"] == reverse("agent-detail", args=[XSS_NAME]) + "?project=acme"
+    assert tool["links"]["model"] == tool["links"]["device"] == tool["links"]["server"] == ""
+    llm = charts_json(client, "/tasks/run-1/steps/plan.json", project="acme")
+    assert llm["links"]["model"] == "/tasks?project=acme&model=llama-3-70b"
+    device = urlparse(llm["links"]["device"])
+    assert device.path == "/devices" and parse_qs(device.query)["device"] == ["groq-lpu-03"]
+    assert "mark_from" in parse_qs(device.query)  # the step's window, shaded
 
 
 def test_waterfall_collapse_and_reveal(client, traced):
