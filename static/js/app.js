@@ -121,17 +121,26 @@
   }
   function localizeFigure(figure) {
     var mode = tzMode(), layout = figure.layout || {}, dated = {};
+    function isoArray(values) {
+      var first = (values || []).filter(function (v) { return v !== null && v !== undefined; })[0];
+      return typeof first === "string" && ISO.test(first);
+    }
+    Object.keys(layout).forEach(function (key) {
+      if (/^xaxis\d*$/.test(key) && layout[key] && layout[key].type === "date") { dated[key] = true; }
+    });
     (figure.data || []).forEach(function (t) {
-      var first = (t.x || []).filter(function (v) { return v !== null && v !== undefined; })[0];
-      if (typeof first === "string" && ISO.test(first)) { dated[(t.xaxis || "x").replace(/^x/, "xaxis")] = true; }
+      if (isoArray(t.x) || isoArray(t.base)) { dated[(t.xaxis || "x").replace(/^x/, "xaxis")] = true; }
     });
     var axes = Object.keys(dated);
     if (!axes.length) { return figure; }
     var zone = mode === "local" ? localZone() : "UTC";
     var data = figure.data.map(function (t) {
       var key = (t.xaxis || "x").replace(/^x/, "xaxis");
-      if (mode !== "local" || !dated[key] || !t.x) { return t; }
-      return Object.assign({}, t, { x: t.x.map(localWall) });
+      if (mode !== "local" || !dated[key]) { return t; }
+      var out = Object.assign({}, t);
+      if (isoArray(t.x)) { out.x = t.x.map(localWall); }
+      if (isoArray(t.base)) { out.base = t.base.map(localWall); }
+      return out;
     });
     var out = Object.assign({}, layout);
     axes.forEach(function (key) {
