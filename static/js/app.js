@@ -47,6 +47,34 @@
     return sign + trim(v.toFixed(digits)) + " " + unit;
   }
 
+  // A time axis in ms that zooms (the waterfall, two tasks compared): ticks at a 1-2-5 step over
+  // the visible range, labelled by fmtMs, recomputed after every zoom or pan.
+  function msTicks(lo, hi) {
+    var raw = (hi - lo) / 6;
+    if (!(raw > 0)) { return []; }
+    var power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 5, 10].map(function (m) { return m * power; }).filter(function (s) { return s >= raw; })[0];
+    var out = [];
+    for (var v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) { out.push(Math.round(v / step) * step); }
+    return out;
+  }
+  function msAxis(gd) {
+    if (!gd || !gd._fullLayout) { return; }
+    function retick() {
+      var ax = gd._fullLayout.xaxis;
+      if (!ax || ax.type !== "linear" || !ax.range) { return; }
+      var vals = msTicks(Math.min(ax.range[0], ax.range[1]), Math.max(ax.range[0], ax.range[1]));
+      Plotly.relayout(gd, { "xaxis.tickmode": "array", "xaxis.tickvals": vals, "xaxis.ticktext": vals.map(fmtMs) });
+    }
+    if (!gd._msAxisBound) {
+      gd._msAxisBound = true;
+      gd.on("plotly_relayout", function (ev) {
+        if (Object.keys(ev || {}).some(function (k) { return /^xaxis\.(range|autorange)/.test(k); })) { retick(); }
+      });
+    }
+    retick();
+  }
+
   function fmtValue(value, unit) {
     if (value === null || value === undefined || !isFinite(value)) { return "–"; }
     if (unit === "ms") { return fmtMs(value); }
@@ -204,6 +232,6 @@
   });
 
   window.agentops = { config: config, fetchJSON: fetchJSON, draw: draw, fail: fail, tasksUrl: tasksUrl, onClick: onClick,
-    fitWidth: fitWidth, fmtMs: fmtMs, fmtValue: fmtValue, fmtTs: fmtTs, timezone: tzMode, applyTimezone: applyTimezone,
+    fitWidth: fitWidth, msAxis: msAxis, fmtMs: fmtMs, fmtValue: fmtValue, fmtTs: fmtTs, timezone: tzMode, applyTimezone: applyTimezone,
     localizeFigure: localizeFigure };
 })();

@@ -8,6 +8,7 @@
   A.fetchJSON(cfg.compare).then(function (body) {
     var t1 = performance.now();
     return A.draw("chart-compare", body.figure).then(function (el) {
+      A.msAxis(el);
       var meta = body.figure.layout.meta || {};
       status.textContent = (meta.rows || 0) + " aligned steps" + (meta.webgl ? " (WebGL)" : "") +
         " · drawn in " + A.fmtMs(performance.now() - t0);

@@ -31,6 +31,7 @@
       state.parents = {};
       (body.parents || []).forEach(function (id) { state.parents[id] = true; });
       return A.draw("chart-waterfall", body.waterfall).then(function (el) {
+        A.msAxis(el);
         var t2 = performance.now();
         window.agentopsTiming = { fetchMs: t1 - t0, drawMs: t2 - t1, totalMs: t2 - t0 };
         status.textContent = (meta.visible || 0) + " of " + (meta.steps || 0) + " steps shown" +

@@ -123,3 +123,18 @@ def test_timestamps_say_their_zone_and_switch_to_local_time(live_server, chromiu
         assert page.errors == []
     finally:
         context.close()
+
+
+def test_the_waterfall_time_axis_ticks_in_the_duration_format_as_it_zooms(live_server, browser_page, member, tasks):  # noqa: F811
+    page = browser_page
+    log_in(page, live_server, "/tasks/t29")  # a 97 s task
+    page.wait_for_selector("body[data-waterfall-ready='1']", timeout=WAIT_MS)
+    page.wait_for_function("document.getElementById('chart-waterfall').layout.xaxis.tickmode === 'array'", timeout=WAIT_MS)
+    labels = tick_labels(page, "#chart-waterfall", "x")
+    assert labels and all(re.fullmatch(r"\d+ (ms|s)", t) for t in labels) and "20 s" in labels, labels
+    page.evaluate("Plotly.relayout('chart-waterfall', {'xaxis.range': [0, 1000]})")  # zoom to the first second
+    page.wait_for_function("document.getElementById('chart-waterfall').layout.xaxis.ticktext.includes('200 ms')",
+                           timeout=WAIT_MS)
+    labels = tick_labels(page, "#chart-waterfall", "x")
+    assert "200 ms" in labels and "1 s" in labels, labels
+    assert_nothing_ran(page)
