@@ -80,7 +80,7 @@ def duration_axis(values: Iterable[float | None], *, log: bool = True, **extra) 
     """An axis of durations in ms whose ticks read like every other duration (units.fmt_ms):
     1-2-5 steps on a log axis, a 1-2-5 step from 0 on a linear one."""
     known = [v for v in values if v is not None and v > 0]
-    axis = {"type": "log" if log else "linear", **extra}
+    axis = {"type": "log" if log else "linear", "automargin": True, **extra}  # "500 ms" is wider than "500"
     if known:
         axis.update(log_ticks(min(known), max(known)) if log else linear_ticks(max(known)))
     return axis
