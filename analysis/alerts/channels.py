@@ -25,7 +25,9 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from analysis.alerts import targets
+from analysis.alerts.metrics import unit
 from analysis.alerts.models import AlertEvent
+from analysis.units import fmt_value
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +109,13 @@ def email_text(data: dict) -> tuple[str, str]:
     verb = "FIRING" if data["state"] == "firing" else "RESOLVED"
     # A header holds one line: a CR/LF in the rule's name would make every message unsendable.
     subject = " ".join(f"[agentops] {verb}: {rule['name']}".split())
-    value = "no data" if data["value"] is None else f"{data['value']:.4g}"
+    measured_in = unit(rule["metric"], rule["baseline"])
+    value = "no data" if data["value"] is None else fmt_value(data["value"], measured_in)
     op = ">" if rule["comparator"] == "gt" else "<"
-    unit = " (% change vs baseline)" if rule["baseline"] != "none" else ""
+    against = " vs baseline" if rule["baseline"] != "none" else ""
     body = (f"{rule['name']} is {data['state']} in project {rule['project']}.\n\n"
-            f"{rule['metric']} over the last {rule['window_minutes']} min = {value}{unit} "
-            f"(alert when {op} {data['threshold']:g}), from {data['sample_count']} samples.\n\n"
+            f"{rule['metric']} over the last {rule['window_minutes']} min = {value}{against} "
+            f"(alert when {op} {fmt_value(data['threshold'], measured_in)}), from {data['sample_count']} samples.\n\n"
             f"Matching tasks: {data['link']}\n")
     return subject, body
 

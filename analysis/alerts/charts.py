@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from analysis.units import fmt_value, linear_ticks
+
 COLORS = {"value": "#2563eb", "evaluated": "#64748b", "threshold": "#dc2626"}
 
 
@@ -15,18 +17,23 @@ def metric_figure(*, times: list[datetime], values: list[float | None], threshol
     x = [t.isoformat() for t in times]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "metric per window", "x": x,
              "y": values, "line": {"color": COLORS["value"]}, "connectgaps": False,
-             "hovertemplate": "%{y:.4g} " + unit + "<extra></extra>"}]
+             "hovertext": [fmt_value(v, unit) for v in values], "hoverinfo": "text+x"}]
     if evaluated:
         data.append({"type": "scatter", "mode": "lines", "name": "at each evaluation",
                      "x": [t for t, _ in evaluated], "y": [v for _, v in evaluated],
                      "line": {"color": COLORS["evaluated"], "width": 1}})
     if threshold is not None:
-        data.append({"type": "scatter", "mode": "lines", "name": f"threshold {threshold:.4g} {unit}",
+        data.append({"type": "scatter", "mode": "lines", "name": f"threshold {fmt_value(threshold, unit)}",
                      "x": [x[0], x[-1]] if x else [], "y": [threshold, threshold] if x else [],
                      "line": {"color": COLORS["threshold"], "dash": "dash", "width": 2}, "hoverinfo": "skip"})
+    yaxis = {"title": {"text": unit}, "rangemode": "tozero"}
+    if unit == "ms":  # durations tick like every other duration: "0 ms 5 s 10 s"
+        yaxis.update(linear_ticks(max([v for v in values if v is not None] + [v for _, v in evaluated if v is not None]
+                                     + [threshold or 0])))
+        yaxis["title"] = {"text": "duration"}
     return {"data": data, "layout": {
         "title": {"text": title, "font": {"size": 14}}, "height": 320,
-        "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "yaxis": yaxis,
         "xaxis": {"type": "date"}, "legend": {"orientation": "h", "y": -0.2}}}
 
 

@@ -46,6 +46,16 @@ TASK_FILTERS = {"task_name": "name", "release": "release", "environment": "envir
 STEP_FILTERS = {"step_kind": "kind", "step_name": "name", "model": "model", "device": "device"}
 
 
+
+def unit(metric: str, baseline: str = "none") -> str:
+    """What a rule's values are in (units.fmt_value reads them): a change against a baseline in
+    percent, TPOT in ms per token, other latencies in ms, rates and shares in percent."""
+    if baseline != "none":
+        return "% change"
+    if metric == "tpot_p95":
+        return "ms/token"
+    return "ms" if METRICS.get(metric, ("", None))[1] is not None else "%"
+
 @dataclass(frozen=True)
 class MetricSpec:
     """What to measure: a metric, the rule's filters and, for finding metrics, the kind."""

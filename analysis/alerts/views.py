@@ -15,21 +15,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from analysis.access import project_for_user, projects_for_user
 from analysis.alerts import charts, evaluation, selectors
-from analysis.alerts.metrics import FINDING_METRICS, METRICS, MetricSpec, series
+from analysis.alerts.metrics import FINDING_METRICS, METRICS, MetricSpec, series, unit
 from analysis.alerts.models import AlertRule
 from analysis.alerts.serializers import SECRET_MASK, AlertRuleSerializer
 from ingest.records import STEP_KINDS
 
 CHART_POINTS = 36
 PREVIEW_POINTS = 24
-
-
-def unit(metric: str, baseline: str = AlertRule.BASELINE_NONE) -> str:
-    if baseline != AlertRule.BASELINE_NONE:
-        return "% change"
-    if metric == "tpot_p95":
-        return "ms/token"
-    return "ms" if METRICS.get(metric, ("", None))[1] is not None else "%"
 
 
 def _list_url(project) -> str:
@@ -129,7 +121,7 @@ def rule_list(request):
         values = [v for _, v in (rule.recent or [])][-60:]
         threshold = rule.threshold if rule.baseline == AlertRule.BASELINE_NONE else None
         rule.spark = charts.sparkline_points(values, threshold=threshold)
-        rule.unit = unit(rule.metric)
+        rule.unit = unit(rule.metric, rule.baseline)
         rule.metric_label = evaluation.metric_label(rule.metric)
     return render(request, "alerts/list.html", {
         "project": project, "projects": projects_for_user(request.user), "rules": rules})

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from analysis.comparison.alignment import align_steps, align_turns
 from analysis.comparison.runs import Anatomy, DStep, Run, Turn, anatomy, turn_calls
 from analysis.comparison.typical_run import Typical, TypicalTurn
+from analysis.units import fmt_ms, fmt_signed_ms
 
 # A turn counts as run one after another when its calls' path time over their summed durations
 # exceeds the typical ratio by this much (0 = fully overlapped is impossible; 1 = serial).
@@ -94,14 +95,6 @@ class Explanation:
             out["row_fields"] = [*Row._fields, "delta_ms"]
             out["rows"] = [[*r, r.delta_ms] for r in self.rows]
         return out
-
-
-def fmt_s(ms: float) -> str:
-    return f"{ms / 1000:.1f} s" if abs(ms) >= 1000 else f"{ms:.0f} ms"
-
-
-def fmt_delta(ms: float) -> str:
-    return ("+" if ms >= 0 else "−") + fmt_s(abs(ms))
 
 
 def _plural(n: int, word: str) -> str:
@@ -205,7 +198,7 @@ def _largest_first(items: list[Item], remainder: float, threshold: float, typica
     if small and abs(sum(item.ms for item in small)) >= 0.05:
         count = sum(int(item.verdict) if item.kind == "smaller" else 1 for item in small)
         kept.append(Item("smaller", sum(item.ms for item in small),
-                         f"{_plural(count, 'smaller difference')} (each under {fmt_s(threshold)})",
+                         f"{_plural(count, 'smaller difference')} (each under {fmt_ms(threshold)})",
                          tuple(s for item in small for s in item.step_ids)[:50],
                          tuple(s for item in small for s in item.other_step_ids)[:50]))
     if abs(remainder) >= 0.05:
@@ -435,13 +428,13 @@ def _items(acc: _Acc, n_turns: int, typical: Typical) -> list[Item]:
 
 def _headline(task_ms: float, typical: Typical, items: Sequence[Item]) -> str:
     if typical.scope == "task":
-        head = f"{fmt_s(task_ms)} vs {fmt_s(typical.duration_ms)} for task {typical.task_id}"
+        head = f"{fmt_ms(task_ms)} vs {fmt_ms(typical.duration_ms)} for task {typical.task_id}"
     else:
         scope = typical.release if typical.scope == "release" else "all releases, baseline window"
-        head = (f"{fmt_s(task_ms)} vs typical {fmt_s(typical.duration_ms)} for {typical.name or '(unnamed)'}"
+        head = (f"{fmt_ms(task_ms)} vs typical {fmt_ms(typical.duration_ms)} for {typical.name or '(unnamed)'}"
                 f" ({scope}, {_plural(typical.runs, 'run')})")
     sign = 1 if task_ms >= typical.duration_ms else -1
     top = [i for i in items if i.kind not in ("remainder", "smaller") and i.ms * sign > 0][:HEADLINE_ITEMS]
     if not top:
         return head
-    return head + ": " + ", ".join(f"{fmt_delta(i.ms)} from {i.text}" for i in top)
+    return head + ": " + ", ".join(f"{fmt_signed_ms(i.ms)} from {i.text}" for i in top)

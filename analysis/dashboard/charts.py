@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from analysis.rollups.histograms import APPROXIMATE_BOUND
+from analysis.units import fmt_ms, linear_ticks, log_ticks
 
 BAR_LIMIT = 1500
 BIG_TASK_STEPS = 2000
@@ -76,14 +77,14 @@ def empty_figure(message: str) -> dict:
                       "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "#667085"}}])}
 
 
-def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "–"
-    if abs(ms) >= 60_000:
-        return f"{ms / 60_000:.1f} min"
-    if abs(ms) >= 1000:
-        return f"{ms / 1000:.2f} s"
-    return f"{ms:.1f} ms"
+def duration_axis(values: Iterable[float | None], *, log: bool = True, **extra) -> dict:
+    """An axis of durations in ms whose ticks read like every other duration (units.fmt_ms):
+    1-2-5 steps on a log axis, a 1-2-5 step from 0 on a linear one."""
+    known = [v for v in values if v is not None and v > 0]
+    axis = {"type": "log" if log else "linear", "automargin": True, **extra}  # "500 ms" is wider than "500"
+    if known:
+        axis.update(log_ticks(min(known), max(known)) if log else linear_ticks(max(known)))
+    return axis
 
 
 def lower_bound_ms(ms: float | None) -> int | None:
@@ -186,7 +187,7 @@ def percentile_figure(points: Sequence[SeriesPoint]) -> dict:
             })
     return {"data": data, "layout": _layout(
         title=_title(f"Task duration p50 / p95 / p99 (≈, {APPROXIMATE_BOUND})"), height=320,
-        yaxis={"title": {"text": "ms"}, "type": "log"})}
+        yaxis=duration_axis((v for d in data for v in d["y"]), title={"text": "duration (log scale)"}))}
 
 
 @dataclass(frozen=True)
@@ -204,13 +205,14 @@ def top_findings_figure(rows: Sequence[FindingTotal]) -> dict:
     ordered = sorted(rows, key=lambda r: r.wasted_ms)
     return {"data": [{
         "type": "bar", "orientation": "h", "marker": {"color": "#c4320a"},
-        "y": [esc(r.kind) for r in ordered], "x": [round(r.wasted_ms / 1000, 3) for r in ordered],
+        "y": [esc(r.kind) for r in ordered], "x": [round(r.wasted_ms, 1) for r in ordered],
         "customdata": [r.kind for r in ordered],
         "hovertext": [f"{esc(r.kind)}: {fmt_ms(r.wasted_ms)} wasted<br>{r.findings} findings in "
                       f"{r.tasks} tasks<br>click: list those tasks" for r in ordered],
         "hoverinfo": "text",
     }], "layout": _layout(title=_title("Top findings by wasted time"), height=80 + 28 * len(rows),
-                          xaxis={"title": {"text": "seconds wasted"}}, margin={"l": 160, "r": 20, "t": 36, "b": 40})}
+                          xaxis=duration_axis((r.wasted_ms for r in rows), log=False, title={"text": "time wasted"}),
+                          margin={"l": 160, "r": 20, "t": 36, "b": 40})}
 
 
 def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str) -> dict:
@@ -236,7 +238,8 @@ def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str
     return {"data": data, "layout": _layout(title=_title(title), barmode="stack",
                                             height=130 + 34 * len(rows),
                                             legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-                                            xaxis={"title": {"text": "ms"}},
+                                            xaxis=duration_axis((sum(float(v or 0) for v in b.values()) for _, b in rows),
+                                                                log=False, title={"text": "mean time per task"}),
                                             margin={"l": 110, "r": 20, "t": 36, "b": 40})}
 
 
@@ -257,7 +260,7 @@ def histogram_figure(buckets: Sequence[tuple[float, float, int]], *, title: str,
         return empty_figure("No durations in this range")
     lows = [math.log10(max(lo, 1e-3)) for lo, _, _ in buckets]
     highs = [math.log10(max(hi, 1e-3)) for _, hi, _ in buckets]
-    decades = range(math.floor(min(lows)), math.ceil(max(highs)) + 1)
+    ticks = log_ticks(min(lo for lo, _, _ in buckets), max(hi for _, hi, _ in buckets))
     hint = "<br>click: list these tasks" if clickable else ""
     return {"data": [{
         "type": "bar", "marker": {"color": "#3556d8"},
@@ -268,16 +271,9 @@ def histogram_figure(buckets: Sequence[tuple[float, float, int]], *, title: str,
         "hoverinfo": "text",
     }], "layout": _layout(
         title=_title(title), height=300, bargap=0.05,
-        xaxis={"title": {"text": "duration (log scale)"}, "tickvals": list(decades),
-               "ticktext": [_decade_label(d) for d in decades]},
+        xaxis={"title": {"text": "duration (log scale)"}, "tickmode": "array",
+               "tickvals": [math.log10(v) for v in ticks["tickvals"]], "ticktext": ticks["ticktext"]},
         yaxis={"title": {"text": "count"}})}
-
-
-def _decade_label(exponent: int) -> str:
-    ms = 10.0 ** exponent
-    if ms >= 60_000:
-        return f"{ms / 60_000:g} min"
-    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
 
 
 def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], *,
@@ -298,7 +294,8 @@ def ecdf_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float | No
         "hoverinfo": "text",
     } for label, fractions, values in series]
     return {"data": data, "layout": _layout(
-        title=_title(title), height=330, xaxis={"title": {"text": "duration (ms, log scale)"}, "type": "log"},
+        title=_title(title), height=330,
+        xaxis=duration_axis((x for d in data for x in d["x"]), title={"text": "duration (log scale)"}),
         legend={"orientation": "h", "y": -0.28, "yanchor": "top"}, margin={"l": 60, "r": 20, "t": 36, "b": 60},
         yaxis={"title": {"text": "fraction ≤ x"}, "range": [0, 1.02]})}
 

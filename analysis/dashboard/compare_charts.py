@@ -16,9 +16,9 @@ from analysis.dashboard.charts import (
     _layout,
     empty_figure,
     esc,
-    fmt_ms,
     truncate,
 )
+from analysis.units import fmt_ms, fmt_signed_ms
 from ingest.models import Task
 
 STATUS_COLORS = {"same": "#3556d8", "slower": "#c4320a", "faster": "#0f9d76", "extra": "#e07b00",
@@ -43,7 +43,7 @@ def _hover(row: Row, *, mine: bool, other_name: str) -> str:
                      f" (turn {row.other_turn})")
     if row.duration_ms is not None and row.other_duration_ms is not None:
         delta = row.duration_ms - row.other_duration_ms
-        parts.append(f"Δ {'+' if delta >= 0 else '−'}{fmt_ms(abs(delta))}")
+        parts.append(f"Δ {fmt_signed_ms(delta)}")
     return "<br>".join(parts)
 
 

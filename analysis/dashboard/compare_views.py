@@ -16,7 +16,6 @@ from django.urls import reverse
 from analysis import rollups
 from analysis.comparison import diff
 from analysis.dashboard import compare_charts, selectors, sessions
-from analysis.dashboard.charts import fmt_ms
 from analysis.dashboard.views import (
     GLOBAL_PARAMS,
     TASK_PARAMS,
@@ -30,6 +29,7 @@ from analysis.dashboard.views import (
     keep,
 )
 from analysis.filters import FilterError, parse_task_filters, task_is_running
+from analysis.units import fmt_ms
 from ingest.models import Step, Task
 
 SESSION_PAGE_SIZE = 50

@@ -8,8 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from analysis.dashboard.charts import BUDGET_COLORS, _layout, _title, empty_figure, esc, fmt_ms
+from analysis.dashboard.charts import (
+    BUDGET_COLORS,
+    _layout,
+    _title,
+    duration_axis,
+    empty_figure,
+    esc,
+)
 from analysis.engine.verdicts import CLOCK_REASONS
+from analysis.units import fmt_ms
 
 # (metric, axis title, which reading a bucket shows, scale, unit, the dotted companion series).
 # A bucket shows its highest reading (its lowest for the SM clock): a queue spike or a clock drop
@@ -218,6 +226,7 @@ def serving_figure(rows: Sequence, *, colors: Mapping[str, str], labels: Mapping
     return {"data": data, "layout": _layout(
         title=_title("Where a call's time goes: mean ms per call, server side and outside it"), barmode="stack",
         height=120 + 34 * len(rows), margin={"l": 190, "r": 20, "t": 36, "b": 60},
-        xaxis={"title": {"text": "ms per call"}, "rangemode": "tozero"},
+        xaxis=duration_axis([sum(max(r.mean(k) or 0.0, 0.0) for k, _, _ in SERVING_PARTS) for r in rows] + ttft,
+                            log=False, title={"text": "mean time per call"}, rangemode="tozero"),
         yaxis={"tickmode": "array", "tickvals": names, "ticktext": ticks, "autorange": "reversed"},
         legend={"orientation": "h", "y": -0.25, "yanchor": "top"})}

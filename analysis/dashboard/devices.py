@@ -19,11 +19,11 @@ from django.urls import reverse
 from agentops.db import read_connection
 from analysis import rollups
 from analysis.dashboard.aggregates import HARDWARE_FINDINGS
-from analysis.dashboard.charts import fmt_ms
 from analysis.dashboard.selectors import filtered_findings
 from analysis.filters import TaskFilters
 from analysis.measures import percentile_cont_sql, tpot_expr
 from analysis.models import COUNTED_FINDING_SQL
+from analysis.units import fmt_ms
 from ingest.conventions import ROLE_GPU, host_of_server
 from ingest.models import Device, Project
 
@@ -184,13 +184,13 @@ class VerdictGroup:
 
 
 def when(start: datetime, end: datetime) -> str:
-    """"at Nov 30 14:02", "between Nov 30 14:02 and 14:09", or with both dates (UTC)."""
+    """"at Nov 30 14:02 UTC", "between Nov 30 14:02 and 14:09 UTC", or with both dates."""
     a, b = start.strftime("%b %d %H:%M"), end.strftime("%H:%M")
     if start.strftime("%Y%m%d%H%M") == end.strftime("%Y%m%d%H%M"):
-        return f"at {a}"
+        return f"at {a} UTC"
     if start.date() != end.date():
         b = end.strftime("%b %d %H:%M")
-    return f"between {a} and {b}"
+    return f"between {a} and {b} UTC"
 
 
 def _culprit_sql() -> str:

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from analysis.engine.detectors.base import fmt_ms
 from analysis.models import Finding
+from analysis.units import fmt_ms
 
 # The kinds one finding per step stands for: many of them on one task, for one device or one
 # tool, are one problem seen many times.

@@ -15,9 +15,9 @@ from django.db.models import Q, QuerySet
 
 from agentops.db import read_connection
 from analysis.dashboard.charts import SamplePoint, StepRow
-from analysis.engine.detectors.base import fmt_ms
 from analysis.filters import TaskFilters, decode_cursor, encode_cursor, task_queryset
 from analysis.models import Finding, TaskAnalysis
+from analysis.units import fmt_ms
 from ingest.models import Device, Project, Release, ResourceSample, Step, Task
 
 # --- the project --------------------------------------------------------------------------------

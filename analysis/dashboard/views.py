@@ -34,8 +34,10 @@ from analysis.dashboard import (
 )
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.dashboard.instrumentation import task_coverage
+from analysis.dashboard.links import entity_url
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
+from ingest.conventions import server_key
 from ingest.models import IngestKey, Task
 from ingest.records import STEP_KINDS
 from ingest.services import key_authenticate
@@ -334,7 +336,24 @@ def step_detail(request, task_id: str, step_id: str):
               "status", "error", "depends_on", "model", "provider", "device", "input_tokens",
               "output_tokens", "cached_tokens", "ttft_ms", "streamed", "tool_name", "tool_args",
               "tool_result", "tool_call_id", "tool_call_ids", "attributes", "events"]
-    return {f: (getattr(step, f).isoformat() if f.endswith("_at") else getattr(step, f)) for f in fields}
+    out = {f: (getattr(step, f).isoformat() if f.endswith("_at") else getattr(step, f)) for f in fields}
+    # For the step panel: the ids it copies and the pages its names lead to (never markup: the
+    # page sets every value as text and every link as an href).
+    attributes = step.attributes if isinstance(step.attributes, dict) else {}
+    server = server_key(attributes, {}) if "server.address" in attributes else ""
+    params = keep(request.GET, GLOBAL_PARAMS)
+    out.update(task_id=task.task_id, session_id=task.session_id, agent=task.name, server=server,
+               offset_ms=(step.started_at - task.started_at).total_seconds() * 1000 if task.started_at else None)
+    out["links"] = {
+        "tool": entity_url("tool", step.tool_name, params), "model": entity_url("model", step.model, params),
+        "agent": entity_url("agent", task.name, params), "session": entity_url("session", task.session_id, params),
+        # the Devices page at that host around this step, its window shaded
+        "device": devices.moment_url(params, device=step.device, start=step.started_at, end=step.ended_at)
+        if step.device else "",
+        "server": devices.moment_url(params, device=server, start=step.started_at, end=step.ended_at)
+        if server else "",
+    }
+    return out
 
 
 # --- latency ---------------------------------------------------------------------------------
@@ -357,9 +376,9 @@ def latency(request):
     chart_params = {**params, "group_by": group_by, **keep(request.GET, ("group",))}
     for r in group_rows:
         r["query"] = urlencode({**params, "group_by": group_by, "group": r["group"]})
-        # Tasks filter by device and session; other step groups have no task filter to drill into.
-        r["tasks_query"] = (urlencode({**params, "device": r["group"]}) if group_by == "device" else
-                            urlencode({**params, "session_id": r["group"]}) if group_by == "session" else "")
+        # Tasks filter by device, session, model and tool; a kind or step name has no task filter.
+        key = {"device": "device", "session": "session_id", "model": "model", "tool": "tool"}.get(group_by)
+        r["tasks_query"] = urlencode({**params, key: r["group"]}) if key and r["group"] else ""
     return _page(request, "analysis/latency.html", project, error, task_rows=task_rows,
                  group_rows=group_rows, group_by=group_by, groups=LATENCY_GROUPS,
                  group=request.GET.get("group", ""), hidden=keep(request.GET, TASK_PARAMS),

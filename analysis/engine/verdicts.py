@@ -20,6 +20,7 @@ from analysis.engine.detectors.base import (
     robust_z,
 )
 from analysis.measures import tpot_ms
+from analysis.units import fmt_ms
 
 MIN_EXCESS_MS = 100.0
 # With device evidence the question is no longer "is this step worth a look on its own" but
@@ -283,8 +284,8 @@ def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[st
     queue_ms = serving.get("queue_ms")
     if queue_ms is not None and excess_ms and queue_ms >= SERVING_SHARE * excess_ms:
         total = serving.get("e2e_ms")
-        of = f" of {_s(total)}" if total else ""
-        add("queueing", f"the server reports {_s(queue_ms)}{of} in queue")
+        of = f" of {fmt_ms(total)}" if total else ""
+        add("queueing", f"the server reports {fmt_ms(queue_ms)}{of} in queue")
     queue = signals.get("queue_depth", {})
     if queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0:
         add("queueing", f"{queue['value']:g} requests waiting vs a usual {queue['normal']:g}")
@@ -292,10 +293,6 @@ def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[st
     if util.get("z", 0.0) > Z_OUTLIER and util.get("value", 0.0) >= 0.9:
         add("queueing", f"utilisation {util['value']:.0%} vs a usual {util['normal']:.0%}")
     return found
-
-
-def _s(ms: float) -> str:
-    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
 
 
 def _reading(sig: dict, metric: str, label: str, unit: str = "") -> str | None:
@@ -356,9 +353,9 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     else:
         reasons = found.get(verdict, [])
     if verdict == "prefill_bound" and server_prefill:
-        reasons = [f"the server reports {_s(serving['prefill_ms'])} in prefill"]
+        reasons = [f"the server reports {fmt_ms(serving['prefill_ms'])} in prefill"]
     elif verdict == "decode_bound":
-        reasons = [f"the server reports {_s(serving['decode_ms'])} decoding {step.output_tokens or 'its'} tokens"]
+        reasons = [f"the server reports {fmt_ms(serving['decode_ms'])} decoding {step.output_tokens or 'its'} tokens"]
     out = {"verdict": verdict, "device": step.device or (signals.get("devices") or [""])[0],
            "telemetry": "present" if signals["samples"] or serving else "missing",
            "evidence": reasons, "signals": signals, **slowness}
@@ -462,7 +459,7 @@ WHAT = {"queueing": "its server was saturated", "throttling": "its GPU was throt
 
 def hardware_findings(ctx: TaskContext, verdict_name: str):
     """Findings `hardware_<verdict_name>` for the task's slow LLM steps with that verdict."""
-    from analysis.engine.detectors.base import Finding, baseline_confidence, fmt_ms
+    from analysis.engine.detectors.base import Finding, baseline_confidence
 
     by_id = {s.step_id: s for s in ctx.steps}
     for step_id, verdict in ctx.verdicts.items():

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from analysis.measures import percentiles
+from analysis.units import fmt_ms, fmt_signed_ms, log_ticks
 
 ECDF_POINTS = 400
 HISTOGRAM_BINS = 40
@@ -29,6 +30,14 @@ def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
         "height": 320,
         **extra,
     }
+
+
+def _duration_axis(title: str, values: Sequence[float]) -> dict:
+    positive = [v for v in values if v > 0]
+    axis = {"title": {"text": title}, "type": "log"}
+    if positive:
+        axis.update(log_ticks(min(positive), max(positive)))
+    return axis
 
 
 def ecdf_points(durations: np.ndarray, points: int = ECDF_POINTS) -> tuple[list[float], list[float]]:
@@ -49,9 +58,12 @@ def ecdf_figure(series: Sequence[tuple[str, str, np.ndarray]]) -> dict:
         x, y = ecdf_points(durations)
         data.append({"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y,
                      "line": {"shape": "hv", "color": COLOURS.get(side), "width": 2},
-                     "hovertemplate": "%{x:.0f} ms: %{y:.1%} of tasks<extra>" + side.upper() + "</extra>"})
-    return {"data": data, "layout": _layout("Task duration, cumulative", "duration (ms, log)",
-                                            "share of tasks", yaxis={"title": {"text": "share of tasks"},
+                     "text": [fmt_ms(v) for v in x],
+                     "hovertemplate": "%{text}: %{y:.1%} of tasks<extra>" + side.upper() + "</extra>"})
+    xs = [v for d in data for v in d["x"]]
+    return {"data": data, "layout": _layout("Task duration, cumulative", "duration (log scale)",
+                                            "share of tasks", xaxis=_duration_axis("duration (log scale)", xs),
+                                            yaxis={"title": {"text": "share of tasks"},
                                                                      "tickformat": ".0%", "range": [0, 1]})}
 
 
@@ -83,9 +95,11 @@ def histogram_figure(series: Sequence[tuple[str, str, np.ndarray]]) -> dict:
             data.append({"type": "bar", "name": name, "x": centres.tolist(), "y": share.tolist(),
                          "width": widths.tolist(), "opacity": 0.55,
                          "marker": {"color": COLOURS.get(side)},
-                         "hovertemplate": "~%{x:.0f} ms: %{y:.1%}<extra>" + side.upper() + "</extra>"})
-    return {"data": data, "layout": _layout("Task duration, distribution", "duration (ms, log)",
+                         "text": [f"{fmt_ms(lo)} – {fmt_ms(hi)}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)],
+                         "hovertemplate": "%{text}: %{y:.1%}<extra>" + side.upper() + "</extra>"})
+    return {"data": data, "layout": _layout("Task duration, distribution", "duration (log scale)",
                                             "share of tasks", barmode="overlay",
+                                            xaxis=_duration_axis("duration (log scale)", edges.tolist()),
                                             yaxis={"title": {"text": "share of tasks"}, "tickformat": ".0%"})}
 
 
@@ -96,9 +110,10 @@ def contribution_figure(rows: Sequence[dict], *, limit: int = 10) -> dict:
         "data": [{"type": "bar", "orientation": "h", "x": [r["contribution_ms"] for r in top],
                   "y": [r["key"] for r in top],
                   "marker": {"color": ["#c4320a" if r["contribution_ms"] > 0 else "#2e7d32" for r in top]},
-                  "hovertemplate": "%{y}: %{x:+.0f} ms per task<extra></extra>"}],
+                  "text": [fmt_signed_ms(r["contribution_ms"]) for r in top],
+                  "hovertemplate": "%{y}: %{text} per task<extra></extra>"}],
         "layout": {"title": {"text": "Change in mean time per task, by step", "font": {"size": 14}},
-                   "xaxis": {"title": {"text": "ms per task (B − A)"}, "zeroline": True},
+                   "xaxis": {"title": {"text": "time per task (B − A)"}, "zeroline": True},
                    "yaxis": {"automargin": True}, "height": 60 + 28 * max(len(top), 1),
                    "margin": {"l": 10, "r": 15, "t": 35, "b": 45}},
     }

@@ -38,6 +38,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from analysis import measures
+from analysis.units import fmt_ms
 
 PERCENTILES = (50, 90, 95, 99)
 # A regression is judged on the typical task (p50) and the tail users notice (p95); p90 and p99
@@ -188,7 +189,7 @@ class Change:
                 and (self.ci[0] > 0 or self.ci[1] < 0))
 
     def text(self) -> str:
-        return f"p{self.q} {self.before:,.0f} → {self.after:,.0f} ms ({self.pct:+.1f}%)"
+        return f"p{self.q} {fmt_ms(self.before)} → {fmt_ms(self.after)} ({self.pct:+.1f}%)"
 
 
 def interval_level(alpha: float, tests: int = len(HEADLINE_PERCENTILES)) -> float:

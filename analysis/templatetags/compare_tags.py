@@ -2,14 +2,12 @@
 
 from django import template
 
-from analysis.dashboard.charts import fmt_ms
+from analysis.units import fmt_signed_ms
 
 register = template.Library()
 
 
 @register.filter
 def signed_ms(value):
-    """+1.20 s / −340.0 ms: an item's share of a difference."""
-    if value is None:
-        return "–"
-    return ("+" if value >= 0 else "−") + fmt_ms(abs(value))
+    """+1.20 s / −340 ms: an item's share of a difference."""
+    return fmt_signed_ms(value)

@@ -13,8 +13,10 @@ from django.utils.html import format_html
 from analysis import rollups
 from analysis.access import project_for_user, projects_for_user
 from analysis.dashboard import selectors
-from analysis.dashboard.charts import fmt_ms, lower_bound_ms
+from analysis.dashboard.charts import lower_bound_ms
+from analysis.dashboard.links import entity_url
 from analysis.filters import RANGE_PRESETS
+from analysis.units import fmt_ms, fmt_ts, fmt_value
 
 register = template.Library()
 
@@ -83,3 +85,33 @@ def approx_bound():
 def approx_note():
     """One line under a table of histogram percentiles saying what "≈" means."""
     return {"bound": rollups.APPROXIMATE_BOUND, "note": rollups.APPROXIMATE_NOTE}
+
+
+@register.filter
+def metric(value, unit):
+    """A metric's value in its unit, as every page and alert writes it (units.fmt_value)."""
+    return fmt_value(value, unit or "")
+
+
+@register.filter
+def ts(value, precision="second"):
+    """A timestamp that says its zone: <time datetime="…" data-ts="second">2026-11-30 14:02:07
+    UTC</time>. The top bar's UTC/local switch rewrites every one of them (app.js)."""
+    if value is None:
+        return "–"
+    return format_html('<time datetime="{}" data-ts="{}">{}</time>', value.isoformat(), precision,
+                       fmt_ts(value, precision))
+
+
+@register.simple_tag(takes_context=True)
+def entity_link(context, kind, name, text=None):
+    """<a class="entity-link" href="…">name</a>: a tool or model to its tasks, a device or
+    server to the Devices page, an agent to its call graph, a session to its turns
+    (analysis.dashboard.links), keeping the page's global filters. Escaped like any value."""
+    request = context.get("request")
+    params = {k: request.GET[k] for k in GLOBAL_PARAMS if request is not None and request.GET.get(k)}
+    url = entity_url(kind, name or "", params)
+    label = name if text is None else text
+    if not url:
+        return format_html("{}", label or "")
+    return format_html('<a class="entity-link" data-entity="{}" href="{}">{}</a>', kind, url, label)

@@ -6,7 +6,8 @@
   function draw(el, figure) {
     el.textContent = "";
     if (window.Plotly) {
-      window.Plotly.react(el, figure.data, figure.layout, { displayModeBar: false, responsive: true });
+      figure = window.agentops.localizeFigure(figure);
+      window.Plotly.react(el, figure.data, figure.layout, { displayModeBar: false });
     }
   }
 
@@ -74,7 +75,7 @@
         if (!now.enough_samples) {
           say(status, "Now: not enough data (" + now.sample_count + " samples in the window).", false);
         } else {
-          say(status, "Now: " + now.value.toPrecision(4) + " " + now.unit + " from " + now.sample_count +
+          say(status, "Now: " + window.agentops.fmtValue(now.value, now.unit) + " from " + now.sample_count +
             " samples — " + (now.breaching ? "this rule would be breaching." : "within the threshold."),
             now.breaching);
         }

@@ -8,9 +8,10 @@
   A.fetchJSON(cfg.compare).then(function (body) {
     var t1 = performance.now();
     return A.draw("chart-compare", body.figure).then(function (el) {
+      A.msAxis(el);
       var meta = body.figure.layout.meta || {};
       status.textContent = (meta.rows || 0) + " aligned steps" + (meta.webgl ? " (WebGL)" : "") +
-        " · drawn in " + Math.round(performance.now() - t0) + " ms";
+        " · drawn in " + A.fmtMs(performance.now() - t0);
       window.agentopsTiming = { fetchMs: t1 - t0, drawMs: performance.now() - t1 };
       if (el && el.on) {
         el.on("plotly_click", function (ev) {

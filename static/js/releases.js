@@ -4,7 +4,7 @@
   var node = document.getElementById("release-figures");
   if (!node || !window.Plotly) return;
   var figures = JSON.parse(node.textContent);
-  var config = { displaylogo: false, responsive: true };
+  var config = { displaylogo: false };
   [["ecdf", "chart-ecdf"], ["histogram", "chart-histogram"], ["contribution", "chart-contribution"]]
     .forEach(function (pair) {
       var figure = figures[pair[0]];

@@ -86,7 +86,7 @@ def test_email_says_what_fired_and_where_to_look(db, project, store):
     [message] = mail.outbox
     assert message.subject == "[agentops] FIRING: checkout p95 over 5 s"
     assert message.to == ["a@example.com", "b@example.com"]
-    assert "task_duration_p95 over the last 10 min = 9000" in message.body
+    assert "task_duration_p95 over the last 10 min = 9 s (alert when > 5 s)" in message.body
     assert "/tasks?" in message.body
 
 

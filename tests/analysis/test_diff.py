@@ -89,7 +89,7 @@ def test_an_extra_call(typical):
     assert top(e).text == "3 extra search_inventory calls (turn 2)"
     assert set(top(e).step_ids) == {"search_inventory1.1", "search_inventory1.2", "search_inventory1.3"}
     assert top(e).ms == pytest.approx(1200, rel=0.05)
-    assert e.headline.startswith("4.4 s vs typical 3.2 s for checkout-agent (v3, 60 runs): "
+    assert e.headline.startswith("4.43 s vs typical 3.23 s for checkout-agent (v3, 60 runs): "
                                  "+1.2 s from 3 extra search_inventory calls (turn 2)")
 
 
@@ -196,7 +196,7 @@ def test_against_another_task_nothing_is_left_over():
     e = explain(a, task_as_typical(b, name="checkout-agent", release="v3"))
     assert_adds_up(e)
     assert not [i for i in e.items if i.kind == "remainder"]
-    assert e.headline.startswith("4.5 s vs 3.2 s for task b: +1.0 s from idle before the last turn, +300 ms from 1 extra")
+    assert e.headline.startswith("4.54 s vs 3.23 s for task b: +1 s from idle before the last turn, +300 ms from 1 extra")
     extra = [r for r in e.rows if r.status == "extra"]
     assert [r.step_id for r in extra] == ["search_inventory1.1"]
     assert all(r.other_step_id for r in e.rows if r.status != "extra")
@@ -322,7 +322,7 @@ def test_api_typical_names_the_queueing_llm_call(stored, api):
     assert body["items"][0]["text"] == "slower chat TTFT on gpu-h100-02 (queueing)"
     assert body["items"][0]["step_ids"] == ["llm1"]
     assert sum(i["ms"] for i in body["items"]) == pytest.approx(body["difference_ms"], abs=0.01)
-    assert body["headline"] == ("5.4 s vs typical 3.2 s for checkout-agent (v3, 26 runs):"
+    assert body["headline"] == ("5.43 s vs typical 3.23 s for checkout-agent (v3, 26 runs):"
                                 " +2.2 s from slower chat TTFT on gpu-h100-02 (queueing)")
     assert {r["status"] for r in rows_of(body)} <= {"same", "slower", "faster", "extra", "missing"}
     llm1 = next(r for r in rows_of(body) if r["step_id"] == "llm1")

@@ -202,6 +202,6 @@ def test_latency_and_overview_group_by_session(project, sessions_data, browser_c
     assert "time per user turn" in browser_client.get("/").content.decode()
     found = browser_client.get("/charts/turn-time.json").json()
     assert found["sessions"] == 3 and found["text"] == {"sessions": "3", "turns_per_session": "2",
-                                                        "p50": "≈1.02 s", "p95": "≈7.09 s", "p99": "≈7.90 s"}
+                                                        "p50": "≈1.02 s", "p95": "≈7.09 s", "p99": "≈7.9 s"}
     assert "±1.9 %" in found["approximate"]
     assert browser_client.get("/charts/turn-time.json", {"since": "yesterday"}).status_code == 400

@@ -9,9 +9,11 @@ import io
 import json
 import re
 from datetime import timedelta
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.urls import reverse
 
 from ingest.models import Device, ResourceSample
 from tests.analysis.factories import T0, analyse, make_finding, make_step, make_task
@@ -162,7 +164,7 @@ def test_top_findings_rank_by_total_wasted_time_and_budget_is_averaged(client, p
     figs = charts_json(client, "/charts/overview.json")
     bar = figs["findings"]["data"][0]
     assert bar["customdata"] == ["slow_step", "repeated_tool_call"]  # biggest last = top
-    assert bar["x"] == [0.2, 0.9]
+    assert bar["x"] == [200.0, 900.0]  # ms
     tool = next(t for t in figs["budget"]["data"] if t["name"] == "tool")
     assert tool["x"] == [200.0]
 
@@ -176,7 +178,7 @@ def test_a_low_confidence_finding_is_left_out_of_the_top_findings(client, projec
     make_finding(spread[1], "serial_gap", wasted_ms=100.0, confidence="medium", confidence_reason="few runs")
     bar = charts_json(client, "/charts/overview.json")["findings"]["data"][0]
     assert bar["customdata"] == ["serial_gap"]
-    assert bar["x"] == [0.4]
+    assert bar["x"] == [400.0]
     assert "2 findings in 2 tasks" in bar["hovertext"][0]
 
 
@@ -199,7 +201,7 @@ def test_the_task_list_top_finding_and_wasted_time_leave_out_a_low_confidence_fi
     monkeypatch.setattr(analyse, "all_detectors", lambda: {"test": detect})
     pipeline.run(task.pk, force=True)
     row = page(client, "/tasks").split('<div class="muted small">run-1</div>')[1].split("</tr>")[0]
-    assert '<span class="finding-kind">serial_gap</span> <span class="muted">200.0 ms</span>' in row
+    assert '<span class="finding-kind">serial_gap</span> <span class="muted">200 ms</span>' in row
     assert "parallelizable_calls" not in row
 
 
@@ -296,13 +298,13 @@ def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
     assert "slow_step" in body and 'data-step="search"' in body
     whatif = body.split('id="whatif-table"')[1].split("</table>")[0]
     rows = [[c for c in re.split(r"<[^>]+>", r) if c.strip()] for r in whatif.split("<tr>")[2:]]
-    assert rows == [["critical path as it ran", "2.00 s"],
-                    ["independent calls run in parallel", "2.00 s", "0.0 ms"],
-                    ["repeated tool calls cached", "1.40 s", "600.0 ms"],
-                    ["both: parallel and cached", "1.40 s", "600.0 ms"],
-                    ["speculative", "1.90 s", "100.0 ms"],
-                    ["LLM calls on groq", "1.20 s", "800.0 ms"],
-                    ["on groq, with both fixes", "600.0 ms", "1.40 s"]]
+    assert rows == [["critical path as it ran", "2 s"],
+                    ["independent calls run in parallel", "2 s", "0 ms"],
+                    ["repeated tool calls cached", "1.4 s", "600 ms"],
+                    ["both: parallel and cached", "1.4 s", "600 ms"],
+                    ["speculative", "1.9 s", "100 ms"],
+                    ["LLM calls on groq", "1.2 s", "800 ms"],
+                    ["on groq, with both fixes", "600 ms", "1.4 s"]]
     config = json.loads(body.split('id="page-config" type="application/json">')[1].split("</script>")[0])
     assert config["waterfall"] == "/tasks/run-1/waterfall.json?"
 
@@ -368,6 +370,19 @@ def test_step_json_returns_raw_attributes(client, traced):
     assert client.get("/tasks/run-1/steps/nope.json").status_code == 404
 
 
+def test_step_json_names_the_pages_its_tool_model_device_and_agent_lead_to(client, traced):
+    tool = charts_json(client, "/tasks/run-1/steps/search.json", project="acme")
+    assert tool["task_id"] == "run-1" and tool["agent"] == XSS_NAME and tool["offset_ms"] == 800.0
+    assert tool["links"]["tool"] == "/tasks?project=acme&tool=search"
+    assert tool["links"]["agent"] == reverse("agent-detail", args=[XSS_NAME]) + "?project=acme"
+    assert tool["links"]["model"] == tool["links"]["device"] == tool["links"]["server"] == ""
+    llm = charts_json(client, "/tasks/run-1/steps/plan.json", project="acme")
+    assert llm["links"]["model"] == "/tasks?project=acme&model=llama-3-70b"
+    device = urlparse(llm["links"]["device"])
+    assert device.path == "/devices" and parse_qs(device.query)["device"] == ["groq-lpu-03"]
+    assert "mark_from" in parse_qs(device.query)  # the step's window, shaded
+
+
 def test_waterfall_collapse_and_reveal(client, traced):
     top = charts_json(client, "/tasks/run-1/waterfall.json", mode="top")["waterfall"]["layout"]["meta"]
     assert top["visible"] == 4  # root is level 0: its children stay visible
@@ -381,7 +396,7 @@ def test_waterfall_collapse_and_reveal(client, traced):
 
 def test_latency_percentiles_and_histogram_bucket_drill_down_agree(client, project, spread):
     body = page(client, "/latency", group_by="task")
-    assert "1.00 s" in body  # max
+    assert "1 s" in body  # max
     figs = charts_json(client, "/charts/latency.json", group_by="task")
     bar = figs["task_histogram"]["data"][0]
     assert sum(bar["y"]) == 10
@@ -478,11 +493,11 @@ def test_findings_follow_every_task_filter(client, project, spread):
     def wasted(**params):
         bar = charts_json(client, "/charts/overview.json", **params)["findings"]["data"]
         return dict(zip(bar[0]["customdata"], bar[0]["x"], strict=True)) if bar else {}
-    assert wasted() == {"slow_step": 0.4, "serial_gap": 0.05}
-    assert wasted(release="v1") == {"slow_step": 0.4}
-    assert wasted(environment="staging") == {"slow_step": 0.3}
-    assert wasted(min_duration_ms=1000) == {"slow_step": 0.3}
-    assert wasted(until="2026-11-01T10:05:00Z") == {"slow_step": 0.4}
+    assert wasted() == {"slow_step": 400.0, "serial_gap": 50.0}
+    assert wasted(release="v1") == {"slow_step": 400.0}
+    assert wasted(environment="staging") == {"slow_step": 300.0}
+    assert wasted(min_duration_ms=1000) == {"slow_step": 300.0}
+    assert wasted(until="2026-11-01T10:05:00Z") == {"slow_step": 400.0}
 
 
 def test_waterfall_order_is_the_apis_tree_order(project):

@@ -52,10 +52,7 @@ def browser_page(chromium):
 
 
 def screenshot(page, name: str) -> None:
-    """The whole page. A full-page capture resizes the window mid-shot, and Plotly's responsive
-    charts would re-lay themselves out in it: detach their resize handlers first."""
+    """The whole page. (A full-page capture grows the window mid-shot; charts keep their height
+    through it: tests/browser/test_resize.py.)"""
     ARTIFACTS.mkdir(exist_ok=True)
-    page.evaluate("""() => document.querySelectorAll('.js-plotly-plot').forEach(gd => {
-        if (gd._responsiveChartHandler) { window.removeEventListener('resize', gd._responsiveChartHandler); }
-    })""")
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

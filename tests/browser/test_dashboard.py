@@ -90,11 +90,30 @@ def test_log_in_and_open_a_task_waterfall_with_one_bar_per_step(live_server, bro
     assert page.locator("#chart-waterfall .hoverlayer img").count() == 0
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_function("document.getElementById('step-json').textContent.includes('step_id')", timeout=WAIT_MS)
-    raw = page.inner_text("#step-json")
+    raw = page.text_content("#step-json")  # all stored fields, folded under the panel
     assert page.locator("#step-json img, #step-panel img").count() == 0
     step = json.loads(raw)
     if step["kind"] == "tool":
         assert step["tool_args"]["q"] == XSS_ARG and "onerror" in hover
+    # every step's panel: hostile names, arguments and attributes are text in its table and blocks
+    page.keyboard.press("Escape")
+    page.focus("#chart-waterfall")
+    for _ in range(12):  # up to the first row (root), then down to tool1
+        page.keyboard.press("k")
+    for _ in range(3):
+        page.keyboard.press("j")
+    assert page.evaluate("document.body.dataset.cursor") == "tool1"
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.getElementById('step-args').textContent.includes('onerror')", timeout=WAIT_MS)
+    assert json.loads(page.inner_text("#step-args")) == {"q": XSS_ARG, "i": 1}
+    assert page.inner_text("#step-attributes td") == XSS_NAME
+    assert page.inner_text("#step-fields a.entity-link[href*='tool=search']") == "search"
+    page.keyboard.press("k")
+    page.keyboard.press("k")
+    page.keyboard.press("k")  # root: the hostile agent name as the title and as a link
+    page.wait_for_function("document.getElementById('step-title').textContent.startsWith('<script>')", timeout=WAIT_MS)
+    assert page.inner_text("#step-title") == XSS_NAME + " (root)"
+    assert page.locator("#step-panel img, #step-panel script").count() == 0
     screenshot(page, "task-detail")
     assert_nothing_ran(page)
 
@@ -137,7 +156,7 @@ def test_a_possible_finding_is_dimmed_with_why_and_a_sure_one_is_not(live_server
     assert reason.is_visible() and reason.inner_text() == f"{POSSIBLE} {XSS_ARG}"
     summary_box = guess.locator(".finding-summary").bounding_box()
     assert reason.bounding_box()["y"] >= summary_box["y"] + summary_box["height"] - 1  # under the summary
-    assert page.locator("#fact-wasted dd").inner_text() == "300.0 ms"
+    assert page.locator("#fact-wasted dd").inner_text() == "300 ms"
     # the waterfall: a solid diamond on lookup, a faint one on fetch
     markers = page.evaluate("""() => {
         const gd = document.getElementById('chart-waterfall');
@@ -304,5 +323,5 @@ def test_findings_say_what_to_change_and_eleven_queued_calls_are_one_row(live_se
     assert parallel.startswith(f"What to change: run get_weather, {XSS_NAME} concurrently")  # as text, not markup
     assert parallel.endswith("saves 600 ms")
     groq = page.locator("#whatif-table tr", has_text="LLM calls on groq")
-    assert "15.4 s of it already ran there" in groq.inner_text() and "0.0 ms" in groq.inner_text()
+    assert "15.4 s of it already ran there" in groq.inner_text() and "0 ms" in groq.inner_text()
     assert_nothing_ran(page)

@@ -310,10 +310,6 @@ def baseline_confidence(count: int, *, what: str = "runs") -> tuple[str, str]:
 # --- small helpers shared by detectors -----------------------------------------------------
 
 
-def fmt_ms(ms: float) -> str:
-    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
-
-
 def canonical_args(args: object) -> str:
     """Arguments as canonical JSON: key order, JSON formatting and runs of whitespace inside
     strings do not matter; a JSON string holding an object is parsed first."""

@@ -25,7 +25,8 @@ from bisect import bisect_left, insort
 from collections import Counter
 from statistics import median
 
-from analysis.engine.detectors.base import Finding, StepData, TaskContext, fmt_ms, register
+from analysis.engine.detectors.base import Finding, StepData, TaskContext, register
+from analysis.units import fmt_ms
 
 MIN_TURNS = 4
 # Kendall's tau over 4 points reaches significance only at its extreme; from 6 turns a rising

@@ -41,7 +41,6 @@ from analysis.engine.detectors.base import (
     StepData,
     TaskContext,
     canonical_args,
-    fmt_ms,
     register,
     union_length,
 )
@@ -59,6 +58,7 @@ from analysis.engine.detectors.dependencies import (
     Evidence,
     Link,
 )
+from analysis.units import fmt_ms
 
 MIN_WASTED_MS = 10.0
 # Calls that overlapped for more than this share of the shorter one ran together: one stage.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from analysis.engine.detectors.base import Finding, TaskContext, fmt_ms, register
+from analysis.engine.detectors.base import Finding, TaskContext, register
+from analysis.units import fmt_ms
 
 MIN_WASTED_MS = 1.0
 # Retrieval steps are tool calls too (a vector search with the same query is a repeat).

@@ -23,10 +23,10 @@ from analysis.engine.detectors.base import (
     StepData,
     TaskContext,
     children_of,
-    fmt_ms,
     mad_floor,
     register,
 )
+from analysis.units import fmt_ms
 
 MIN_GAP_MS = 250.0
 

@@ -23,11 +23,11 @@ from analysis.engine.detectors.base import (
     Finding,
     TaskContext,
     baseline_confidence,
-    fmt_ms,
     log_z,
     register,
 )
 from analysis.engine.verdicts import MIN_EXCESS_MS, MIN_EXCESS_RATIO, llm_expected_ms
+from analysis.units import fmt_ms
 
 HARDWARE_VERDICTS = {"queueing", "throttling", "kv_cache_pressure"}
 # An agent step is made of its children; framework time is serial_gap's (one home per ms).

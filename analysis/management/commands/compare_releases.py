@@ -13,16 +13,11 @@ from analysis.filters import FilterError
 from analysis.releases.compare import UnknownRelease, parse_threshold, release_compare
 from analysis.releases.scope import parse_compare_filters
 from analysis.releases.stats import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
+from analysis.units import fmt_ms
 from ingest.models import Project
 
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value / 1000:.2f} s" if abs(value) >= 1000 else f"{value:.0f} ms"
 
 
 def _pct(value: float | None) -> str:
@@ -94,25 +89,25 @@ class Command(BaseCommand):
         rows = [["task", "tasks A/B", "p50 A → B", "Δ p50", "p95 A → B", "Δ p95", level, "MW p", "verdict"]]
         for row in [*report["tasks"], report["overall"]]:
             p = {x["q"]: x for x in row["percentiles"]}
-            ci = (f"[{_ms(p[95]['ci_low_ms'])}, {_ms(p[95]['ci_high_ms'])}]"
+            ci = (f"[{fmt_ms(p[95]['ci_low_ms'])}, {fmt_ms(p[95]['ci_high_ms'])}]"
                   if p[95]["ci_low_ms"] is not None else "–")
             rows.append([row["name"] or "(all tasks)", f"{row['n_a']}/{row['n_b']}",
-                         f"{_ms(p[50]['a_ms'])} → {_ms(p[50]['b_ms'])}", _pct(p[50]["delta_pct"]),
-                         f"{_ms(p[95]['a_ms'])} → {_ms(p[95]['b_ms'])}", _pct(p[95]["delta_pct"]), ci,
+                         f"{fmt_ms(p[50]['a_ms'])} → {fmt_ms(p[50]['b_ms'])}", _pct(p[50]["delta_pct"]),
+                         f"{fmt_ms(p[95]['a_ms'])} → {fmt_ms(p[95]['b_ms'])}", _pct(p[95]["delta_pct"]), ci,
                          "–" if row["p_value"] is None else f"{row['p_value']:.3g}", row["label"]])
         out += [_table(rows), "", "Where it changed (Δ mean self time per task within task names; "
                                   "* = changed significantly, listed first):"]
         steps = [["step", "Δ per task", "p50 per call A → B", "p95 A → B", "calls/task A → B"]]
         for r in report["attribution"]["steps"][:top]:
             steps.append([("* " if r["significant"] else "  ") + r["key"],
-                          ("+" if r["contribution_ms"] > 0 else "") + _ms(r["contribution_ms"]),
-                          f"{_ms(r['p50_a_ms'])} → {_ms(r['p50_b_ms'])}",
-                          f"{_ms(r['p95_a_ms'])} → {_ms(r['p95_b_ms'])}",
+                          ("+" if r["contribution_ms"] > 0 else "") + fmt_ms(r["contribution_ms"]),
+                          f"{fmt_ms(r['p50_a_ms'])} → {fmt_ms(r['p50_b_ms'])}",
+                          f"{fmt_ms(r['p95_a_ms'])} → {fmt_ms(r['p95_b_ms'])}",
                           f"{r['calls_per_task_a']:.2f} → {r['calls_per_task_b']:.2f}"])
         out.append(_table(steps))
         for step in report["slower_steps"]:
-            out.append(f"Calls got slower: {step['key']} (p50 per call {_ms(step['p50_a_ms'])} → "
-                       f"{_ms(step['p50_b_ms'])}, +{_ms(step['contribution_ms'])} per task)")
+            out.append(f"Calls got slower: {step['key']} (p50 per call {fmt_ms(step['p50_a_ms'])} → "
+                       f"{fmt_ms(step['p50_b_ms'])}, +{fmt_ms(step['contribution_ms'])} per task)")
         changed = [f for f in report["findings"] if abs(f["delta_rate"]) >= 0.01]
         if changed:
             out += ["", "Findings:"] + [f"  {f['summary']}" for f in changed[:top]]

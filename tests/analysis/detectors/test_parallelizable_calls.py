@@ -285,10 +285,10 @@ def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
 
 
 def test_a_saving_smaller_than_the_rounding_is_said_in_ms_not_as_the_same_number_twice():
-    # 1,240 ms and 1,160 ms both read "1.2 s": the summary must not say "1.2 s instead of 1.2 s".
+    # 12,440 ms and 12,360 ms both read "12.4 s": the summary must not say "12.4 s instead of 12.4 s".
     ctx = task([llm("l1", 0, 1),
-                step("a", "tool", 1, 2.16, tool_name="weather"),
-                step("b", "tool", 2.16, 2.24, tool_name="news"),
-                llm("l2", 2.24, 3)])
+                step("a", "tool", 1, 13.36, tool_name="weather"),
+                step("b", "tool", 13.36, 13.44, tool_name="news"),
+                llm("l2", 13.44, 14)])
     [finding] = detect(ctx)
-    assert "would take 1,160 ms instead of 1,240 ms" in finding.summary, finding.summary
+    assert "would take 12,360 ms instead of 12,440 ms" in finding.summary, finding.summary

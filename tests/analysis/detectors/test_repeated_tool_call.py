@@ -17,7 +17,7 @@ def test_same_arguments_in_another_order_and_spacing_is_a_repeat():
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b", "c")
     assert round(finding.wasted_ms) == 1000
-    assert finding.summary == "search_order called 3× with the same full and order_id; 1.0 s repeated."
+    assert finding.summary == "search_order called 3× with the same full and order_id; 1 s repeated."
     assert finding.evidence["calls"] == 3
 
 

@@ -15,7 +15,7 @@ def test_idle_time_between_steps_is_a_gap():
     [finding] = detect(ctx)
     assert round(finding.wasted_ms) == 2000
     assert finding.step_ids == ("b", "c")
-    assert "2.0 s with no step running between search and m" in finding.summary
+    assert "2 s with no step running between search and m" in finding.summary
 
 
 def test_normal_hand_offs_and_parallel_overlap_are_not_gaps():
