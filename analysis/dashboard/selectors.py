@@ -240,7 +240,7 @@ def whatif_rows(whatif: object) -> list[tuple[str, float, float | None]]:
         return []
     actual = float(whatif["actual_ms"])
     rows: list[tuple[str, float, float | None]] = [("critical path as it ran", actual, None)]
-    known = {"actual_ms", "llm_path_ms", "hardware"} | {k for k, _ in WHATIF_SCENARIOS}
+    known = {"actual_ms", "llm_path_ms", "unknown_hardware_ms", "hardware"} | {k for k, _ in WHATIF_SCENARIOS}
     scenarios = WHATIF_SCENARIOS + [(k, k.removesuffix("_ms").replace("_", " ")) for k in whatif
                                     if k.endswith("_ms") and k not in known]
     for key, label in scenarios:

@@ -147,7 +147,7 @@ _WHATIF_SCENARIOS = r"""
     SELECT tk.id, left(kv.key, -3) AS scenario, (kv.value)::text::float8 AS projected
     FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id, jsonb_each(ta.whatif) kv
     WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(kv.value) = 'number'
-      AND kv.key LIKE '%%\_ms' AND kv.key NOT IN ('actual_ms', 'llm_path_ms')
+      AND kv.key LIKE '%%\_ms' AND kv.key NOT IN ('actual_ms', 'llm_path_ms', 'unknown_hardware_ms')
     UNION ALL
     SELECT tk.id, 'hardware ' || hw.key || suffix.label, (hw.value ->> suffix.field)::float8
     FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,

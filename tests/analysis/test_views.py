@@ -316,8 +316,9 @@ def test_whatif_says_which_calls_already_ran_on_a_family_and_which_are_hypotheti
                         "hardware": {"groq": {"ms": 7000.0, "llm_ms": 6000.0, "already_ms": 2000.0,
                                               "with_fixes_ms": 7000.0}}})
     labels = [label for label, _, _ in rows]
-    assert ("LLM calls on groq (2.0 s of it already ran there; hypothetical for 3.0 s of it, on hardware no device "
+    assert ("LLM calls on groq (2 s of it already ran there; hypothetical for 3 s of it, on hardware no device "
             "named (a hosted API))") in labels
+    assert not any("unknown" in label for label in labels)  # a fact about the path, not a scenario
 
 
 def test_waterfall_json_draws_each_step_with_critical_path_findings_and_device_lane(client, traced):

@@ -53,8 +53,8 @@ def make_release(project, release, n, *, fetch_ms=300.0, search_ms=100.0, llm_ms
             analyses.append(TaskAnalysis(
                 task=task, project=project, analyzed_at=task.ended_at, budget={"prefill": llm * 0.3, "decode": llm * 0.7,
                                                     "tool": search + fetch, "framework": 20.0},
-                whatif={"actual_ms": total, "cached_ms": total,
-                        "hardware": {"groq": {"ms": total - llm / 2, "llm_ms": llm / 2,
+                whatif={"actual_ms": total, "cached_ms": total, "unknown_hardware_ms": 0.0,
+                        "hardware": {"groq": {"ms": total - llm / 2, "llm_ms": llm / 2, "already_ms": 0.0,
                                               "with_fixes_ms": total - llm / 2}}}))
         if repeated_every and i % repeated_every == 0:
             findings.append(Finding(project=project, task=task, kind="repeated_tool_call",

@@ -82,6 +82,7 @@ def test_finding_rates_budget_and_whatif_by_release(two_releases):
     assert whatif["hardware groq"]["tasks_a"] == 80
     assert whatif["hardware groq"]["saved_a_ms"] == pytest.approx(200, rel=0.15)
     assert whatif["cached"]["saved_b_ms"] == 0
+    assert "unknown_hardware" not in whatif  # a fact about the path, not a scenario to compare
     summary = {r["metric"]: r for r in report["summary"]}
     assert summary["tool calls per task"]["a"] == pytest.approx(2.0)
     assert summary["tasks"]["a"] == 140
