@@ -46,10 +46,15 @@ bench: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python bench/run.py --only soak --soak-args "$(SOAK_ARGS)" --out bench/results/soak-run.json
 
-# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood), and the
-# whole commands (bench, soak, demo_setup, simulate over HTTP) checked for what they leave behind
-# and for every figure the bench reports: ~7 minutes. CI runs it after `make test`.
-FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py
+# Fault injection (Postgres restart, Redis down, web SIGTERM mid-stream, memory flood, a worker
+# killed mid-analysis), the whole commands (bench, soak, demo_setup, simulate over HTTP) checked
+# for what they leave behind and for every figure the bench reports, and the tests that run a
+# whole stack for half a minute each (runstack and the demo console, slow and silent clients,
+# an alert end to end, dead webhooks of one project): ~9 minutes. CI runs it after `make test`.
+FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py \
+	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/alerts/test_end_to_end.py \
+	tests/alerts/test_delivery_isolation.py \
+	tests/analysis/test_worker.py::test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings
 faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 

@@ -27,6 +27,7 @@ from analysis.alerts.evaluation import EVALUATION_MINUTES
 from analysis.alerts.models import AlertEvent, AlertRule, Delivery, Notification
 from analysis.alerts.tasks import evaluate_alerts
 from ingest.models import Project
+from tests.conftest import faults_pass
 
 from .conftest import stop_worker, store_tasks
 from .receiver import Receiver
@@ -82,6 +83,7 @@ def _rule(project, name, urls):
 
 
 @pytest.mark.slow
+@faults_pass
 def test_dead_webhooks_of_one_project_never_delay_another_projects_alert(stack_env, tmp_path):
     a, b = Project.objects.create(name="tenant-a"), Project.objects.create(name="tenant-b")
     now = datetime.now(tz=UTC)

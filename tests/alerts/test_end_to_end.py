@@ -24,6 +24,7 @@ from analysis.alerts.models import AlertRule
 from analysis.alerts.tasks import evaluate_alerts
 from ingest.models import IngestKey, Project
 from ingest.services import key_create
+from tests.conftest import faults_pass
 
 from .conftest import stop_worker
 from .receiver import Receiver
@@ -53,6 +54,7 @@ def _evaluated_after(rule: AlertRule, moment: datetime | None, worker, timeout: 
 
 
 @pytest.mark.slow
+@faults_pass
 def test_slow_traffic_fires_once_and_recovery_resolves_once(live_server, stack_env, settings, tmp_path):
     settings.ANALYSIS_QUIET_SECONDS = 3600  # keep the analysis jobs ingest enqueues out of the way
     project = Project.objects.create(name="shop")

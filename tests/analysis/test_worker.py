@@ -23,6 +23,7 @@ from analysis.models import Finding, TaskAnalysis
 from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord
 from ingest.services import batch_store
+from tests.conftest import faults_pass
 
 from .workload import at, history, problem_task, store
 
@@ -129,6 +130,7 @@ def big_task(project, n: int = 30000) -> Task:
     return Task.objects.get(project=project, task_id="big")
 
 
+@faults_pass
 def test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings(stack_env, project, settings):
     settings.ANALYSIS_QUIET_SECONDS = 0
     history(project, tasks=25)
