@@ -41,7 +41,7 @@ def route_task(name, args, kwargs, options, task=None, **kw):
 
 app.conf.task_routes = (route_task,)
 
-app.conf.beat_schedule = {
+BEAT_SCHEDULE = {
     "maintain-partitions": {"task": "analysis.maintain_partitions", "schedule": 3600.0,
                             "options": {"expires": 3000}},
     "evaluate-alerts": {"task": "analysis.alerts.tasks.evaluate_alerts", "schedule": 60.0,
@@ -57,6 +57,7 @@ app.conf.beat_schedule = {
     # Latency rollups: recompute the hours that changed (analysis/rollups/).
     "analysis-rollups": {"task": "analysis.refresh_rollups", "schedule": 60.0, "options": {"expires": 55}},
 }
+app.conf.beat_schedule = BEAT_SCHEDULE
 
 
 # Beat's routine jobs log three INFO lines a run through Celery (beat's "Sending due task", the
@@ -64,7 +65,9 @@ app.conf.beat_schedule = {
 # `make demo`, which scrolled the ingest key and the URL out of sight. Those lines are DEBUG here
 # (LOG_LEVEL=DEBUG or `--loglevel DEBUG` shows them); a job's failure stays an error, and what a
 # run did is the job's own named event (`analysis.sweep enqueued=3`).
-ROUTINE_TASKS = frozenset(entry["task"] for entry in app.conf.beat_schedule.values())
+# Read from the dict, not app.conf: reading app.conf loads Django's settings, and importing
+# `agentops` (agentops.embedded, before the environment is set) must not.
+ROUTINE_TASKS = frozenset(entry["task"] for entry in BEAT_SCHEDULE.values())
 CELERY_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 
 

@@ -61,3 +61,18 @@ def test_debug_is_on_only_when_asked(value, debug):
     assert seen["debug"] is debug
     assert seen["static"] == 200 and seen["https"] is False
     assert seen["debug_page"] is debug
+
+
+def test_importing_the_package_does_not_load_the_settings():
+    """bench/run.py and runstack import `agentops.embedded` to start the embedded services before
+    they set the environment the settings read; an import that loaded the settings then (with a
+    server DATABASE_URL and no SECRET_KEY yet) stopped `make bench` before it began."""
+    probe = ("import agentops.embedded, agentops.celery\n"
+             "from django.conf import settings\n"
+             "print(settings.configured)")
+    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
+    env.update({"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", "DJANGO_SETTINGS_MODULE": "agentops.settings"})
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
