@@ -46,6 +46,7 @@ from analysis.engine.detectors.base import (
 )
 from analysis.engine.detectors.dependencies import (
     DECLARED,
+    INDEPENDENT_CONCURRENT,
     INDEPENDENT_IDS,
     INDEPENDENT_NO_FLOW,
     LEARNED_NO_FLOW,
@@ -68,6 +69,8 @@ _RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
     INDEPENDENT_IDS: "The model requested these calls together in one response, so none consumed another's output.",
     DECLARED: "The trace declares which calls depended on which (depends_on).",
+    INDEPENDENT_CONCURRENT: "Each call started while the one before it still ran, so none could use another's "
+                            "result: they were started one by one, not together.",
     INDEPENDENT_NO_FLOW: "Their results were recorded and no value from one reached another's arguments; "
         "a dependency through a transformed value would not show.",
     UNKNOWN: "Possible only: the trace records no tool-call ids, results or dependencies, "

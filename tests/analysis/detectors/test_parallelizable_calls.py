@@ -268,6 +268,20 @@ def test_calls_started_one_by_one_while_the_previous_ran_could_all_start_at_once
     assert finding.wasted_ms == pytest.approx(600, abs=15)  # span 1.0 s - the longest 0.4 s
 
 
+def test_two_calls_staggered_are_parallelizable_because_they_overlapped():
+    # b started while a still ran, so it cannot have used a's result (no other pair to read):
+    # a finding of high confidence whose reason says so. This raised KeyError in the worker,
+    # which dropped the task's parallelizable_calls findings.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.4, "get_price", {"sku": "SKU-7"}, '{"price": 259.45}'),
+                call("b", 1.3, 1.7, "search_inventory", {"query": "stand"}, '{"items": 3}'),
+                chat("l2", 1.7, 3)])
+    [finding] = detect(ctx)
+    assert finding.wasted_ms == pytest.approx(300, abs=15)  # span 0.7 s - the longer 0.4 s
+    assert finding.confidence == "high"
+    assert "started while the one before it still ran" in finding.confidence_reason
+
+
 def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
     """fetch_page returns {"doc": "page-1"} in every run and summarize takes doc="page-1": rarity
     cannot tell that flow from coincidence, so "no flow" is not read."""
@@ -292,3 +306,12 @@ def test_a_saving_smaller_than_the_rounding_is_said_in_ms_not_as_the_same_number
                 llm("l2", 13.44, 14)])
     [finding] = detect(ctx)
     assert "would take 12,360 ms instead of 12,440 ms" in finding.summary, finding.summary
+
+
+def test_every_basis_a_finding_can_rest_on_has_a_reason_to_show():
+    """A finding rests on the weakest basis of independence among its pairs: each must have the
+    sentence the task page shows (a missing one raised in the worker and lost the finding)."""
+    from analysis.engine.detectors import dependencies as d
+
+    dependent = {d.DEPENDENT_DATA, d.DEPENDENT_FOLLOW_UP, d.LEARNED_FLOW}
+    assert set(d.STRENGTH) - dependent <= set(parallelizable_calls.REASONS)
