@@ -650,10 +650,22 @@ SERVER_METRICS: dict[str, tuple[str, float]] = {
     "tgi_queue_size": ("queue_depth", 1.0),
     "tgi_batch_current_size": ("batch_size", 1.0),
     "nv_inference_pending_request_count": ("queue_depth", 1.0),
+    # Time requests spent queued, as two counters: seconds in queue and requests, summed over
+    # all requests since the server started. Their rise between two scrapes is the mean queue
+    # time of the requests in between. Triton: cumulative µs in queue, and its requests counted
+    # as succeeded and failed (both sum into one count).
+    "nv_inference_queue_duration_us": ("queue_time_s", 1e-6),
+    "nv_inference_request_success": ("queue_time_requests", 1.0),
+    "nv_inference_request_failure": ("queue_time_requests", 1.0),
+}
+# Server histograms read as the same two counters: (field of the sum, field of the count, the
+# sum's factor to seconds). vLLM's per-request queue time (cumulative, seconds).
+SERVER_HISTOGRAMS: dict[str, tuple[str, str, float]] = {
+    "vllm_request_queue_time_seconds": ("queue_time_s", "queue_time_requests", 1.0),
 }
 # Server fields that several series of one server add up to (one series per model, or per
 # engine of a data-parallel vLLM); the others take the largest.
-SERVER_SUMMED = frozenset({"queue_depth", "batch_size", "preemptions"})
+SERVER_SUMMED = frozenset({"queue_depth", "batch_size", "preemptions", "queue_time_s", "queue_time_requests"})
 AGENTOPS_DEVICE_PREFIX = "agentops.device."
 DCGM_PREFIX = "DCGM_FI_"
 ROLE_SERVER = "server"
@@ -677,6 +689,11 @@ def device_metric(name: str) -> tuple[str, float] | None:
 def server_metric(name: str) -> tuple[str, float] | None:
     """The resource sample field an inference server's series feeds; None if it is not one."""
     return SERVER_METRICS.get(_server_name(name))
+
+
+def server_histogram(name: str) -> tuple[str, str, float] | None:
+    """The (sum field, count field, factor) an inference server's histogram feeds; None if none."""
+    return SERVER_HISTOGRAMS.get(_server_name(name))
 
 
 def _attr(point: dict, resource: dict, key: str) -> str:

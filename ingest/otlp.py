@@ -518,21 +518,10 @@ def _device_points(decoded: Decoded, samples: dict, metric, points, resource: di
         return
     column, factor = target
     column = _short(column, 100)
-    summed = role == conventions.ROLE_SERVER and column in conventions.SERVER_SUMMED
     for di, point in enumerate(points):
         try:
             attributes = _attributes(point.attributes)
-            if role == conventions.ROLE_SERVER:
-                device = conventions.server_key(attributes, resource)
-                host = conventions.host_of_server(device) if device else ""
-                if not device:
-                    raise RecordError(f"{metric.name}: no server.address, instance or service.instance.id "
-                                      "on the data point or its resource")
-            else:
-                device = conventions.device_id(attributes, resource)
-                host = conventions.device_host(attributes, resource)
-                if not device:
-                    raise RecordError(f"{metric.name}: no hw.id on the data point or its resource")
+            device, host = _point_device(metric.name, attributes, resource, role=role)
             value = _number(point)
             if value is None:
                 raise RecordError(f"{metric.name}: the data point has no finite value")
@@ -540,20 +529,58 @@ def _device_points(decoded: Decoded, samples: dict, metric, points, resource: di
         except RecordError as exc:
             decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
             continue
-        key = (_short(device), ts)
-        sample = samples.get(key)
-        if sample is None:
-            sample = samples[key] = SampleRecord(device=key[0], ts=ts)
-        known = sample.metrics.get(column)
-        value *= factor
-        if known is not None and role == conventions.ROLE_SERVER:
-            # One series per model (or engine) of the same server at the same instant.
-            value = known + value if summed else max(known, value)
-        sample.metrics[column] = value
-        sample.host = sample.host or _short(host, 200)
-        sample.role = sample.role or role
-        sample.vendor = sample.vendor or _short(conventions.device_vendor(attributes, resource, metric=metric.name), 50)
-        sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
+        _sample_value(samples, device, host, ts, column, value * factor, role=role, metric=metric.name,
+                      attributes=attributes, resource=resource)
+
+
+def _point_device(metric: str, attributes: dict, resource: dict, *, role: str) -> tuple[str, str]:
+    """The device a data point describes and its host: an inference server by its key, a GPU by its id."""
+    if role == conventions.ROLE_SERVER:
+        device = conventions.server_key(attributes, resource)
+        if not device:
+            raise RecordError(f"{metric}: no server.address, instance or service.instance.id "
+                              "on the data point or its resource")
+        return device, conventions.host_of_server(device)
+    device = conventions.device_id(attributes, resource)
+    if not device:
+        raise RecordError(f"{metric}: no hw.id on the data point or its resource")
+    return device, conventions.device_host(attributes, resource)
+
+
+def _sample_value(samples: dict, device: str, host: str, ts, column: str, value: float, *, role: str,
+                  metric: str, attributes: dict, resource: dict) -> None:
+    key = (_short(device), ts)
+    sample = samples.get(key)
+    if sample is None:
+        sample = samples[key] = SampleRecord(device=key[0], ts=ts)
+    known = sample.metrics.get(column)
+    if known is not None and role == conventions.ROLE_SERVER:
+        # One series per model (or engine) of the same server at the same instant.
+        value = known + value if column in conventions.SERVER_SUMMED else max(known, value)
+    sample.metrics[column] = value
+    sample.host = sample.host or _short(host, 200)
+    sample.role = sample.role or role
+    sample.vendor = sample.vendor or _short(conventions.device_vendor(attributes, resource, metric=metric), 50)
+    sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
+
+
+def _server_histogram_points(decoded: Decoded, samples: dict, metric, resource: dict, *, path: str) -> None:
+    """A server's cumulative histogram (vLLM's queue time) as two counters of its samples: the sum
+    (seconds) and the count of requests."""
+    sum_field, count_field, factor = conventions.server_histogram(metric.name)
+    for di, point in enumerate(metric.histogram.data_points):
+        try:
+            attributes = _attributes(point.attributes)
+            device, host = _point_device(metric.name, attributes, resource, role=conventions.ROLE_SERVER)
+            if not point.HasField("sum"):
+                raise RecordError(f"{metric.name}: the data point has no sum")
+            ts = _time(point.time_unix_nano, path="timeUnixNano")
+        except RecordError as exc:
+            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            continue
+        for column, value in ((sum_field, point.sum * factor), (count_field, float(point.count))):
+            _sample_value(samples, device, host, ts, column, value, role=conventions.ROLE_SERVER, metric=metric.name,
+                          attributes=attributes, resource=resource)
 
 
 def _histogram_point(point, metric_name: str, resource: dict) -> HistogramRecord:
@@ -619,6 +646,8 @@ def decode_metrics(body: bytes, *, media: str) -> Decoded:
                 if which in ("gauge", "sum"):
                     _device_points(decoded, samples, metric, getattr(metric, which).data_points,
                                    resource, path=path)
+                elif which == "histogram" and conventions.server_histogram(metric.name):
+                    _server_histogram_points(decoded, samples, metric, resource, path=path)
                 elif which == "histogram" and metric.name.startswith("gen_ai."):
                     _histogram_points(decoded, histograms, metric, resource, path=path)
                 elif which == "exponential_histogram" and metric.name.startswith("gen_ai."):

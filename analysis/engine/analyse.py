@@ -35,7 +35,8 @@ from analysis.engine.verdicts import step_verdicts
 log = logging.getLogger("agentops.analysis")
 
 _SAMPLE_METRICS = ("queue_depth", "utilization", "temperature_c", "tokens_per_s", "power_w", "throttled",
-                   "batch_size", "kv_cache_usage", "preemptions", "sm_clock_mhz", "sm_clock_max_mhz", "clock_reasons")
+                   "batch_size", "kv_cache_usage", "preemptions", "sm_clock_mhz", "sm_clock_max_mhz", "clock_reasons",
+                   "queue_time_s", "queue_time_requests")
 # Telemetry loaded around the task: enough to cover one sampling period either side.
 SAMPLE_MARGIN = timedelta(seconds=60)
 

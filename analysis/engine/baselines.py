@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from analysis.measures import baseline_key_sql, percentile_cont_sql, tpot_sql
 from analysis.models import Baseline
-from ingest.models import Project, Step
+from ingest.models import Project, ResourceSample, Step
 
 log = logging.getLogger("agentops.analysis")
 
@@ -110,6 +110,24 @@ FROM line m JOIN mad d USING (kind, key, device)
 _METRICS = ("utilization", "queue_depth", "batch_size", "power_w", "temperature_c", "mem_bw_util",
             "kv_cache_hit_rate", "tokens_per_s", "throttled", "sm_clock_mhz", "sm_clock_max_mhz",
             "clock_reasons", "kv_cache_usage")
+
+
+def sample_metric_sql(metric: str, alias: str = "r") -> str:
+    """One metric of a sample in SQL: its column, or the number kept in its `extra` (fields with
+    no column, such as an inference server's queue-time counters)."""
+    return f"{alias}.{metric}" if metric in ResourceSample.METRICS else f"({alias}.extra->>'{metric}')::float8"
+
+
+def _rise(metric: str) -> str:
+    return f"{sample_metric_sql(metric)} - lag({sample_metric_sql(metric)}) OVER (PARTITION BY r.device ORDER BY r.ts)"
+
+
+# Derived per sample from the one before: a server's mean queue time per request between two
+# scrapes (ms), from its two queue-time counters (seconds in queue, requests); a fall is a restart.
+_DERIVED = {
+    "queue_time_ms": f"CASE WHEN {_rise('queue_time_requests')} > 0 AND {_rise('queue_time_s')} >= 0 "
+                     f"THEN 1000 * ({_rise('queue_time_s')}) / ({_rise('queue_time_requests')}) END",
+}
 
 # Only the columns used are carried, and the MADs are grouped by device alone and joined to the
 # medians afterwards: grouping the joined rows by every median column sorted each sample's whole
@@ -199,14 +217,15 @@ def device_normals_compute(*, project: Project, devices: list[str] | None = None
         if not devices:
             return 0
         params["devices"] = devices
+    metrics = (*_METRICS, *_DERIVED)
     sql = _DEVICE_SQL.format(
         devices=("AND r.device = ANY(%(devices)s)" if devices is not None else "")
         + (" AND r.ts <= %(until)s" if until is not None else ""),
         interval=percentile_cont_sql("gap_ms", 0.5),
-        medians=", ".join(f"{percentile_cont_sql(m, 0.5)} AS {m}_med" for m in _METRICS),
-        mads=", ".join(f"{percentile_cont_sql(f'abs(w.{m} - m.{m}_med)', 0.5)} AS {m}_mad" for m in _METRICS),
-        metrics=", ".join(f"r.{m}" for m in _METRICS),
-        mad_columns=", ".join(f"mad.{m}_mad" for m in _METRICS),
+        medians=", ".join(f"{percentile_cont_sql(m, 0.5)} AS {m}_med" for m in metrics),
+        mads=", ".join(f"{percentile_cont_sql(f'abs(w.{m} - m.{m}_med)', 0.5)} AS {m}_mad" for m in metrics),
+        metrics=", ".join([f"r.{m}" for m in _METRICS] + [f"{sql} AS {m}" for m, sql in _DERIVED.items()]),
+        mad_columns=", ".join(f"mad.{m}_mad" for m in metrics),
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -214,11 +233,11 @@ def device_normals_compute(*, project: Project, devices: list[str] | None = None
         found = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
     rows = []
     for r in found:
-        metrics = {m: {"median": r[f"{m}_med"], "mad": r[f"{m}_mad"]} for m in _METRICS
+        normals = {m: {"median": r[f"{m}_med"], "mad": r[f"{m}_mad"]} for m in metrics
                    if r[f"{m}_med"] is not None}
         rows.append({"kind": DEVICE, "key": r["device"][:200], "device": r["device"][:200], "count": r["n"],
                      "median_ms": None, "mad_ms": None, "p90_ms": None, "p99_ms": None,
-                     "stats": {"metrics": metrics, "interval_ms": r["interval_ms"]},
+                     "stats": {"metrics": normals, "interval_ms": r["interval_ms"]},
                      "window_start": r["w_start"], "window_end": r["w_end"]})
     return _save(project, rows)
 

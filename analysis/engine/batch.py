@@ -45,7 +45,7 @@ from psycopg.types.json import Jsonb
 
 from agentops.db import deadlock_retried
 from analysis.engine import analyse, learned, serving
-from analysis.engine.baselines import DEVICE, baselines_ensure
+from analysis.engine.baselines import DEVICE, baselines_ensure, sample_metric_sql
 from analysis.engine.detectors.base import StepData, TaskContext
 from analysis.engine.steps import binary_rows, load_steps, ms_of_us
 from analysis.engine.verdicts import telemetry_devices
@@ -216,7 +216,7 @@ FROM analysis_baseline WHERE project_id = %s AND kind = ANY(%s) AND key = ANY(%s
 
 # One index range scan per window (LATERAL): a join would read every sample of the project.
 # Its metric columns are analyse._SAMPLE_METRICS, in that order (`analyse.sample_of`).
-_SAMPLE_SQL = f"""SELECT w.device, (extract(epoch FROM r.ts) * 1000000)::int8, {", ".join(f"r.{m}" for m in analyse._SAMPLE_METRICS)}
+_SAMPLE_SQL = f"""SELECT w.device, (extract(epoch FROM r.ts) * 1000000)::int8, {", ".join(sample_metric_sql(m) for m in analyse._SAMPLE_METRICS)}
 FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[]) w(device, lo, hi)
 CROSS JOIN LATERAL (SELECT * FROM ingest_resourcesample x WHERE x.project_id = %s AND x.device = w.device
                     AND x.ts >= w.lo AND x.ts <= w.hi OFFSET 0) r

@@ -32,7 +32,7 @@ Z_CORROBORATED = 2.0
 # Resolutions of device metrics, used as MAD floors: below these a difference is noise.
 RESOLUTION = {"queue_depth": 1.0, "utilization": 0.02, "temperature_c": 1.0, "tokens_per_s": 1.0,
               "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02,
-              "kv_cache_usage": 0.02, "clock_ratio": 0.02}
+              "kv_cache_usage": 0.02, "clock_ratio": 0.02, "queue_time_ms": 10.0}
 # Metrics whose anomaly is a drop (the others: a rise).
 LOWER_IS_WORSE = {"tokens_per_s", "power_w", "clock_ratio"}
 SAMPLE_METRICS = ("queue_depth", "batch_size", "utilization", "temperature_c", "tokens_per_s", "power_w",
@@ -151,11 +151,35 @@ def _source_signals(ctx: TaskContext, device: str, step: StepData, times: list[f
         out["clock_reasons"] = {"value": bits, "hex": hex(bits), "normal": usual_bits, "source": device,
                                 "reasons": [name for bit, name in CLOCK_REASONS.items() if bits & bit],
                                 "new": bits & ~usual_bits}
+    queued = _queue_time(samples, step, times)
+    if queued is not None:
+        entry = _entry("queue_time_ms", queued[0], normal.metrics.get("queue_time_ms") if normal else None, device)
+        entry["requests"] = queued[1]
+        out["queue_time_ms"] = entry
     counts = [x.metrics["preemptions"] for x in window if x.metrics.get("preemptions") is not None]
     if len(counts) >= 2:
         # A counter: what it rose by over the call (a restart, a fall, is no preemption).
         out["preempted"] = {"value": max(counts[-1] - counts[0], 0.0), "source": device}
     return out
+
+
+def _queue_time(samples, step: StepData, times: list[float] | None) -> tuple[float, float] | None:
+    """(mean ms in queue per request, requests) of a server between its last scrape before the
+    call and its first after, from its two queue-time counters (vLLM's queue-time histogram,
+    Triton's queue duration); None without two such scrapes, or across a restart."""
+    if times is None:
+        times = [s.ts_ms for s in samples]
+
+    def counters(x):
+        total, count = x.metrics.get("queue_time_s"), x.metrics.get("queue_time_requests")
+        return None if total is None or count is None else (total, count)
+
+    before = next((c for x in reversed(samples[:bisect_right(times, step.start_ms)]) if (c := counters(x))), None)
+    after = next((c for x in samples[bisect_left(times, step.end_ms):] if (c := counters(x))), None)
+    if before is None or after is None or after[1] <= before[1] or after[0] < before[0]:
+        return None
+    requests = after[1] - before[1]
+    return 1000.0 * (after[0] - before[0]) / requests, requests
 
 
 def _entry(metric: str, worst: float, ref, device: str) -> dict:
@@ -286,6 +310,11 @@ def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[st
         total = serving.get("e2e_ms")
         of = f" of {fmt_ms(total)}" if total else ""
         add("queueing", f"the server reports {fmt_ms(queue_ms)}{of} in queue")
+    waited = signals.get("queue_time_ms", {})
+    if (waited.get("z", 0.0) > Z_OUTLIER and excess_ms
+            and waited["value"] - waited["normal"] >= SERVING_SHARE * excess_ms):
+        add("queueing", f"the server's requests waited {fmt_ms(waited['value'])} in queue on average during the "
+                        f"call vs a usual {fmt_ms(waited['normal'])} ({waited['requests']:g} requests)")
     queue = signals.get("queue_depth", {})
     if queue.get("z", 0.0) > Z_OUTLIER and queue.get("value", 0.0) - queue.get("normal", 0.0) >= 1.0:
         add("queueing", f"{queue['value']:g} requests waiting vs a usual {queue['normal']:g}")
