@@ -1,6 +1,8 @@
+from django import forms
 from django.contrib import admin
 from django.utils import timezone
 
+from ingest.conventions import short_host
 from ingest.models import Device, IngestKey, Project, Release, ResourceSample, Step, Task
 
 
@@ -51,10 +53,36 @@ class StepAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
 
+class DeviceForm(forms.ModelForm):
+    class Meta:
+        model = Device
+        fields = ["host"]
+        help_texts = {"host": "The host a server and its GPUs share: dcgm-exporter's Hostname (or host.name) of "
+                              "its GPUs. Set it by hand where a server's address names another host (a load "
+                              "balancer, localhost); the exporters then no longer change it. Leave it empty to "
+                              "take the host the exporters report again."}
+
+
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
-    list_display = ["name", "vendor", "hardware", "project", "last_seen"]
-    list_filter = ["vendor", "project"]
+    """Servers and GPUs as ingest found them. A server's GPUs are the GPUs on its host (docs/otlp.md,
+    "Which server and GPU served a call"): where the names differ, the host is mapped here."""
+
+    form = DeviceForm
+    list_display = ["name", "role", "host", "host_by_hand", "vendor", "hardware", "project", "last_seen"]
+    list_filter = ["role", "vendor", "host_by_hand", "project"]
+    search_fields = ["name", "host"]
+    readonly_fields = ["project", "name", "role", "vendor", "hardware", "host_by_hand", "first_seen", "last_seen"]
+    fields = ["project", "name", "role", "host", "host_by_hand", "vendor", "hardware", "first_seen", "last_seen"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if "host" in form.changed_data:
+            obj.host = short_host(obj.host)
+            obj.host_by_hand = bool(obj.host)
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(ResourceSample)

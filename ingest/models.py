@@ -197,6 +197,9 @@ class Device(models.Model):
     # from or a server listens on, and "gpu" | "server" ("" when only steps named it).
     host = models.CharField(max_length=200, blank=True, default="", db_default="")
     role = models.CharField(max_length=16, blank=True, default="", db_default="")
+    # The host set by hand (admin) where a server's address and its GPUs' host differ (a load
+    # balancer, `localhost`): the exporters' host no longer replaces it.
+    host_by_hand = models.BooleanField(default=False, db_default=False)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 

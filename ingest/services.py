@@ -437,7 +437,8 @@ def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list
         update=(
             "vendor = coalesce(nullif(EXCLUDED.vendor, ''), ingest_device.vendor), "
             "hardware = coalesce(nullif(EXCLUDED.hardware, ''), ingest_device.hardware), "
-            "host = coalesce(nullif(EXCLUDED.host, ''), ingest_device.host), "
+            "host = CASE WHEN ingest_device.host_by_hand THEN ingest_device.host "
+            "ELSE coalesce(nullif(EXCLUDED.host, ''), ingest_device.host) END, "
             "role = coalesce(nullif(EXCLUDED.role, ''), ingest_device.role), "
             "last_seen = EXCLUDED.last_seen"
         ),

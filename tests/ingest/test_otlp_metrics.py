@@ -141,3 +141,37 @@ def test_metrics_of_one_project_never_land_in_another(send, project, other_proje
     assert list(ResourceSample.objects.filter(project=project).values_list("device", flat=True)) == ["my-gpu"]
     assert list(Device.objects.filter(project=project).values_list("name", flat=True)) == ["my-gpu"]
     assert list(ResourceSample.objects.filter(project=other_project).values_list("device", flat=True)) == ["their-gpu"]
+
+
+def test_a_host_mapped_by_hand_joins_a_server_to_its_gpus_and_the_exporters_keep_it(send, project, ingest_key,
+                                                                                    admin_client):
+    """The clients reach vLLM through a load balancer (server key lb-7:8000) while dcgm-exporter
+    says Hostname gpu-box-3: nothing joins them until an admin maps the host, and later scrapes
+    keep the mapping; emptied, the exporters' host comes back."""
+    from analysis.engine.serving import related_devices
+
+    def scrape(ts_ms: int, resource: dict | None = None):
+        server = gauge_request([("vllm:num_requests_waiting", {}, 3)], ts_ms=ts_ms,
+                               resource={"service.instance.id": "lb-7:8000", **(resource or {})})
+        gpu = gauge_request([("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "UUID": "GPU-1", "Hostname": "gpu-box-3"}, 70)],
+                            ts_ms=ts_ms)
+        for request in (server, gpu):
+            assert send(ingest_key, request.SerializeToString()).status_code == 200
+
+    scrape(0)
+    assert related_devices(project.pk, {"lb-7:8000"}) == {}
+    server = Device.objects.get(project=project, name="lb-7:8000")
+    page = admin_client.get(f"/admin/ingest/device/{server.pk}/change/")
+    assert page.status_code == 200 and b"load balancer" in page.content
+    assert admin_client.post(f"/admin/ingest/device/{server.pk}/change/", {"host": "GPU-Box-3.internal"}).status_code == 302
+    server.refresh_from_db()
+    assert (server.host, server.host_by_hand) == ("gpu-box-3", True)
+    scrape(5_000, resource={"hw.vendor": "vLLM project"})  # new facts of the server: its row is written again
+    server.refresh_from_db()
+    assert (server.host, server.vendor) == ("gpu-box-3", "vllmproject")
+    assert related_devices(project.pk, {"lb-7:8000"}) == {"lb-7:8000": ("GPU-1",)}
+
+    assert admin_client.post(f"/admin/ingest/device/{server.pk}/change/", {"host": ""}).status_code == 302
+    scrape(10_000, resource={"hw.model": "vllm 0.11"})
+    server.refresh_from_db()
+    assert (server.host, server.host_by_hand) == ("lb-7", False)
