@@ -615,6 +615,11 @@ DEVICE_METRICS: dict[str, tuple[str, float]] = {
     "hw.power": ("power_w", 1.0),
     "hw.gpu.power": ("power_w", 1.0),
     "hw.temperature": ("temperature_c", 1.0),
+    "hw.gpu.memory.usage": ("fb_used_mib", 1 / 1048576),  # bytes
+    "hw.gpu.memory.limit": ("fb_total_mib", 1 / 1048576),
+    # 1 for the state the component is in, 0 for the others (`hw.state`); read for GPUs only, as
+    # a severity (`HW_STATES`).
+    "hw.status": ("hw_status", 1.0),
     "DCGM_FI_DEV_GPU_UTIL": ("utilization", 0.01),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("utilization", 1.0),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_bw_util", 0.01),
@@ -675,6 +680,18 @@ ROLE_GPU = "gpu"
 def _server_name(name: str) -> str:
     name = name.replace(":", "_").replace(".", "_")
     return name[:-6] if name.endswith("_total") else name
+
+
+# `hw.status`'s states as a severity: the highest a GPU reports at an instant is kept.
+HW_STATES = {"ok": 0.0, "degraded": 1.0, "needs_cleaning": 1.0, "predicted_failure": 1.0, "failed": 2.0}
+
+
+def hw_status(point: dict, resource: dict, value: float) -> float | None:
+    """The severity a `hw.status` point states (None: a state it is not in, or not a GPU's)."""
+    kind = _attr(point, resource, "hw.type")
+    if value != 1 or (kind and kind != "gpu"):
+        return None
+    return HW_STATES.get(_attr(point, resource, "hw.state"))
 
 
 def device_metric(name: str) -> tuple[str, float] | None:

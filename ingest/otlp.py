@@ -529,6 +529,8 @@ def _device_points(decoded: Decoded, samples: dict, metric, points, resource: di
         except RecordError as exc:
             decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
             continue
+        if column == "hw_status" and (value := conventions.hw_status(attributes, resource, value)) is None:
+            continue
         _sample_value(samples, device, host, ts, column, value * factor, role=role, metric=metric.name,
                       attributes=attributes, resource=resource)
 
@@ -554,9 +556,11 @@ def _sample_value(samples: dict, device: str, host: str, ts, column: str, value:
     if sample is None:
         sample = samples[key] = SampleRecord(device=key[0], ts=ts)
     known = sample.metrics.get(column)
-    if known is not None and role == conventions.ROLE_SERVER:
-        # One series per model (or engine) of the same server at the same instant.
-        value = known + value if column in conventions.SERVER_SUMMED else max(known, value)
+    if known is not None:
+        # One series per model (or engine) of the same server at the same instant, or per task
+        # (`hw.gpu.task`) or state (`hw.status`) of a GPU: the server's counts add up, else the highest.
+        summed = role == conventions.ROLE_SERVER and column in conventions.SERVER_SUMMED
+        value = known + value if summed else max(known, value)
     sample.metrics[column] = value
     sample.host = sample.host or _short(host, 200)
     sample.role = sample.role or role

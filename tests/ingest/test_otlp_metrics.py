@@ -175,3 +175,23 @@ def test_a_host_mapped_by_hand_joins_a_server_to_its_gpus_and_the_exporters_keep
     scrape(10_000, resource={"hw.model": "vllm 0.11"})
     server.refresh_from_db()
     assert (server.host, server.host_by_hand) == ("lb-7", False)
+
+
+def test_otel_hardware_gpu_status_memory_and_per_task_utilisation(send, project, ingest_key):
+    gpu = {"hw.id": "gpu-0", "hw.type": "gpu"}
+    request = gauge_request([
+        ("hw.gpu.utilization", {**gpu, "hw.gpu.task": "general"}, 0.91),
+        ("hw.gpu.utilization", {**gpu, "hw.gpu.task": "decoder"}, 0.05),
+        ("hw.gpu.memory.usage", gpu, 68 * 1024 ** 3),
+        ("hw.gpu.memory.limit", gpu, 80 * 1024 ** 3),
+        ("hw.status", {**gpu, "hw.state": "ok"}, 0),
+        ("hw.status", {**gpu, "hw.state": "degraded"}, 1),
+        ("hw.status", {**gpu, "hw.state": "failed"}, 0),
+        # A fan's status is no GPU's.
+        ("hw.status", {"hw.id": "fan-1", "hw.type": "fan", "hw.state": "failed"}, 1),
+    ], resource={"host.name": "node-c"})
+    assert send(ingest_key, request.SerializeToString()).status_code == 200
+    [sample] = ResourceSample.objects.filter(project=project)
+    assert sample.device == "gpu-0" and sample.utilization == 0.91  # the busiest task, not the last sent
+    assert sample.extra == {"fb_used_mib": 68 * 1024, "fb_total_mib": 80 * 1024, "hw_status": 1.0}
+    assert not Device.objects.filter(project=project, name="fan-1").exists()
