@@ -35,6 +35,7 @@ from analysis.dashboard import (
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.dashboard.instrumentation import task_coverage
 from analysis.dashboard.links import entity_url
+from analysis.engine.serving import related_devices
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
 from ingest.conventions import server_key
@@ -342,7 +343,11 @@ def step_detail(request, task_id: str, step_id: str):
     attributes = step.attributes if isinstance(step.attributes, dict) else {}
     server = server_key(attributes, {}) if "server.address" in attributes else ""
     params = keep(request.GET, GLOBAL_PARAMS)
+    # What the verdict reads besides the step's device: a server's GPUs or a GPU's server, by host
+    # (docs/otlp.md, "Which server and GPU served a call").
+    served_with = list(related_devices(task.project_id, {step.device}).get(step.device, ())) if step.device else []
     out.update(task_id=task.task_id, session_id=task.session_id, agent=task.name, server=server,
+               served_with=served_with,
                offset_ms=(step.started_at - task.started_at).total_seconds() * 1000 if task.started_at else None)
     out["links"] = {
         "tool": entity_url("tool", step.tool_name, params), "model": entity_url("model", step.model, params),
@@ -352,6 +357,8 @@ def step_detail(request, task_id: str, step_id: str):
         if step.device else "",
         "server": devices.moment_url(params, device=server, start=step.started_at, end=step.ended_at)
         if server else "",
+        "served_with": [devices.moment_url(params, device=d, start=step.started_at, end=step.ended_at)
+                        for d in served_with],
     }
     return out
 

@@ -147,6 +147,15 @@
     row(body, "provider", step.provider);
     row(body, "device", step.device ? link(step.device, links.device, "the device's telemetry around this step") : null);
     row(body, "server", step.server ? link(step.server, links.server, "the inference server around this step") : null);
+    var withs = step.served_with || [];
+    if (withs.length) {
+      var span = el("span");
+      withs.forEach(function (name, i) {
+        if (i) { span.appendChild(document.createTextNode(", ")); }
+        span.appendChild(link(name, (links.served_with || [])[i], "its telemetry around this step"));
+      });
+      row(body, "same host", span);
+    }
     row(body, "TTFT", step.ttft_ms === null || step.ttft_ms === undefined ? null : A.fmtMs(step.ttft_ms));
     var tokens = [step.input_tokens, step.output_tokens].some(function (v) { return v !== null && v !== undefined; })
       ? (step.input_tokens === null ? "–" : step.input_tokens) + " in / " + (step.output_tokens === null ? "–" : step.output_tokens) + " out" +

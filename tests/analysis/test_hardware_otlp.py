@@ -215,6 +215,17 @@ def _server_span_folded(replayed):
     assert not flagged & {s.step_id for s in server}
 
 
+def _step_panel(replayed, admin_client):
+    """The step panel names the server that answered and the GPUs on its host, each linked to its
+    telemetry at that moment."""
+    chat = Step.objects.filter(project=replayed, kind="llm").select_related("task").first()
+    step = admin_client.get(f"/tasks/{chat.task.task_id}/steps/{chat.step_id}.json",
+                            {"project": replayed.name}).json()
+    assert step["device"] == step["server"] == "vllm-1:8000"
+    assert step["served_with"] == [GPU["UUID"]]
+    assert step["links"]["served_with"][0].startswith("/devices?") and f"device={GPU['UUID']}" in step["links"]["served_with"][0]
+
+
 def _queue_burst(replayed):
     found = _findings(replayed, "hardware_queueing")
     assert sorted(_index(f) for f in found) == list(QUEUE_BURST)
@@ -240,9 +251,10 @@ def _kv_full(replayed):
 
 # One replay (≈20 s) serves every check; each helper above is one behaviour.
 @pytest.mark.parametrize("replayed", ["one task"], indirect=True)
-def test_dcgm_and_vllm_series_are_read_without_configuration_and_the_server_span_is_folded(replayed):
+def test_dcgm_and_vllm_series_are_read_without_configuration_and_the_server_span_is_folded(replayed, admin_client):
     _series_read(replayed)
     _server_span_folded(replayed)
+    _step_panel(replayed, admin_client)
 
 
 def test_a_queue_burst_a_power_brake_and_a_full_kv_cache_each_get_their_verdict_and_say_what_was_seen(replayed):
