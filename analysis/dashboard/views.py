@@ -101,7 +101,7 @@ def _page(request, template: str, project, error: str = "", **context):
 
 def _behind(project) -> str:
     """"findings are N minutes behind" when analysis lags ingest (analysis/dashboard/status.py), else ""."""
-    return status.behind_text(status.analysis_lag(project=project)["lag_seconds"]) if project else ""
+    return status.behind_text(status.cached_analysis_lag(project=project)["lag_seconds"]) if project else ""
 
 
 def _json_scope(request):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.rows import dict_row, kwargs_row
@@ -425,6 +426,19 @@ def _analyse(contexts: dict[int, TaskContext]) -> tuple[dict[int, dict], list[in
     return results, failed
 
 
+def analysis_lag_key(project_id: int) -> str:
+    """The cache key of a project's analysis lag as the pages show it (analysis/dashboard/status.py,
+    "findings are N minutes behind"): dropped whenever a batch stores results of the project."""
+    return f"analysis-lag:{project_id}"
+
+
+def _forget_lag(project_ids: set[int]) -> None:
+    try:
+        cache.delete_many([analysis_lag_key(p) for p in project_ids])
+    except Exception as exc:  # the cache is a shortcut: its outage must not fail a stored batch
+        log.warning("analysis.lag_cache_unavailable error=%s", exc)
+
+
 def _finish(task_pks: list[int], token: str, tasks: dict, results: dict, failed: list[int],
             timings: tuple[float, float]) -> dict[str, int]:
     """Store a batch's results; the outcome counts."""
@@ -434,6 +448,8 @@ def _finish(task_pks: list[int], token: str, tasks: dict, results: dict, failed:
     except Exception:
         release(task_pks, token)
         raise
+    if mine:
+        _forget_lag({tasks[pk].project_id for pk in mine})
     lost = set(results) - set(mine)
     for pk in sorted(lost):
         log.warning("analysis.claim_lost task=%s", pk)
