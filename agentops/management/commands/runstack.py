@@ -15,7 +15,7 @@ import sys
 import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from agentops.celery import alerts_queue, periodic_queue
 from agentops.celery import app as celery_app
@@ -29,6 +29,21 @@ def _control_socket() -> list[str]:
     instance of every checkout shares one; none where the path is too long for a Unix socket."""
     path = settings.DATA_DIR / "gunicorn.ctl"
     return ["--control-socket", str(path)] if len(str(path)) <= 100 else ["--no-control-socket"]
+
+
+def _refuse_unmigrated() -> None:
+    """A stack on a database its code is newer than answers every page with a 500 (a column it
+    reads does not exist yet): say so before starting anything."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        first = pending[0][0]
+        raise CommandError(f"{len(pending)} database migration{'s' if len(pending) != 1 else ''} not applied "
+                           f"(the first: {first.app_label}.{first.name}): run `python manage.py migrate` "
+                           "first (`make demo` does)")
 
 
 class Command(BaseCommand):
@@ -45,6 +60,7 @@ class Command(BaseCommand):
                                  "(make demo): last, so the start-up lines do not scroll them away")
 
     def handle(self, *args, port, host, web_workers, worker_concurrency, no_beat, demo=False, **options):
+        _refuse_unmigrated()
         python = sys.executable
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         # Links in alert notifications point at this stack unless a public URL was configured.
