@@ -286,3 +286,20 @@ def test_a_corpus_is_held_to_its_own_per_task_rule_and_shown_by_steps_too(db, tm
 def test_a_folder_that_is_no_corpus_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="labels.jsonl and traces"):
         call_command("evaluate_detection", "--corpus", str(tmp_path))
+
+
+def test_a_detector_that_raises_is_reported_not_scored_as_silence(db, tmp_path, monkeypatch):
+    """The worker logs a failing detector and goes on without its findings: the evaluation says
+    so, or its table scores a crash as the rules' misses (the stagger crash hid that way)."""
+    from analysis.engine.detectors import base
+
+    base.all_detectors()
+
+    def broken(ctx):
+        raise KeyError("no reason for this basis")
+
+    monkeypatch.setitem(base.REGISTRY, "repeated_tool_call", broken)
+    out, err = StringIO(), StringIO()
+    call_command("evaluate_detection", "--corpus", str(_repeat_corpus(tmp_path, (2, 3))), stdout=out, stderr=err)
+    assert "3 detector failures (analysis.detector_failed) on 3 tasks" in err.getvalue(), err.getvalue()
+    assert "kind=repeated_tool_call" in err.getvalue()

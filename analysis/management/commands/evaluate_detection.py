@@ -29,6 +29,7 @@ was detected."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,6 +69,20 @@ SIMULATED_TASKS = 3000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+class _DetectorFailures(logging.Handler):
+    """Counts the detectors that raised during the run (analyse.run_detectors logs and goes on)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.count, self.tasks, self.first = 0, set(), ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("analysis.detector_failed"):
+            self.count += 1
+            self.tasks.add(record.args[1] if isinstance(record.args, tuple) and len(record.args) > 1 else "")
+            self.first = self.first or record.getMessage()
+
+
 class Command(BaseCommand):
     help = "Score findings against ground truth: precision, recall and wasted time per finding kind."
 
@@ -91,9 +106,18 @@ class Command(BaseCommand):
                                  "before every task)")
 
     def handle(self, *args, **o):
+        failures = _DetectorFailures()
+        logging.getLogger("agentops.analysis").addHandler(failures)
         try:
             self.results = self._run(**o)  # the scores, for callers in this process (call_command)
+            if failures.count:
+                # A detector that raised lost its findings on those tasks: the scores above are
+                # of a crippled run, not of the rules.
+                self.stderr.write(f"{failures.count} detector failure{'s' if failures.count != 1 else ''} "
+                                  f"(analysis.detector_failed) on {len(failures.tasks)} tasks, first: "
+                                  f"{failures.first}: those tasks lost that detector's findings")
         finally:
+            logging.getLogger("agentops.analysis").removeHandler(failures)
             if getattr(self, "_called_from_command_line", False):
                 # The embedded services that loading the settings started for this command stop
                 # with it (ones already running stay). Only as `manage.py evaluate_detection`:
