@@ -1,14 +1,44 @@
 from django.contrib import admin
-from django.utils import timezone
 
-from ingest.models import Device, IngestKey, Project, Release, ResourceSample, Step, Task
+from ingest.models import (
+    Device,
+    IngestKey,
+    Project,
+    ProjectMembership,
+    Release,
+    ResourceSample,
+    Step,
+    Task,
+)
+from ingest.services import key_revoke
+
+
+class MembershipInline(admin.TabularInline):
+    """Read-only here: members are added and re-roled in the settings pages or with
+    `manage.py add_member`, which keep the audit trail."""
+
+    model = ProjectMembership
+    extra = 0
+    fields = readonly_fields = ["user", "role", "added_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
+    """Members and keys are managed in the product's settings pages (audited); this is the
+    operator's view."""
+
     list_display = ["name", "created_at"]
     search_fields = ["name"]
-    filter_horizontal = ["members"]
+    inlines = [MembershipInline]
 
 
 @admin.register(IngestKey)
@@ -26,7 +56,8 @@ class IngestKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request, queryset):
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        for key in queryset.filter(revoked_at__isnull=True).select_related("project"):
+            key_revoke(key=key, actor=request.user)
 
 
 @admin.register(Release)
