@@ -500,6 +500,7 @@ def price_save(*, price: ModelPrice | None, values: dict, actor=None) -> ModelPr
         for name in PRICE_FIELDS:
             setattr(price, name, values[name])
         price.save()
+        price.refresh_from_db()  # the decimals as stored, not as typed
         details = _price_details(price)
         if before is not None:
             details = {"before": before, "after": details}
