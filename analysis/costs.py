@@ -482,28 +482,39 @@ def prices_load(*, rows: Sequence[PriceRow], actor=None) -> tuple[int, int]:
     return created, updated
 
 
-PRICE_FIELDS = ("model", "input_per_million", "output_per_million", "effective_from", "note")
+# A price as stored: the fields a price file must carry, and its note.
+PRICE_COLUMNS = (*PRICE_FIELDS, "note")
 
 
 def _price_details(price: ModelPrice) -> dict:
     return {name: (value.isoformat() if isinstance(value, datetime) else str(value))
-            for name in PRICE_FIELDS if (value := getattr(price, name)) is not None}
+            for name in PRICE_COLUMNS if (value := getattr(price, name)) is not None}
 
 
-def price_save(*, price: ModelPrice | None, values: dict, actor=None) -> ModelPrice:
-    """Add a price (`price` None) or change one, with `values` already validated (the settings
-    page's form validates them as the model does); audited. Prices apply to every project."""
+def price_save(*, price: ModelPrice, values: dict, actor=None) -> ModelPrice:
+    """Add a price (`price` a new ModelPrice()) or change one, with `values` already validated
+    (the settings page's form and the admin's validate them as the model does); audited. Prices
+    apply to every project."""
     with transaction.atomic():
         # From the row as stored: a form may already have written the new values on `price`.
-        before = _price_details(ModelPrice.objects.get(pk=price.pk)) if price is not None else None
-        price = price or ModelPrice()
-        for name in PRICE_FIELDS:
+        stored = ModelPrice.objects.filter(pk=price.pk).first() if price.pk else None
+        before = _price_details(stored) if stored is not None else None
+        for name in PRICE_COLUMNS:
             setattr(price, name, values[name])
         price.save()
         price.refresh_from_db()  # the decimals as stored, not as typed
-        details = _price_details(price)
-        if before is not None:
-            details = {"before": before, "after": details}
+        details = after = _price_details(price)
+        if before is not None:  # what changed, and the instant that names the price
+            details = {"effective_from": after["effective_from"]} | {
+                name: {"before": before.get(name, ""), "after": value}
+                for name, value in after.items() if before.get(name) != value}
         audit_record(actor=actor, project=None, action="price.edit" if before else "price.add",
                      target=price.model, details=details)
     return price
+
+
+def price_delete(*, price: ModelPrice, actor=None) -> None:
+    with transaction.atomic():
+        details = _price_details(price)
+        price.delete()
+        audit_record(actor=actor, project=None, action="price.delete", target=details["model"], details=details)

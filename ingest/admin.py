@@ -43,12 +43,13 @@ class ProjectAdmin(admin.ModelAdmin):
 
 @admin.register(IngestKey)
 class IngestKeyAdmin(admin.ModelAdmin):
-    """Keys are created with `manage.py create_key` (the plaintext is shown once); here they can
-    be inspected and revoked, never read back."""
+    """Keys are created in Settings or with `manage.py create_key` (the plaintext is shown once);
+    here they can be inspected and revoked, never read back."""
 
     list_display = ["prefix", "project", "name", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["project"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+    # Nothing is edited here (scopes and revocation change through the audited services).
+    readonly_fields = ["project", "name", "prefix", "key_hash", "scopes", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request):

@@ -7,7 +7,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.core.validators import MinValueValidator
 
-from analysis.costs import PRICE_FIELDS
+from analysis.costs import PRICE_COLUMNS
 from analysis.models import ModelPrice
 from ingest.models import IngestKey, ProjectMembership
 from ingest.services import KEY_NAME_MAX
@@ -51,7 +51,7 @@ class PriceForm(forms.ModelForm):
 
     class Meta:
         model = ModelPrice
-        fields = PRICE_FIELDS
+        fields = PRICE_COLUMNS
         widgets = {"effective_from": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")}
 
     def __init__(self, *args, **kwargs):

@@ -219,7 +219,7 @@ def price_new(request):
     form = PriceForm(request.POST)
     if not form.is_valid():
         return _prices_page(request, form=form, status=400)
-    price_save(price=None, values=form.cleaned_data, actor=request.user)
+    price_save(price=ModelPrice(), values=form.cleaned_data, actor=request.user)
     return redirect(reverse("settings-prices"))
 
 

@@ -188,8 +188,9 @@ def test_a_price_editor_adds_and_edits_a_price_and_both_are_audited(project):
     price.refresh_from_db()
     assert str(price.input_per_million) == "3.000000"
     edit = AuditEntry.objects.get(action="price.edit")
-    assert edit.project is None and edit.details["before"]["input_per_million"] == "2.500000"
-    assert edit.details["after"]["input_per_million"] == "3.000000"
+    assert edit.project is None and edit.details == {
+        "effective_from": "2026-11-01T00:00:00+00:00",
+        "input_per_million": {"before": "2.500000", "after": "3.000000"}}
     audit = editor.get("/projects/acme/settings/audit").content.decode()
     assert "price.add" in audit and "price.edit" in audit and "all projects" in audit
 
@@ -233,3 +234,19 @@ def test_the_audit_log_pages_newest_first_and_shows_only_this_project(admin, pro
     second = admin.get(f"/projects/acme/settings/audit?before={older}").content.decode()
     assert "name: k0" in second and "k104" not in second and "GLOBEX-KEY" not in second
     assert admin.get("/projects/acme/settings/audit?before=junk").status_code == 200
+
+
+def test_the_admin_changes_prices_and_revokes_keys_through_the_audited_path(project):
+    root = login("root", superuser=True)
+    form = {"model": "gpt-x", "input_per_million": "1", "output_per_million": "2",
+            "effective_from_0": "2026-11-01", "effective_from_1": "00:00:00", "note": ""}
+    assert root.post("/admin/analysis/modelprice/add/", form).status_code == 302
+    price = ModelPrice.objects.get()
+    assert root.post(f"/admin/analysis/modelprice/{price.pk}/change/", {**form, "note": "list"}).status_code == 302
+    assert root.post(f"/admin/analysis/modelprice/{price.pk}/delete/", {"post": "yes"}).status_code == 302
+    key, _ = key_create(project=project, scopes=["read"])
+    root.post("/admin/ingest/ingestkey/", {"action": "revoke", "_selected_action": [key.pk]})
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert [(e.action, e.actor_name) for e in AuditEntry.objects.exclude(action="key.create").order_by("id")] == [
+        ("price.add", "root"), ("price.edit", "root"), ("price.delete", "root"), ("key.revoke", "root")]
