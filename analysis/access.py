@@ -41,7 +41,7 @@ def can_edit_prices(user) -> bool:
 
 
 def can_reach_settings(user) -> bool:
-    return can_edit_prices(user) or admin_projects_for_user(user).exists()
+    return admin_projects_for_user(user).exists() or can_edit_prices(user)
 
 
 def project_for_user(user, name: str | None) -> Project | None:

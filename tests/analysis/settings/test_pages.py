@@ -4,9 +4,12 @@ input answers 400 saying what is wrong, and hostile names are shown escaped."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -250,3 +253,13 @@ def test_the_admin_changes_prices_and_revokes_keys_through_the_audited_path(proj
     assert key.revoked_at is not None
     assert [(e.action, e.actor_name) for e in AuditEntry.objects.exclude(action="key.create").order_by("id")] == [
         ("price.add", "root"), ("price.edit", "root"), ("price.delete", "root"), ("key.revoke", "root")]
+
+
+def test_loading_a_price_file_is_one_audit_entry_for_every_project(admin, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("model,input_per_million,output_per_million,effective_from\nm,1,2,2026-01-01\nn,1,2,2026-01-01\n")
+    call_command("load_prices", str(prices), stdout=StringIO())
+    entry = AuditEntry.objects.get(action="price.load")
+    assert (entry.actor_name, entry.project, entry.details) == (
+        "command line", None, {"created": 2, "updated": 0, "models": ["m", "n"]})
+    assert "price.load" in admin.get("/projects/acme/settings/audit").content.decode()
