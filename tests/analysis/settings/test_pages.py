@@ -111,6 +111,7 @@ def test_a_revoked_key_is_refused_and_stays_listed_as_revoked(admin, project):
     ({"name": "x"}, b"choose at least one scope"),
     ({"scopes": "root"}, b"Select a valid choice"),
     ({"scopes": "read", "name": "n" * 101}, b"at most 100 characters"),
+    ({"scopes": "read", "name": "a\x00b"}, b"Null characters are not allowed"),
 ])
 def test_a_bad_key_form_is_a_400_that_says_why(admin, data, message):
     response = admin.post("/projects/acme/settings/keys/new", data)
@@ -138,6 +139,7 @@ def test_an_admin_adds_a_member_changes_the_role_and_removes_them(admin, project
     ({"username": "alice", "role": "member"}, "already a member"),
     ({"username": "alice", "role": "owner"}, "Select a valid choice"),
     ({"username": "", "role": "member"}, "This field is required"),
+    ({"username": "a\x00b", "role": "member"}, "Null characters are not allowed"),
 ])
 def test_a_bad_member_form_is_a_400_that_says_why(admin, data, message):
     response = admin.post("/projects/acme/settings/members/add", data)
