@@ -23,7 +23,9 @@ def admin_projects_for_user(user) -> QuerySet[Project]:
     """The projects whose settings this user may change."""
     if getattr(user, "is_superuser", False):
         return Project.objects.all()
-    return projects_for_user(user).filter(memberships__user=user, memberships__role=ProjectMembership.ROLE_ADMIN)
+    if not getattr(user, "is_authenticated", False) or user.pk is None:
+        return Project.objects.none()
+    return Project.objects.filter(memberships__user=user, memberships__role=ProjectMembership.ROLE_ADMIN)
 
 
 def role_for_user(user, project: Project) -> str | None:
