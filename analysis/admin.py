@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from analysis.costs import price_delete, price_save
 from analysis.models import Baseline, Finding, ModelPrice, TaskAnalysis
 
 
@@ -30,3 +31,14 @@ class ModelPriceAdmin(admin.ModelAdmin):
     list_filter = ["model"]
     search_fields = ["model"]
     ordering = ["model", "-effective_from"]
+
+    # Through the audited write path, like the settings pages' price form.
+    def save_model(self, request, obj, form, change):
+        price_save(price=obj, values=form.cleaned_data, actor=request.user)
+
+    def delete_model(self, request, obj):
+        price_delete(price=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for price in queryset:
+            price_delete(price=price, actor=request.user)

@@ -28,6 +28,7 @@ from agentops.db import read_connection
 from analysis.filters import TaskFilters, task_queryset
 from analysis.models import ModelPrice
 from ingest.models import Project, Task
+from ingest.services import audit_record
 
 LLM_KIND = "llm"
 
@@ -463,9 +464,9 @@ def _json_item_lines(text: str, count: int) -> list[int]:
     return lines[:count]
 
 
-def prices_load(*, rows: Sequence[PriceRow]) -> tuple[int, int]:
+def prices_load(*, rows: Sequence[PriceRow], actor=None) -> tuple[int, int]:
     """Store the rows: a (model, effective_from) already in the table gets the file's prices.
-    Returns (created, updated). All or nothing."""
+    Returns (created, updated). All or nothing; one audit entry for the load."""
     created = updated = 0
     with transaction.atomic():
         for row in rows:
@@ -475,4 +476,45 @@ def prices_load(*, rows: Sequence[PriceRow]) -> tuple[int, int]:
                           "output_per_million": row.output_per_million, "note": row.note})
             created += made
             updated += not made
+        audit_record(actor=actor, project=None, action="price.load", target=f"{len(rows)} prices",
+                     details={"created": created, "updated": updated,
+                              "models": sorted({r.model for r in rows})[:50]})
     return created, updated
+
+
+# A price as stored: the fields a price file must carry, and its note.
+PRICE_COLUMNS = (*PRICE_FIELDS, "note")
+
+
+def _price_details(price: ModelPrice) -> dict:
+    return {name: (value.isoformat() if isinstance(value, datetime) else str(value))
+            for name in PRICE_COLUMNS if (value := getattr(price, name)) is not None}
+
+
+def price_save(*, price: ModelPrice, values: dict, actor=None) -> ModelPrice:
+    """Add a price (`price` a new ModelPrice()) or change one, with `values` already validated
+    (the settings page's form and the admin's validate them as the model does); audited. Prices
+    apply to every project."""
+    with transaction.atomic():
+        # From the row as stored: a form may already have written the new values on `price`.
+        stored = ModelPrice.objects.filter(pk=price.pk).first() if price.pk else None
+        before = _price_details(stored) if stored is not None else None
+        for name in PRICE_COLUMNS:
+            setattr(price, name, values[name])
+        price.save()
+        price.refresh_from_db()  # the decimals as stored, not as typed
+        details = after = _price_details(price)
+        if before is not None:  # what changed, and the instant that names the price
+            details = {"effective_from": after["effective_from"]} | {
+                name: {"before": before.get(name, ""), "after": value}
+                for name, value in after.items() if before.get(name) != value}
+        audit_record(actor=actor, project=None, action="price.edit" if before else "price.add",
+                     target=price.model, details=details)
+    return price
+
+
+def price_delete(*, price: ModelPrice, actor=None) -> None:
+    with transaction.atomic():
+        details = _price_details(price)
+        price.delete()
+        audit_record(actor=actor, project=None, action="price.delete", target=details["model"], details=details)

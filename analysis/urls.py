@@ -53,4 +53,5 @@ urlpatterns = [
     path("charts/devices.json", device_views.devices_charts, name="devices-charts"),
     path("", include("analysis.alerts.urls")),
     path("", include("analysis.releases.urls")),
+    path("", include("analysis.settings.urls")),
 ]

@@ -1,26 +1,57 @@
 from django import forms
 from django.contrib import admin
-from django.utils import timezone
 
 from ingest.conventions import short_host
-from ingest.models import Device, IngestKey, Project, Release, ResourceSample, Step, Task
+from ingest.models import (
+    Device,
+    IngestKey,
+    Project,
+    ProjectMembership,
+    Release,
+    ResourceSample,
+    Step,
+    Task,
+)
+from ingest.services import key_revoke
+
+
+class MembershipInline(admin.TabularInline):
+    """Read-only here: members are added and re-roled in the settings pages or with
+    `manage.py add_member`, which keep the audit trail."""
+
+    model = ProjectMembership
+    extra = 0
+    fields = readonly_fields = ["user", "role", "added_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
+    """Members and keys are managed in the product's settings pages (audited); this is the
+    operator's view."""
+
     list_display = ["name", "created_at"]
     search_fields = ["name"]
-    filter_horizontal = ["members"]
+    inlines = [MembershipInline]
 
 
 @admin.register(IngestKey)
 class IngestKeyAdmin(admin.ModelAdmin):
-    """Keys are created with `manage.py create_key` (the plaintext is shown once); here they can
-    be inspected and revoked, never read back."""
+    """Keys are created in Settings or with `manage.py create_key` (the plaintext is shown once);
+    here they can be inspected and revoked, never read back."""
 
     list_display = ["prefix", "project", "name", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["project"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+    # Nothing is edited here (scopes and revocation change through the audited services).
+    readonly_fields = ["project", "name", "prefix", "key_hash", "scopes", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request):
@@ -28,7 +59,8 @@ class IngestKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request, queryset):
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        for key in queryset.filter(revoked_at__isnull=True).select_related("project"):
+            key_revoke(key=key, actor=request.user)
 
 
 @admin.register(Release)

@@ -20,13 +20,15 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
+from django.utils import timezone
 
 from ingest import records
 
 
 class Project(models.Model):
     name = models.CharField(max_length=100, unique=True)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects",
+                                     through="ProjectMembership")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -34,6 +36,49 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ProjectMembership(models.Model):
+    """A user's role in a project. A member sees the project's pages; an admin also manages its
+    keys and members in the settings pages. A superuser is an admin of every project."""
+
+    ROLE_ADMIN = "admin"
+    ROLE_MEMBER = "member"
+    ROLES = [ROLE_ADMIN, ROLE_MEMBER]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=[(r, r) for r in ROLES], default=ROLE_MEMBER)
+    added_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class AuditEntry(models.Model):
+    """One change to who may do what: a key created or revoked, a member added, re-roled or
+    removed, a price added or changed. `project` is empty for installation-wide changes (prices).
+    `details` never holds a secret. Deleting a project deletes its trail with its data."""
+
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
+    # The username at the time (kept when the user is deleted), or "command line".
+    actor_name = models.CharField(max_length=150)
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=32)
+    target = models.CharField(max_length=300, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["project", "-at", "-id"], name="audit_project_time")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target}"
 
 
 class IngestKey(models.Model):

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from agentops.db import deadlock_retried
 from ingest import conventions, instrumentation, partitions
-from ingest.models import IngestKey, Project, ResourceSample
+from ingest.models import AuditEntry, IngestKey, Project, ProjectMembership, ResourceSample
 from ingest.records import Batch, HistogramRecord, SampleRecord, StepRecord, TaskRecord
 
 log = logging.getLogger("agentops.ingest")
@@ -36,23 +36,47 @@ tasks_ended = Signal()
 KEY_PREFIX = "ao"
 
 
-# --- projects and keys -------------------------------------------------------------------
+# --- projects, keys, members, and their audit trail ----------------------------------------
+# The settings pages, the admin and the command line all change keys and members through these
+# functions, so every change is checked the same way and audited once. `actor` is the user who
+# made the change; None is the command line.
+
+COMMAND_LINE = "command line"
+KEY_NAME_MAX = IngestKey._meta.get_field("name").max_length
+
+
+def audit_record(*, actor, project: Project | None, action: str, target: str = "",
+                 details: dict | None = None) -> AuditEntry:
+    """One audit entry. Never pass a secret in `details`: it is shown to the project's admins."""
+    entry = AuditEntry.objects.create(
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_name=actor.get_username() if getattr(actor, "pk", None) else COMMAND_LINE,
+        project=project, action=action, target=target[:300], details=details or {})
+    log.info("audit.%s project=%s target=%s actor=%s", action, project.pk if project else "-",
+             target, entry.actor_name)
+    return entry
 
 
 def _hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def key_create(*, project: Project, scopes: Sequence[str], name: str = "") -> tuple[IngestKey, str]:
+def key_create(*, project: Project, scopes: Sequence[str], name: str = "", actor=None) -> tuple[IngestKey, str]:
     """Create a key; returns it and the plaintext, which is shown once and never stored."""
+    scopes = list(dict.fromkeys(scopes))
     unknown = set(scopes) - set(IngestKey.SCOPES)
     if unknown or not scopes:
         raise ValueError(f"scopes must be a non-empty subset of {', '.join(IngestKey.SCOPES)}")
+    name = name.strip()
+    if len(name) > KEY_NAME_MAX:
+        raise ValueError(f"a key's name has at most {KEY_NAME_MAX} characters")
     prefix = secrets.token_hex(6)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(24)}"
-    key = IngestKey.objects.create(
-        project=project, name=name, prefix=prefix, key_hash=_hash_key(plaintext), scopes=list(scopes)
-    )
+    with transaction.atomic():
+        key = IngestKey.objects.create(
+            project=project, name=name, prefix=prefix, key_hash=_hash_key(plaintext), scopes=scopes)
+        audit_record(actor=actor, project=project, action="key.create", target=prefix,
+                     details={"scopes": scopes, "name": name})
     return key, plaintext
 
 
@@ -72,16 +96,77 @@ def key_authenticate(*, plaintext: str) -> IngestKey | None:
     return key
 
 
-def key_revoke(*, key: IngestKey) -> None:
-    IngestKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def key_revoke(*, key: IngestKey, actor=None) -> bool:
+    """Revoke the key from now on; False (and no audit entry) if it already was."""
+    with transaction.atomic():
+        done = IngestKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if done:
+            audit_record(actor=actor, project=key.project, action="key.revoke", target=key.prefix,
+                         details={"scopes": key.scopes, "name": key.name})
+    return bool(done)
 
 
-def project_create(*, name: str) -> tuple[Project, str]:
+def project_create(*, name: str, actor=None) -> tuple[Project, str]:
     """A new project with one ingest key; returns the project and the key's plaintext."""
     with transaction.atomic():
         project = Project.objects.create(name=name)
-        _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST], name="default")
+        audit_record(actor=actor, project=project, action="project.create", target=name)
+        _, plaintext = key_create(project=project, scopes=[IngestKey.SCOPE_INGEST], name="default", actor=actor)
     return project, plaintext
+
+
+def _role_checked(role: str) -> str:
+    if role not in ProjectMembership.ROLES:
+        raise ValueError(f"a role is one of {', '.join(ProjectMembership.ROLES)}, not {role!r}")
+    return role
+
+
+def _keeps_an_admin(*, project: Project, without) -> None:
+    """A project keeps at least one admin: else only a superuser could manage it again."""
+    admins = ProjectMembership.objects.filter(project=project, role=ProjectMembership.ROLE_ADMIN)
+    if not admins.exclude(user=without).exists():
+        raise ValueError(f"{without.get_username()!r} is the project's last admin: make another member an admin first")
+
+
+def member_add(*, project: Project, user, role: str, actor=None) -> ProjectMembership:
+    _role_checked(role)
+    with transaction.atomic():
+        membership, created = ProjectMembership.objects.get_or_create(
+            project=project, user=user, defaults={"role": role})
+        if not created:
+            raise ValueError(f"{user.get_username()!r} is already a member ({membership.role})")
+        audit_record(actor=actor, project=project, action="member.add", target=user.get_username(),
+                     details={"role": role})
+    return membership
+
+
+def member_role_set(*, project: Project, user, role: str, actor=None) -> ProjectMembership:
+    _role_checked(role)
+    with transaction.atomic():
+        membership = ProjectMembership.objects.select_for_update().filter(project=project, user=user).first()
+        if membership is None:
+            raise ValueError(f"{user.get_username()!r} is not a member")
+        if membership.role == role:
+            return membership
+        if role != ProjectMembership.ROLE_ADMIN:
+            _keeps_an_admin(project=project, without=user)
+        before, membership.role = membership.role, role
+        membership.save(update_fields=["role"])
+        audit_record(actor=actor, project=project, action="member.role", target=user.get_username(),
+                     details={"from": before, "to": role})
+    return membership
+
+
+def member_remove(*, project: Project, user, actor=None) -> None:
+    with transaction.atomic():
+        membership = ProjectMembership.objects.select_for_update().filter(project=project, user=user).first()
+        if membership is None:
+            raise ValueError(f"{user.get_username()!r} is not a member")
+        if membership.role == ProjectMembership.ROLE_ADMIN:
+            _keeps_an_admin(project=project, without=user)
+        membership.delete()
+        audit_record(actor=actor, project=project, action="member.remove", target=user.get_username(),
+                     details={"role": membership.role})
 
 
 # --- the write path ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from analysis import rollups
-from analysis.access import project_for_user, projects_for_user
+from analysis.access import can_reach_settings, project_for_user, projects_for_user
 from analysis.dashboard import selectors
 from analysis.dashboard.charts import lower_bound_ms
 from analysis.dashboard.links import entity_url
@@ -42,6 +42,8 @@ def topbar(context):
         project = project_for_user(user, params.get("project"))
     query = urlencode({k: params[k] for k in GLOBAL_PARAMS if params.get(k)})
     nav = [(label, url, request.path == url) for name, label in NAV if (url := _url(name))]
+    if user.is_authenticated and can_reach_settings(user):
+        nav.append(("Settings", reverse("settings"), request.path.startswith(("/settings/", "/projects/"))))
     return {
         "request": request, "project": project, "query": query, "nav": nav,
         "projects": projects_for_user(user) if user.is_authenticated else [],

@@ -19,8 +19,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from analysis.alerts.models import AlertRule
-from ingest.models import IngestKey, InstrumentationCount, Step, Task
-from ingest.services import key_create, key_revoke
+from analysis.models import ModelPrice
+from ingest.models import IngestKey, InstrumentationCount, ProjectMembership, Step, Task
+from ingest.services import key_create, key_revoke, member_add
 from tests.analysis.factories import make_finding, make_step, make_task
 
 pytestmark = pytest.mark.django_db
@@ -36,16 +37,21 @@ PATH_VALUES = {
     "rule_id": lambda b: str(b["rule"].pk),
     "session_id": lambda b: B_SESSION,
     "name": lambda b: SECRET,  # /agents/<name>: B's agent (its tasks' name)
+    "project": lambda b: b["b"].name,  # /projects/<project>/settings/…: B itself
+    "prefix": lambda b: b["b_key"].prefix,  # B's key
+    "user_id": lambda b: str(b["b_admin"].pk),  # B's member
 }
 # Path parameters that name a kind of data, not an object of B: only the no-leak check applies.
 PATH_KINDS = {
     "entity": lambda b: "steps",  # /api/v1/export/<entity>: the export of the caller's own project
+    "price_id": lambda b: str(b["price"].pk),  # model prices are the installation's, not a project's
 }
 # Open to anyone by design: the login form, logout, and the OpenAPI document (no data in it).
 PUBLIC = {"login/", "logout/", "api/schema/", "api/docs"}  # no project data: the schema and its explorer
 # Write-only endpoints: a GET is 405 (or 401/403 without an ingest key).
 INGEST = {"api/v1/ingest", "v1/traces", "v1/metrics"}
 PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
+INT_PARAMS = {"rule_id", "user_id", "price_id"}  # <int:…>: any number routes
 
 
 def routed_paths() -> list[str]:
@@ -98,7 +104,14 @@ def world(project, other_project):
     browser = Client()
     browser.force_login(user)
     keys = {scope: key_create(project=project, scopes=[scope])[1] for scope in IngestKey.SCOPES}
-    return {"rule": rule, "user": user, "browser": browser, "keys": keys, "b": other_project}
+    # B's settings: a key and an admin named after B, a price whose edit form a member may not open.
+    b_key, _ = key_create(project=other_project, scopes=[IngestKey.SCOPE_INGEST], name=SECRET)
+    b_admin = get_user_model().objects.create_user(SECRET, password="pw")
+    member_add(project=other_project, user=b_admin, role=ProjectMembership.ROLE_ADMIN)
+    price = ModelPrice.objects.create(model="acme-model", input_per_million=1, output_per_million=2,
+                                      effective_from=a_task.started_at)
+    return {"rule": rule, "user": user, "browser": browser, "keys": keys, "b": other_project,
+            "b_key": b_key, "b_admin": b_admin, "price": price}
 
 
 def as_key(key: str) -> Client:
@@ -192,7 +205,7 @@ def test_every_state_changing_form_refuses_a_post_without_a_csrf_token(world, pr
     for route in routed_paths():
         if route in INGEST:
             continue  # key-authenticated, no cookie: CSRF does not apply (and a session gets 403)
-        path = "/" + PARAM.sub(lambda m: str(rule.pk) if m.group(1) == "rule_id" else SHARED_ID, route)
+        path = "/" + PARAM.sub(lambda m: str(rule.pk) if m.group(1) in INT_PARAMS else SHARED_ID, route)
         response = strict.post(path, {"name": "forged", "project": "acme"})
         assert response.status_code in (403, 405), f"POST {path} without CSRF: {response.status_code}"
     rule.refresh_from_db()

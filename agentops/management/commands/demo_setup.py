@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from analysis.models import ModelPrice
-from ingest.models import IngestKey, Project
-from ingest.services import key_create
+from ingest.models import IngestKey, Project, ProjectMembership
+from ingest.services import key_create, member_add
 
 EXAMPLE_PRICES = settings.BASE_DIR / "docs" / "prices.example.csv"
 
@@ -51,7 +51,8 @@ class Command(BaseCommand):
             user.set_password("demo")
             user.save()
         project, _ = Project.objects.get_or_create(name="demo")
-        project.members.add(user)
+        if not ProjectMembership.objects.filter(project=project, user=user).exists():
+            member_add(project=project, user=user, role=ProjectMembership.ROLE_ADMIN)
         # The demo user enters model prices in the admin (token cost; none is built in). A fresh demo
         # starts with the illustrative prices of docs/prices.example.csv, so its cost tiles show
         # dollars rather than "no price"; prices already entered are left as they are.
