@@ -90,7 +90,7 @@ fixtures:
 	  venv=$(FIXTURES_VENV); grep -q '^# fixtures extra: fixtures-openai2' $$f && venv=$(FIXTURES_VENV2); \
 	  grep -q '^# fixtures extra: fixtures-agents' $$f && venv=$(FIXTURES_VENV3); \
 	  echo "== $$m ($$venv)"; $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
-	  sw=$$(sed -n 's/^# content switch: //p' $$f); if [ -n "$$sw" ]; then \
+	  sw=$$(sed -n 's/^# content switch: //p' $$f | sed 's/ (.*//'); if [ -n "$$sw" ]; then \
 	    echo "== $$m, content off: $$sw"; env $$sw AGENTOPS_FIXTURES_CONTENT=off $$venv/bin/python -m tests.fixtures.agents.record.$$m; \
 	  fi; done
 

@@ -55,13 +55,17 @@ def test_counts_agree_with_the_steps_stored(client, project, ingest_key):
 
 
 def test_each_scope_of_a_service_counts_apart(client, project, ingest_key):
-    # openai-v2: the instrumentation's chat spans, and the agent's own hand-made tool spans.
+    # openai-v2: the instrumentation's chat spans (one per model response), and the agent's own
+    # hand-made spans (its root and one per tool call), as many as the recorded runs made.
     replay(client, ingest_key, "openai_v2")
+    runs = [json.loads(line) for line in (FIXTURES / "openai_v2" / "runs.jsonl").read_text().splitlines()]
+    responses = sum(len(run["llm_turns"]) for run in runs)
+    tool_calls = sum(len(run["tool_calls"]) for run in runs)
     scopes = dict(InstrumentationCount.objects.filter(project=project).values_list("scope_name")
                   .annotate(n=Sum("spans")))
-    assert scopes == {"opentelemetry.util.genai.handler": 135, "orders_agent": 147}
-    assert totals(project, scope_name="orders_agent", kind="tool")["tool_args"] == 99
-    assert totals(project, scope_name="opentelemetry.util.genai.handler")["responses"] == 135
+    assert scopes == {"opentelemetry.util.genai.handler": responses, "orders_agent": len(runs) + tool_calls}
+    assert totals(project, scope_name="orders_agent", kind="tool")["tool_args"] == tool_calls
+    assert totals(project, scope_name="opentelemetry.util.genai.handler")["responses"] == responses
 
 
 def test_a_resent_batch_adds_to_the_counts_and_leaves_the_shares(client, project, ingest_key):

@@ -4,7 +4,9 @@ ended, each with the baselines it had then (evaluate_detection's time order): ev
 problem found by an asserted finding, and at most one asserted false alarm per family (measured
 2 December 2026: one, langgraph_openinference's second streamed answer, whose 41 chunks took
 233 ms against the 88 ms of the plain answers before it; scored against every run, the
-streamed runs after it hid it). No finding of a kind nothing injected."""
+streamed runs after it hid it; 3 December, after recording again: also one serial_gap in
+crewai_openinference, a 494 ms stall of the recording machine before a streamed run's first
+model call). No finding of a kind nothing injected."""
 
 from __future__ import annotations
 

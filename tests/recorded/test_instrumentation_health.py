@@ -168,8 +168,13 @@ def test_the_page_and_the_task_page_say_what_the_instrumentation_leaves_unchecke
     assert all(sh["tokens"] == (0.0 if family in NO_TOKENS else 1.0) for sh in llm_shares)
     assert all(sh["responses"] == (0.0 if not content and family != "pydantic_ai" else 1.0) for sh in llm_shares)
     if "tool_args" in shares:
-        # ADK records no arguments on the failing call that ends its run: 33 of 35 tool spans.
-        assert shares["tool_args"] >= 0.94 if content else shares["tool_args"] == 0.0
+        # ADK adds an `execute_tool (merged)` span, with no arguments, for each response that asked
+        # for several calls; every call the agent made carries its own.
+        recorded = runs(family, content=content)
+        calls = sum(len(r["tool_calls"]) for r in recorded)
+        merged = sum(len(t["tool_call_ids"]) > 1 for r in recorded for t in r["llm_turns"])
+        least = round(calls / (calls + merged), 4) if family == "google_adk" else 0.94
+        assert shares["tool_args"] >= least if content else shares["tool_args"] == 0.0
     fixes = {f["switch"] for s in service["scopes"] for c in s["checks"] for f in c["fixes"]}
     if not content:
         assert SWITCH_ON[family] in fixes
