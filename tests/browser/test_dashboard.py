@@ -213,6 +213,12 @@ def test_every_page_renders_without_script_errors(live_server, browser_page, mem
         page.wait_for_selector(ready, timeout=WAIT_MS)
         page.wait_for_load_state("networkidle")
         screenshot(page, name)
+        # The top bar: the pages and the user's Log out on one row, the filters on the next (one
+        # row of everything overflowed and left the user alone on a second row).
+        pages, logout, apply = (page.locator(sel).bounding_box() for sel in
+                                (".topbar .pages", ".topbar .logout button", "#global-filters button[type=submit]"))
+        assert abs((pages["y"] + pages["height"] / 2) - (logout["y"] + logout["height"] / 2)) < 8, path
+        assert apply["y"] > pages["y"] + pages["height"] - 2, path
     assert "queued on groq-lpu-03" in page.inner_text("#verdict-groups")
     assert_nothing_ran(page)
 
