@@ -1,16 +1,19 @@
 """Each recorded family's payloads as its library sends them with its content switch off.
 
-Recorded (RECORDED): every family but the two Strands ones was recorded a second time with its
-library's own switch set (`make fixtures`, the recorder's `# content switch:` line, into
+Recorded (RECORDED): every family was recorded a second time with its library's own switch set
+(`make fixtures`, the recorder's `# content switch:` line, into
 tests/fixtures/agents/content_off/<family>/, 3 December 2026, the versions of the content-on
-recordings): those recordings are the content-off payloads the tests replay.
+recordings): those recordings are the content-off payloads the tests replay. Strands' (1.62:
+OTEL_SEMCONV_STABILITY_OPT_IN token `gen_ai_unredacted_attributes=`, values become "[REDACTED]") are
+recorded but not yet replayed by the page tests: the product reads "[REDACTED]" as content
+(NOT_READ_YET).
 
 Derived (SWITCHES): the content-on recordings with exactly the attributes the switch removes removed
 (or redacted), as our reading of the library's source says. Spans of other scopes (an agent's
 hand-made spans) are untouched. Every rule is checked against its family's recording
 (test_content_switches.py: per scope and span kind, the same attribute keys, the same redacted ones,
 the same keys inside JSON-valued attributes, the same event keys and status descriptions); the
-comparison found the three points marked "(recording)" below, which our reading had missed.
+comparison found what is marked "(recording)" below, which our reading had missed.
 
 - OpenInference (openinference-instrumentation 0.1.72, `config.py` `TraceConfig.mask`), with
   OPENINFERENCE_HIDE_INPUTS=true and OPENINFERENCE_HIDE_OUTPUTS=true: `llm.tools*` dropped,
@@ -239,7 +242,19 @@ RECORDED: dict[str, tuple[str, str]] = {
     "langgraph_openinference": ("openinference.instrumentation.langchain", _OI_OFF),
     "langgraph_openllmetry": ("opentelemetry.instrumentation.langchain", "TRACELOOP_TRACE_CONTENT=false"),
 }
-FAMILIES = [*SWITCHES, *(f for f in RECORDED if f not in SWITCHES)]
+# Strands 1.62 (telemetry/tracer.py): an empty `gen_ai_unredacted_attributes=` list replaces every
+# sensitive attribute and event field with "[REDACTED]" (its REDACTED_VALUE).
+_STRANDS_OFF = "gen_ai_unredacted_attributes="
+RECORDED.update({
+    "strands_default": ("strands.telemetry.tracer", f"OTEL_SEMCONV_STABILITY_OPT_IN={_STRANDS_OFF}"),
+    "strands_latest": ("strands.telemetry.tracer",
+                       f"OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental,{_STRANDS_OFF}"),
+})
+# Recorded, but not yet read right by the product: ingest takes Strands' "[REDACTED]" for the content
+# itself (test_instrumentation_health.py's strict xfail says what it gets wrong). Left out of FAMILIES
+# (the families whose pages the health tests check with content on and off) until it does.
+NOT_READ_YET = {"strands_default", "strands_latest"}
+FAMILIES = [f for f in [*SWITCHES, *(f for f in RECORDED if f not in SWITCHES)] if f not in NOT_READ_YET]
 MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}
 
 

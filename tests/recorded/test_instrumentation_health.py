@@ -257,3 +257,20 @@ def test_the_ai_sdk_is_told_by_what_it_sends_and_its_switch_is_named(client, mem
     sessions = next(c for c in service["checks"] if c["check"] == "sessions")
     assert sessions["status"] == B and sessions["fixes"]
 
+
+@pytest.mark.xfail(strict=True, reason="ingest reads Strands' \"[REDACTED]\" (its content switch, 1.62) as the "
+                   "tool's arguments and results: every call of a tool looks like a repeat of the one before")
+@pytest.mark.parametrize("family", sorted(content_switches.NOT_READ_YET))
+def test_strands_redacted_content_is_not_read_as_content(client, project, ingest_key, read_key, family):
+    """Strands with `gen_ai_unredacted_attributes=` (content_off/strands_*): no arguments arrive, so
+    the page should say so and no call should be a repeat of another (with content on, the 5 repeat
+    runs' repeats are found; with it off, as recorded, 13 are: 8 false alarms)."""
+    for body, media in payloads(FIXTURES, family, content=False):
+        assert client.post("/v1/traces", data=body, content_type=media,
+                           HTTP_AUTHORIZATION=f"Bearer {ingest_key}").status_code == 200
+    replay_in_time_order(project)
+    [service] = client.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()["services"]
+    [scope] = service["scopes"]
+    shares = {f["field"]: f["share"] for f in scope["fields"]}
+    assert (shares["tool_args"], shares["tool_result"]) == (0.0, 0.0)
+    assert not Finding.objects.filter(project=project, kind="repeated_tool_call").exists()
