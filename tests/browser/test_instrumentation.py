@@ -1,5 +1,6 @@
 """The Instrumentation page and the task page's "not checked" notes in Chromium, on LangGraph's
-OpenInference recording as sent with OPENINFERENCE_HIDE_INPUTS / _OUTPUTS on, over real HTTP."""
+OpenInference recording made with OPENINFERENCE_HIDE_INPUTS / _OUTPUTS on
+(tests/fixtures/agents/content_off/), over real HTTP."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from django.contrib.auth import get_user_model
 
 from tests.browser.conftest import screenshot, skip_without_chromium
 from tests.browser.test_dashboard import assert_nothing_ran, log_in
-from tests.recorded.content_switches import bodies
+from tests.recorded.content_switches import folder_of, payloads
 
 skip_without_chromium()
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-FAMILY = Path(__file__).resolve().parents[1] / "fixtures" / "agents" / "langgraph_openinference"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agents"
+FAMILY = "langgraph_openinference"
 
 
 @pytest.fixture
@@ -28,9 +30,9 @@ def member(project):
 
 def test_the_page_names_the_switch_and_the_task_page_says_what_was_not_checked(live_server, browser_page, member,
                                                                                ingest_key):
-    for body in bodies(FAMILY, content=False):
+    for body, media in payloads(FIXTURES, FAMILY, content=False):
         r = requests.post(f"{live_server.url}/v1/traces", data=body, timeout=30, headers={
-            "Authorization": f"Bearer {ingest_key}", "Content-Type": "application/x-protobuf"})
+            "Authorization": f"Bearer {ingest_key}", "Content-Type": media})
         assert r.status_code == 200, r.text
     page = browser_page
     log_in(page, live_server)
@@ -44,7 +46,7 @@ def test_the_page_names_the_switch_and_the_task_page_says_what_was_not_checked(l
     assert repeated.locator("code").first.inner_text() == "OPENINFERENCE_HIDE_INPUTS=false"
     screenshot(page, "instrumentation-openinference-hidden")
 
-    with (FAMILY / "runs.jsonl").open() as fh:
+    with (folder_of(FIXTURES, FAMILY, content=False) / "runs.jsonl").open() as fh:
         repeat = next(r for r in map(json.loads, fh) if r["scenario"] == "repeat")
     page.goto(f"{live_server.url}/tasks/{repeat['task_id']}")
     notes = page.locator("#coverage-notes")

@@ -16,11 +16,12 @@ from django.contrib.auth import get_user_model
 
 from analysis.management.commands.evaluate_detection import replay_in_time_order
 from analysis.models import Finding
-from tests.recorded.content_switches import RECORDED, SWITCHES, folder_of, payloads, scope_of
+from tests.recorded import content_switches
+from tests.recorded.content_switches import folder_of, payloads, scope_of
 
 pytestmark = pytest.mark.django_db
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
-FAMILIES = [f for f in [*SWITCHES, *RECORDED] if (FIXTURES / f).is_dir()]
+FAMILIES = [f for f in content_switches.FAMILIES if (FIXTURES / f).is_dir()]
 B, W = "blind", "weakened"
 # Every family: model calls name no server (the recordings ran against a local mock), and TTFT
 # arrives only from pydantic-ai's streamed runs.
@@ -39,14 +40,13 @@ EXPECTED = {
     ("langgraph_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     ("langgraph_openllmetry", True): NO_TTFT,
     ("langgraph_openllmetry", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
-    # Recorded with the switch off (tests/fixtures/agents/content_off/). TOOL spans carry no call id
-    # whatever the switches. CrewAI's streamed calls have a first-token event (context growth can be
+    # TOOL spans carry no call id whatever the switches. CrewAI's streamed calls have a first-token event (context growth can be
     # read), no span a session; Agno's root has session.id, no first-token event.
     ("crewai_openinference", True): {**COMMON, "parallelizable_calls": W, "sessions": B},
     ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
     ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
     ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
-    # Derived content-off payloads (content_switches.SWITCHES). smolagents: no session id; LlamaIndex:
+    # smolagents: no session id; LlamaIndex:
     # no tokens (FunctionAgent streams without asking for usage), TTFT from its first-token event.
     ("smolagents_openinference", True): {**NO_TTFT, "parallelizable_calls": W, "sessions": B},
     ("smolagents_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B,
@@ -234,7 +234,7 @@ def test_redacted_arguments_raise_no_repeated_call_and_the_task_page_says_why(re
     replay_in_time_order(project)
     assert not Finding.objects.filter(project=project, kind="repeated_tool_call").exists()
     assert not [f for f in Finding.objects.filter(project=project, kind="parallelizable_calls") if f.is_counted]
-    repeat = next(r for r in runs("openai_agents") if r["scenario"] == "repeat")
+    repeat = next(r for r in runs("openai_agents", content=False) if r["scenario"] == "repeat")
     page = text_of(member.get(f"/tasks/{repeat['task_id']}", {"project": project.name}))
     assert "Repeated calls not checked : its tool arguments arrive redacted (__REDACTED__)" in page
     assert "Fix (OpenInference): OPENINFERENCE_HIDE_INPUTS=false" in page
@@ -256,3 +256,21 @@ def test_the_ai_sdk_is_told_by_what_it_sends_and_its_switch_is_named(client, mem
     # No span names a session: the fix named is the AI SDK's scope's, not "your own spans".
     sessions = next(c for c in service["checks"] if c["check"] == "sessions")
     assert sessions["status"] == B and sessions["fixes"]
+
+
+@pytest.mark.xfail(strict=True, reason="ingest reads Strands' \"[REDACTED]\" (its content switch, 1.62) as the "
+                   "tool's arguments and results: every call of a tool looks like a repeat of the one before")
+@pytest.mark.parametrize("family", sorted(content_switches.NOT_READ_YET))
+def test_strands_redacted_content_is_not_read_as_content(client, project, ingest_key, read_key, family):
+    """Strands with `gen_ai_unredacted_attributes=` (content_off/strands_*): no arguments arrive, so
+    the page should say so and no call should be a repeat of another (with content on, the 5 repeat
+    runs' repeats are found; with it off, as recorded, 13 are: 8 false alarms)."""
+    for body, media in payloads(FIXTURES, family, content=False):
+        assert client.post("/v1/traces", data=body, content_type=media,
+                           HTTP_AUTHORIZATION=f"Bearer {ingest_key}").status_code == 200
+    replay_in_time_order(project)
+    [service] = client.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()["services"]
+    [scope] = service["scopes"]
+    shares = {f["field"]: f["share"] for f in scope["fields"]}
+    assert (shares["tool_args"], shares["tool_result"]) == (0.0, 0.0)
+    assert not Finding.objects.filter(project=project, kind="repeated_tool_call").exists()
