@@ -372,10 +372,21 @@ def _python_literal(value: object) -> object:
     return found if isinstance(found, dict | list) else value
 
 
-# What OpenInference sends in place of a hidden value (OPENINFERENCE_HIDE_INPUTS / _OUTPUTS,
-# openinference-instrumentation config.py REDACTED_VALUE): no content, so no arguments or result.
-# Read as arguments, every call of a tool would look like a repeat of the one before.
+# What instrumentations send in place of a hidden value: OpenInference's "__REDACTED__"
+# (OPENINFERENCE_HIDE_INPUTS / _OUTPUTS, openinference-instrumentation config.py REDACTED_VALUE)
+# and Strands' "[REDACTED]" (OTEL_SEMCONV_STABILITY_OPT_IN without gen_ai_unredacted_attributes
+# entries: every sensitive attribute and event field). No content, so no arguments, result or
+# response: read as arguments, every call of a tool would look like a repeat of the one before.
 REDACTED_VALUE = "__REDACTED__"
+REDACTED_VALUES = frozenset({REDACTED_VALUE, "[REDACTED]"})
+# Where a tool's hidden arguments and result show as such.
+ARGS_CONTENT_KEYS = ("gen_ai.tool.call.arguments", "traceloop.entity.input", "input.value")
+RESULT_CONTENT_KEYS = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+
+
+def redacted(value: object) -> bool:
+    """Whether a value is an instrumentation's stand-in for content it hid."""
+    return isinstance(value, str) and value in REDACTED_VALUES
 
 
 def _block_text(value: object) -> str | None:
@@ -406,6 +417,8 @@ def _json_or_text(value: object) -> object:
 def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
     """The call's arguments and, when a wrapper names it, the call id."""
     for key in TOOL_ARGS_KEYS:
+        if redacted(attributes.get(key)):
+            return None, ""
         if attributes.get(key) is not None:
             used.add(key)
             return _unwrap_arguments(parse_json_value(attributes[key]))
@@ -413,7 +426,7 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str
         # On LLM and chain spans input.value is the prompt, not arguments.
         return None, ""
     for key in ("traceloop.entity.input", "input.value", "tool.parameters"):
-        if attributes.get(key) == REDACTED_VALUE:
+        if redacted(attributes.get(key)):
             return None, ""  # hidden, and tool.parameters is the schema, not these arguments
         if attributes.get(key) is not None:
             used.add(key)
@@ -428,6 +441,8 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str
 def _tool_result(attributes: dict, kind: str, used: set[str]) -> tuple[object, str]:
     """What the tool returned and, when a wrapper names it, the call id it answered."""
     for key in TOOL_RESULT_KEYS:
+        if redacted(attributes.get(key)):
+            return None, ""
         if attributes.get(key) is not None:
             used.add(key)
             return _unwrap_result(parse_json_value(attributes[key]))
@@ -435,7 +450,7 @@ def _tool_result(attributes: dict, kind: str, used: set[str]) -> tuple[object, s
         # On LLM and chain spans output.value is the answer, not a tool's result.
         return None, ""
     for key in ("output.value", "traceloop.entity.output"):
-        if attributes.get(key) == REDACTED_VALUE:
+        if redacted(attributes.get(key)):
             return None, ""
         if attributes.get(key) is not None:
             used.add(key)
@@ -483,7 +498,7 @@ def event_content(events: list[dict], *, kind: str) -> dict:
         name, attributes = event.get("name"), event.get("attributes") or {}
         if name == DETAILS_EVENT:
             for key in DETAILS_KEYS:
-                if attributes.get(key) is not None:
+                if attributes.get(key) is not None and not (key in OUTPUT_MESSAGES_KEYS and redacted(attributes[key])):
                     found.setdefault(key, attributes[key])
         elif name == "gen_ai.tool.message" and kind == "tool":
             if attributes.get("content") is not None:
@@ -491,7 +506,7 @@ def event_content(events: list[dict], *, kind: str) -> dict:
             if isinstance(attributes.get("id"), str) and attributes["id"]:
                 found.setdefault("gen_ai.tool.call.id", attributes["id"])
         elif name == "gen_ai.choice" and attributes.get("message") is not None:
-            if kind == "tool":
+            if kind == "tool":  # a hidden result is carried as hidden: _tool_result reads it so
                 found.setdefault("gen_ai.tool.call.result", attributes["message"])
             elif kind == "llm":
                 messages = _choice_messages(parse_json_value(attributes["message"]))
@@ -513,6 +528,8 @@ def _choice_messages(message: object) -> list:
         if isinstance(use, dict) and isinstance(use.get("toolUseId"), str):
             parts.append({"type": "tool_call", "id": use["toolUseId"], "name": use.get("name"),
                           "arguments": use.get("input")})
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "content": block["text"]})  # an answer is a response too
     return [{"role": "assistant", "parts": parts}] if parts else []
 
 

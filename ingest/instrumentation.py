@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from ingest import limits
-from ingest.conventions import REDACTED_VALUE as REDACTED
+from ingest.conventions import ARGS_CONTENT_KEYS, RESULT_CONTENT_KEYS, redacted
 from ingest.records import StepRecord, clean_text
 
 SERVICE_KEY = "service.name"
@@ -39,9 +39,9 @@ FIELDS = (
     "serving",          # an inference server's own request span (vLLM llm_request)
     "tool_name",
     "tool_args",
-    "args_redacted",    # a tool's input sent as OpenInference's "__REDACTED__"
+    "args_redacted",    # a tool's input sent redacted ("__REDACTED__", "[REDACTED]": conventions.REDACTED_VALUES)
     "tool_result",
-    "result_redacted",  # tool output sent as "__REDACTED__"
+    "result_redacted",  # tool output sent redacted
     "tool_call_id",     # the id of the call a tool step answered
     "session",          # a session (conversation) id
     "ai_sdk_shape",     # shaped as the Vercel AI SDK writes its spans (AI_SDK_KEYS): the library, whatever its scope
@@ -82,13 +82,20 @@ def _responded(step: StepRecord) -> bool:
     if step.tool_call_ids:
         return True
     attributes = step.attributes
-    if any(k in attributes for k in OUTPUT_MESSAGE_KEYS):
+    if any(k in attributes and not redacted(attributes[k]) for k in OUTPUT_MESSAGE_KEYS):
         return True
     value = attributes.get("output.value")
-    if value is not None and value != REDACTED:
+    if value is not None and not redacted(value):
         return True
-    return any(isinstance(e, dict) and e.get("name") == OUTPUT_EVENT
-               and OUTPUT_MESSAGE_KEYS[0] in (e.get("attributes") or {}) for e in step.events)
+    for e in step.events:
+        if not isinstance(e, dict):
+            continue
+        carried = e.get("attributes") or {}
+        # the convention's details event, or semconv ≤ 1.36's per-choice event (Strands' default)
+        key = OUTPUT_MESSAGE_KEYS[0] if e.get("name") == OUTPUT_EVENT else "message" if e.get("name") == "gen_ai.choice" else None
+        if key and carried.get(key) is not None and not redacted(carried[key]):
+            return True
+    return False
 
 
 def presence(step: StepRecord) -> tuple[bool, ...]:
@@ -109,9 +116,9 @@ def presence(step: StepRecord) -> tuple[bool, ...]:
         SERVING_KEY in a,
         step.tool_name != "",
         args,
-        tool and not args and a.get("input.value") == REDACTED,
+        tool and not args and any(redacted(a.get(k)) for k in ARGS_CONTENT_KEYS),
         result,
-        tool and not result and a.get("output.value") == REDACTED,
+        tool and not result and any(redacted(a.get(k)) for k in RESULT_CONTENT_KEYS),
         step.tool_call_id != "",
         step.session_id != "",
         any(k in a for k in AI_SDK_KEYS),

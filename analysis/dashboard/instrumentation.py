@@ -24,7 +24,8 @@ from django.db.models import Count, Max, Q, Sum
 
 from analysis.dashboard.libraries import LIBRARIES, Fix, Library, library_of, package_name
 from analysis.filters import TaskFilters
-from ingest.instrumentation import FIELDS, REDACTED
+from ingest.conventions import ARGS_CONTENT_KEYS, REDACTED_VALUES
+from ingest.instrumentation import FIELDS
 from ingest.models import InstrumentationCount, Project, Step, Task
 
 NONE = 0.05
@@ -151,7 +152,7 @@ def _checks(kinds: dict[str, dict], library: Library) -> list[Check]:
         args = share(tools, "tool_args")
         if args < NONE:
             redacted = tools["args_redacted"] / tools["spans"] >= NONE
-            repeated.worse(BLIND, "tool arguments arrive redacted (__REDACTED__)" if redacted
+            repeated.worse(BLIND, "tool arguments arrive redacted (sent as __REDACTED__ or [REDACTED])" if redacted
                            else "this scope does not record tool arguments", library.args)
         elif args < MOST:
             repeated.worse(WEAKENED, f"tool arguments on {_pct(args)} of tool calls: the others are not compared",
@@ -313,6 +314,13 @@ def _task_libraries(*, task: Task) -> tuple[Library, Library]:
     return best.get("tool", (0, UNKNOWN))[1], best.get("llm", (0, UNKNOWN))[1]
 
 
+# A tool step whose arguments came as an instrumentation's stand-in for hidden content.
+_HIDDEN_ARGS = Q()
+for _key in ARGS_CONTENT_KEYS:
+    for _value in sorted(REDACTED_VALUES):
+        _HIDDEN_ARGS |= Q(attributes__contains={_key: _value})
+
+
 def task_coverage(*, task: Task) -> list[Note]:
     """The checks this task could not make, where they matter: repeated calls when it made two or
     more tool calls, independent calls likewise, TTFT and hardware when it called a model."""
@@ -321,7 +329,7 @@ def task_coverage(*, task: Task) -> list[Note]:
     c = Step.objects.filter(task=task).aggregate(
         tools=Count("id", filter=tool),
         args=Count("id", filter=tool & Q(tool_args__isnull=False)),
-        redacted=Count("id", filter=tool & Q(tool_args__isnull=True, attributes__contains={"input.value": REDACTED})),
+        redacted=Count("id", filter=tool & Q(tool_args__isnull=True) & _HIDDEN_ARGS),
         results=Count("id", filter=tool & ~Q(tool_result="")),
         ids=Count("id", filter=tool & ~Q(tool_call_id="")),
         llm=Count("id", filter=llm),
@@ -335,7 +343,7 @@ def task_coverage(*, task: Task) -> list[Note]:
     notes: list[Note] = []
     if c["tools"] >= 2 and c["args"] < c["tools"]:
         if c["args"] == 0:
-            why = ("its tool arguments arrive redacted (__REDACTED__)" if c["redacted"]
+            why = ("its tool arguments arrive redacted (sent as __REDACTED__ or [REDACTED])" if c["redacted"]
                    else "this service does not record tool arguments")
             notes.append(Note("repeated_tool_call", BLIND, "Repeated calls not checked", why, tools_by.args,
                               tools_by.name))

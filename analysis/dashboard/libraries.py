@@ -92,7 +92,8 @@ LIBRARIES = {
         "strands", "Strands Agents",
         Fix("OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental",
             "by default the arguments travel only in the gen_ai.tool.message span event; the latest conventions put "
-            "them in gen_ai.tool.call.arguments"),
+            "them in gen_ai.tool.call.arguments. An empty gen_ai_unredacted_attributes= in the same variable sends "
+            "every one as [REDACTED]: list there the attributes to keep"),
         Fix("OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental",
             "the latest conventions put the result in gen_ai.tool.call.result"),
         Fix("", "always recorded (gen_ai.tool.call.id)"),

@@ -4,9 +4,8 @@ Recorded (RECORDED): every family was recorded a second time with its library's 
 (`make fixtures`, the recorder's `# content switch:` line, into
 tests/fixtures/agents/content_off/<family>/, 3 December 2026, the versions of the content-on
 recordings): those recordings are the content-off payloads the tests replay. Strands' (1.62:
-OTEL_SEMCONV_STABILITY_OPT_IN token `gen_ai_unredacted_attributes=`, values become "[REDACTED]") are
-recorded but not yet replayed by the page tests: the product reads "[REDACTED]" as content
-(NOT_READ_YET).
+OTEL_SEMCONV_STABILITY_OPT_IN token `gen_ai_unredacted_attributes=`, values become "[REDACTED]") too:
+ingest reads "[REDACTED]" as hidden content, as it reads OpenInference's "__REDACTED__".
 
 Derived (SWITCHES): the content-on recordings with exactly the attributes the switch removes removed
 (or redacted), as our reading of the library's source says. Spans of other scopes (an agent's
@@ -250,11 +249,7 @@ RECORDED.update({
     "strands_latest": ("strands.telemetry.tracer",
                        f"OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental,{_STRANDS_OFF}"),
 })
-# Recorded, but not yet read right by the product: ingest takes Strands' "[REDACTED]" for the content
-# itself (test_instrumentation_health.py's strict xfail says what it gets wrong). Left out of FAMILIES
-# (the families whose pages the health tests check with content on and off) until it does.
-NOT_READ_YET = {"strands_default", "strands_latest"}
-FAMILIES = [f for f in [*SWITCHES, *(f for f in RECORDED if f not in SWITCHES)] if f not in NOT_READ_YET]
+FAMILIES = [*SWITCHES, *(f for f in RECORDED if f not in SWITCHES)]
 MEDIA = {".pb": "application/x-protobuf", ".json": "application/json"}
 
 
