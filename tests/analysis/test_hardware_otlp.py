@@ -237,9 +237,10 @@ def _queue_burst(replayed):
 def _power_brake(replayed):
     found = _findings(replayed, "hardware_throttling")
     assert sorted(_index(f) for f in found) == list(POWER_BRAKE)
-    summary = found[0].summary
-    assert "clock-event reasons 0x88 (HW slowdown, HW power brake)" in summary
-    assert "SM clock 5" in summary and "of a 1,410 MHz max" in summary
+    assert all("clock-event reasons 0x88 (HW slowdown, HW power brake)" in f.summary for f in found)
+    # The clock under its max is named where the GPU was busy as usual during the call (a clock that
+    # drops while the GPU idles is no slowdown): not every call of the brake, and in no set order.
+    assert any("SM clock 5" in f.summary and "of a 1,410 MHz max" in f.summary for f in found)
 
 
 def _kv_full(replayed):
