@@ -379,9 +379,12 @@ def _python_literal(value: object) -> object:
 # response: read as arguments, every call of a tool would look like a repeat of the one before.
 REDACTED_VALUE = "__REDACTED__"
 REDACTED_VALUES = frozenset({REDACTED_VALUE, "[REDACTED]"})
-# Where a tool's hidden arguments and result show as such.
-ARGS_CONTENT_KEYS = ("gen_ai.tool.call.arguments", "traceloop.entity.input", "input.value")
-RESULT_CONTENT_KEYS = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+# A tool span's arguments and result where no GenAI key holds them (on other spans these are the
+# prompt and the answer); with TOOL_ARGS_KEYS / TOOL_RESULT_KEYS, where hidden content shows as such.
+TOOL_ARGS_FALLBACK_KEYS = ("traceloop.entity.input", "input.value")
+TOOL_RESULT_FALLBACK_KEYS = ("output.value", "traceloop.entity.output")
+ARGS_CONTENT_KEYS = (*TOOL_ARGS_KEYS, *TOOL_ARGS_FALLBACK_KEYS)
+RESULT_CONTENT_KEYS = (*TOOL_RESULT_KEYS, *TOOL_RESULT_FALLBACK_KEYS)
 
 
 def redacted(value: object) -> bool:
@@ -425,7 +428,7 @@ def _tool_args(attributes: dict, kind: str, used: set[str]) -> tuple[object, str
     if kind != "tool":
         # On LLM and chain spans input.value is the prompt, not arguments.
         return None, ""
-    for key in ("traceloop.entity.input", "input.value", "tool.parameters"):
+    for key in (*TOOL_ARGS_FALLBACK_KEYS, "tool.parameters"):
         if redacted(attributes.get(key)):
             return None, ""  # hidden, and tool.parameters is the schema, not these arguments
         if attributes.get(key) is not None:
@@ -449,7 +452,7 @@ def _tool_result(attributes: dict, kind: str, used: set[str]) -> tuple[object, s
     if kind != "tool":
         # On LLM and chain spans output.value is the answer, not a tool's result.
         return None, ""
-    for key in ("output.value", "traceloop.entity.output"):
+    for key in TOOL_RESULT_FALLBACK_KEYS:
         if redacted(attributes.get(key)):
             return None, ""
         if attributes.get(key) is not None:
