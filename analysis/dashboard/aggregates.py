@@ -326,8 +326,15 @@ def duration_histogram(*, project: Project, filters: TaskFilters, group_by: str 
             cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
                         f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
             counts = dict(cur.fetchall())
+    return bucket_rows(counts)
+
+
+def bucket_rows(counts: dict[int, int]) -> list[tuple[float, float, int]]:
+    """Counts numbered like width_bucket over log_edges() (a Summary's chart_buckets, or SQL's)
+    as the histogram's rows: (low ms inclusive, high ms exclusive, count)."""
+    edges = log_edges()
     out = []
-    for b, n in counts.items():
+    for b, n in sorted(counts.items()):
         low = edges[b - 1] if b >= 1 else 0.0
         high = edges[b] if b < len(edges) else edges[-1] * 10
         out.append((low, high, n))

@@ -40,8 +40,15 @@ BUDGET_COLORS = {"prefill": "#3556d8", "decode": "#7d9bff", "tool": "#e07b00",
 PALETTE = ["#3556d8", "#e07b00", "#0f9d76", "#c4320a", "#7a4cc2", "#8a6d00", "#d6457a",
            "#2a9fd6", "#5b6b00", "#6b4f3a"]
 PERCENTILE_DASH = {"p50": "dot", "p95": "dash", "p99": "solid"}
-LANE_METRICS = [("queue_depth", "queue"), ("utilization", "util"),
-                ("temperature_c", "temp °C"), ("throttled", "throttled")]
+# The device lane under the waterfall: the first MAX_LANE_BANDS of these that the task's devices
+# report, in this order (a server's queue, running requests and KV cache; its GPUs' SM clock,
+# utilisation, temperature and power; `throttled` only from the native device event).
+LANE_METRICS = [("queue_depth", "queue"), ("kv_cache_usage", "KV cache"), ("sm_clock_mhz", "SM MHz"),
+                ("utilization", "util"), ("temperature_c", "temp °C"), ("batch_size", "running"),
+                ("power_w", "power W"), ("throttled", "throttled")]
+MAX_LANE_BANDS = 5
+TIME_SINCE_START = "time since task start"
+LANE_BAND_PX = 60
 
 
 def esc(value: object) -> str:
@@ -212,10 +219,12 @@ def top_findings_figure(rows: Sequence[FindingTotal]) -> dict:
         "hoverinfo": "text",
     }], "layout": _layout(title=_title("Top findings by wasted time"), height=80 + 28 * len(rows),
                           xaxis=duration_axis((r.wasted_ms for r in rows), log=False, title={"text": "time wasted"}),
-                          margin={"l": 160, "r": 20, "t": 36, "b": 40})}
+                          yaxis={"automargin": True},  # the longest kind name whole, not cut at the edge
+                          margin={"l": 20, "r": 20, "t": 36, "b": 40})}
 
 
-def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str) -> dict:
+def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str,
+                  axis_title: str = "mean time per task") -> dict:
     """Latency budget as a horizontal stacked bar per row (release, or one task)."""
     rows = [(label, budget) for label, budget in rows if budget]
     if not rows:
@@ -239,7 +248,7 @@ def budget_figure(rows: Sequence[tuple[str, Mapping[str, float]]], *, title: str
                                             height=130 + 34 * len(rows),
                                             legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"},
                                             xaxis=duration_axis((sum(float(v or 0) for v in b.values()) for _, b in rows),
-                                                                log=False, title={"text": "mean time per task"}),
+                                                                log=False, title={"text": axis_title}),
                                             margin={"l": 110, "r": 20, "t": 36, "b": 40})}
 
 
@@ -326,7 +335,12 @@ def lane_axis(samples: Sequence[SamplePoint], metric: str, x_range: Sequence[flo
     span = high - low
     ticks = [low, high] if low == 0 else [low, 0.0, high]
     return {"range": [low - (0.08 * span if low < 0 else 0.0), high + 0.15 * span], "autorange": False,
-            "tickmode": "array", "tickvals": ticks, "ticktext": [f"{v:.3g}" for v in ticks]}
+            "tickmode": "array", "tickvals": ticks, "ticktext": [_lane_tick(v) for v in ticks]}
+
+
+def _lane_tick(value: float) -> str:
+    """1,410 (an SM clock in MHz), 0.539, 90: never 1.94e+03."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _axis_key(i: int) -> str:
@@ -338,7 +352,7 @@ def _axis_ref(i: int) -> str:
 
 
 def _lane_traces(points, devices, colors, metrics, *, first_axis: int):
-    data = []
+    data, named = [], set()  # a device in the legend once, from the first band it is drawn in
     for i, (metric, label) in enumerate(metrics):
         for device in devices:
             rows = [p for p in points if p.device == device and p.values.get(metric) is not None]
@@ -346,12 +360,13 @@ def _lane_traces(points, devices, colors, metrics, *, first_axis: int):
                 continue
             data.append({
                 "type": "scatter", "mode": "lines", "name": esc(device), "legendgroup": device,
-                "showlegend": i == 0, "line": {"color": colors[device], "shape": "hv", "width": 1.5},
+                "showlegend": device not in named, "line": {"color": colors[device], "shape": "hv", "width": 1.5},
                 "x": [p.x for p in rows], "y": [p.values[metric] for p in rows],
                 "yaxis": _axis_ref(first_axis + i),
                 "hovertext": [f"{esc(device)} {label}: {p.values[metric]:g}" for p in rows],
                 "hoverinfo": "text+x",
             })
+            named.add(device)
     return data, {}
 
 
@@ -526,13 +541,13 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
     layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl,
                       "toggled": sorted(set(toggled)),
                       "collapsed": [v.row.step_id for v in visible if v.collapsed]}
-    if samples:
+    if samples and lane_metrics(samples):
         lane_data, axes = _device_lane_below(samples, yaxis, x_range, plot_height)
         data += lane_data
         layout.update(axes)
     else:
         layout["yaxis"] = yaxis
-        layout["xaxis"] = {"title": {"text": "ms since task start"}, "zeroline": False, "range": x_range}
+        layout["xaxis"] = {"title": {"text": TIME_SINCE_START}, "zeroline": False, "range": x_range}
         layout["height"] = plot_height + 70
     return {"data": data, "layout": layout}
 
@@ -632,23 +647,31 @@ def _row_axis(visible: Sequence[VisibleRow]) -> dict:
     return yaxis
 
 
+def lane_metrics(samples: Sequence[SamplePoint]) -> list[tuple[str, str]]:
+    """The lane's bands: the LANE_METRICS some sample reports, at most MAX_LANE_BANDS."""
+    reported = {m for p in samples for m, v in p.values.items() if v is not None}
+    return [(m, label) for m, label in LANE_METRICS if m in reported][:MAX_LANE_BANDS]
+
+
 def _device_lane_below(samples: Sequence[SamplePoint], yaxis: dict, x_range: list[float],
                        plot_height: int) -> tuple[list[dict], dict]:
     """The device lane's traces, and the layout's axes and height with the lane under the
-    steps: one band per LANE_METRICS metric, the steps' y axis above them, one shared x axis."""
+    steps: one band per metric the devices report (lane_metrics), the steps' y axis above
+    them, one shared x axis under the lowest band."""
     devices = list(dict.fromkeys(p.device for p in samples))
-    lane_data, _ = _lane_traces(samples, devices, _colors(devices), LANE_METRICS, first_axis=2)
-    lane_h = 70 * len(LANE_METRICS)
+    metrics = lane_metrics(samples)
+    lane_data, _ = _lane_traces(samples, devices, _colors(devices), metrics, first_axis=2)
+    lane_h = LANE_BAND_PX * len(metrics)
     total = plot_height + lane_h + 70
     top_of_lane = lane_h / total
     axes = {"yaxis": {**yaxis, "domain": [top_of_lane + 0.03, 1]}}
-    band = top_of_lane / len(LANE_METRICS)
-    for i, (metric, label) in enumerate(LANE_METRICS):
+    band = top_of_lane / len(metrics)
+    for i, (metric, label) in enumerate(metrics):
         low = top_of_lane - (i + 1) * band
         axes[_axis_key(i + 2)] = {"domain": [low + band * 0.2, low + band],
                                   "title": {"text": label, "font": {"size": 10}},
                                   **lane_axis(samples, metric, x_range)}
-    axes["xaxis"] = {"anchor": _axis_ref(len(LANE_METRICS) + 1), "range": x_range,
-                     "title": {"text": "ms since task start"}, "zeroline": False}
+    axes["xaxis"] = {"anchor": _axis_ref(len(metrics) + 1), "range": x_range,
+                     "title": {"text": TIME_SINCE_START, "standoff": 6}, "zeroline": False}
     axes["height"] = total
     return lane_data, axes

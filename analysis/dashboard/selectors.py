@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.db.models import Q, QuerySet
 
 from agentops.db import read_connection
-from analysis.dashboard.charts import SamplePoint, StepRow
+from analysis.dashboard.charts import LANE_METRICS, SamplePoint, StepRow
 from analysis.filters import TaskFilters, decode_cursor, encode_cursor, task_queryset
 from analysis.models import Finding, TaskAnalysis
 from analysis.units import fmt_ms
@@ -302,13 +302,13 @@ def task_lane_samples(*, task: Task, devices: Iterable[str]) -> list[SamplePoint
     if not devices or task.started_at is None:
         return []
     end = task.ended_at or task.started_at
+    metrics = [m for m, _ in LANE_METRICS]
     qs = (ResourceSample.objects.filter(project_id=task.project_id, device__in=devices,
                                         ts__gte=task.started_at - LANE_PAD, ts__lte=end + LANE_PAD)
-          .order_by("device", "ts").values_list("device", "ts", "queue_depth", "utilization",
-                                                  "temperature_c", "throttled")[:20000])
-    return [SamplePoint(device, round((ts - task.started_at).total_seconds() * 1000, 3),
-                        {"queue_depth": q, "utilization": u, "temperature_c": t, "throttled": th})
-            for device, ts, q, u, t, th in qs]
+          .order_by("device", "ts").values_list("device", "ts", *metrics)[:20000])
+    return [SamplePoint(row[0], round((row[1] - task.started_at).total_seconds() * 1000, 3),
+                        dict(zip(metrics, row[2:], strict=True)))
+            for row in qs]
 
 
 def task_findings_by_step(findings: Iterable[Finding]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:

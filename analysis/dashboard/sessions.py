@@ -18,10 +18,8 @@ from datetime import UTC, datetime
 from django.db.models import Count, F, FloatField, Max, Min, Q, Sum
 from django.db.models.functions import Coalesce
 
-from agentops.db import read_connection
 from analysis import rollups
-from analysis.dashboard.aggregates import ECDF_FRACTIONS, PERCENTILES
-from analysis.dashboard.charts import log_edges
+from analysis.dashboard.aggregates import ECDF_FRACTIONS, PERCENTILES, bucket_rows
 from analysis.filters import (
     FilterError,
     TaskFilters,
@@ -229,47 +227,46 @@ def turn_time(*, project: Project, filters: TaskFilters) -> dict:
     return out
 
 
+def busiest_sessions(*, project: Project, filters: TaskFilters, limit: int) -> list[str]:
+    """The sessions with most turns (one GROUP BY on the covering index), most first."""
+    return [r["session_id"] for r in _turns(project=project, filters=filters).values("session_id")
+            .annotate(n=Count("session_id")).order_by("-n", "session_id")[:limit]]
+
+
 def session_percentiles(*, project: Project, filters: TaskFilters, limit: int = 30) -> list[dict]:
-    """The Latency page grouped by session: the sessions with most turns (one GROUP BY on the
-    covering index), then the percentiles of the time per turn of those only (binned like the
-    rollups, as every percentile of the page)."""
-    turns = _turns(project=project, filters=filters)
-    top = [r["session_id"] for r in turns.values("session_id").annotate(n=Count("session_id"))
-           .order_by("-n", "session_id")[:limit]]
-    found = _binned(turns.filter(session_id__in=top), key="session_id")
+    """The Latency page grouped by session: the sessions with most turns, then the percentiles
+    of the time per turn of those only (binned like the rollups, as every percentile of the page)."""
+    top = busiest_sessions(project=project, filters=filters, limit=limit)
+    found = _binned(_turns(project=project, filters=filters).filter(session_id__in=top), key="session_id")
     return [{"group": s, "count": found[s].timed, "max": found[s].max_ms,
              **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, found[s].quantiles(PERCENTILES), strict=True)}}
             for s in top if s in found and found[s].timed]
 
 
-def _turns(*, project: Project, filters: TaskFilters, session_id: str = ""):
-    qs = task_queryset(project=project, filters=filters).exclude(session_id="").filter(
+def _turns(*, project: Project, filters: TaskFilters):
+    return task_queryset(project=project, filters=filters).exclude(session_id="").filter(
         duration_ms__isnull=False)
-    return qs.filter(session_id=session_id) if session_id else qs
 
 
-def session_histogram(*, project: Project, filters: TaskFilters, session_id: str = "") -> list[tuple[float, float, int]]:
-    """Time per user turn in the Latency page's log buckets: (low ms, high ms, turns)."""
-    edges = log_edges()
-    sql, params = _turns(project=project, filters=filters, session_id=session_id).values(
-        "duration_ms").query.sql_with_params()
-    with read_connection().cursor() as cur:
-        cur.execute(f"SELECT width_bucket(d.duration_ms, %s::float8[]) AS b, count(*)"
-                    f" FROM ({sql}) d GROUP BY b ORDER BY b", [edges, *params])
-        counts = cur.fetchall()
-    return [(edges[b - 1] if b >= 1 else 0.0, edges[b] if b < len(edges) else edges[-1] * 10, n) for b, n in counts]
+@dataclass
+class SessionCharts:
+    histogram: list[tuple[float, float, int]]  # (low ms, high ms, turns) in the page's log buckets
+    ecdf: list[tuple[str, list[float], list[float | None]]]  # (label, fractions, ms at each)
 
 
-def session_quantiles(*, project: Project, filters: TaskFilters, session_ids: list[str]):
-    """ECDF points of the time per turn, for all turns ("all sessions") and for each session."""
+def session_charts(*, project: Project, filters: TaskFilters, session_id: str = "", top: int = 8) -> SessionCharts:
+    """The Latency page's charts of the time per user turn: the histogram of one session's turns
+    (all turns without `session_id`) and the ECDF of all turns beside that session's (or the
+    `top` busiest sessions'). One binned read of all turns and one of the sessions drawn, both
+    in the rollups' bins, so the histogram and the ECDF are of the same counts."""
     turns = _turns(project=project, filters=filters)
-    out = []
     total = _binned(turns).get("")
-    if total is not None and total.timed:
-        out.append(("all sessions", ECDF_FRACTIONS, total.quantiles(ECDF_FRACTIONS)))
-    found = {s: summary.quantiles(ECDF_FRACTIONS)
-             for s, summary in _binned(turns.filter(session_id__in=session_ids), key="session_id").items()}
-    return out + [(s, ECDF_FRACTIONS, found[s]) for s in session_ids if found.get(s)]
+    drawn = [session_id] if session_id else busiest_sessions(project=project, filters=filters, limit=top)
+    per = _binned(turns.filter(session_id__in=drawn), key="session_id") if drawn else {}
+    shown = per.get(session_id) if session_id else total
+    ecdf = [("all sessions", ECDF_FRACTIONS, total.quantiles(ECDF_FRACTIONS))] if total and total.timed else []
+    ecdf += [(s, ECDF_FRACTIONS, per[s].quantiles(ECDF_FRACTIONS)) for s in drawn if s in per and per[s].timed]
+    return SessionCharts(histogram=bucket_rows(shown.chart_buckets()) if shown else [], ecdf=ecdf)
 
 
 def _binned(turns, *, key: str = "") -> dict[str, rollups.Summary]:

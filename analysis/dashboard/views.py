@@ -35,7 +35,7 @@ from analysis.dashboard import (
 from analysis.dashboard.exports import CSV_DANGEROUS
 from analysis.dashboard.instrumentation import task_coverage
 from analysis.dashboard.links import entity_url
-from analysis.engine.serving import related_devices
+from analysis.engine.serving import expand, related_devices
 from analysis.filters import SORTS, FilterError, TaskFilters, parse_task_filters, task_is_running
 from ingest.auth import bearer_token
 from ingest.conventions import server_key
@@ -226,7 +226,7 @@ def overview_charts(request):
         "percentiles": charts.percentile_figure(series),
         "findings": charts.top_findings_figure(aggregates.top_findings(project=project, filters=filters)),
         "budget": charts.budget_figure(aggregates.budget_by_release(project=project, filters=filters),
-                                       title="Latency budget: mean ms per task, by release"),
+                                       title="Latency budget: mean time per task, by release"),
     }
 
 
@@ -285,7 +285,7 @@ def task_detail(request, task_id: str):
     running = task_is_running(task)
     typical = None if running else diff.diff_payload(project=project, task=task, against="typical", rows=False)
     return _page(request, "analysis/task_detail.html", project, task=task, analysis=analysis,
-                 running=running, typical=typical, behind=_behind(project),
+                 running=running, typical=typical, behind=_behind(project), webgl=task.step_count > charts.BAR_LIMIT,
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=remedies.grouped(findings), possible_findings=any(not f.is_counted for f in findings),
                  coverage=task_coverage(task=task),
@@ -314,14 +314,16 @@ def task_waterfall(request, task_id: str):
         toggled = charts.reveal(rows, mode=mode, toggled=toggled, step_id=request.GET["reveal"])
     analysis = selectors.task_analysis(task=task)
     findings = selectors.task_findings(task=task)
-    samples = selectors.task_lane_samples(task=task, devices={r.device for r in rows})
+    # The lane shows the calls' devices and those that describe them: a server's GPUs, a GPU's server.
+    served = {r.device for r in rows if r.device}
+    samples = selectors.task_lane_samples(task=task, devices=expand(served, related_devices(project.pk, served)))
     counted, possible = selectors.task_findings_by_step(findings)
     figure = charts.waterfall_figure(
         rows, critical_path=analysis.critical_path if analysis else [], mode=mode, toggled=toggled,
         findings=counted, possible=possible, samples=samples)
     has_children = {r.parent_step_id for r in rows if r.parent_step_id}
     budget = [("this task", analysis.budget)] if analysis and analysis.budget else []
-    return {"waterfall": figure, "budget": charts.budget_figure(budget, title=""),
+    return {"waterfall": figure, "budget": charts.budget_figure(budget, title="", axis_title="time in this task"),
             "parents": sorted(has_children)}
 
 
@@ -411,14 +413,10 @@ def latency_charts(request):
                                         title="Task duration ECDF"),
     }
     if group_by == "session":
-        top = [r["group"] for r in sessions.session_percentiles(project=project, filters=filters, limit=8)]
+        found = sessions.session_charts(project=project, filters=filters, session_id=group)
         label = f"Time per user turn: session {group}" if group else "Time per user turn (all sessions)"
-        out["group_histogram"] = charts.histogram_figure(
-            sessions.session_histogram(project=project, filters=filters, session_id=group), title=label,
-            clickable=False)
-        out["group_ecdf"] = charts.ecdf_figure(
-            sessions.session_quantiles(project=project, filters=filters, session_ids=[group] if group else top),
-            title="Time per user turn ECDF by session")
+        out["group_histogram"] = charts.histogram_figure(found.histogram, title=label, clickable=False)
+        out["group_ecdf"] = charts.ecdf_figure(found.ecdf, title="Time per user turn ECDF by session")
     elif group_by != "task":
         top = [r["group"] for r in aggregates.duration_percentiles(project=project, filters=filters,
                                                                   group_by=group_by, limit=8)]

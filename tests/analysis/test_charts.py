@@ -206,6 +206,30 @@ def test_device_lane_shares_the_waterfall_x_axis_on_its_own_y_axes():
     assert fig["layout"]["xaxis"]["range"][0] < 0 < 200 < fig["layout"]["xaxis"]["range"][1] < 210
 
 
+def test_the_device_lane_draws_only_what_the_devices_report():
+    """A vLLM server reports its queue and KV cache, its GPU (dcgm-exporter) the SM clock: three
+    bands, none left empty for a field no exporter sent (the native `throttled`), the time
+    axis under the lowest."""
+    samples = [SamplePoint("vllm-1:8000", 0.0, {"queue_depth": 2, "kv_cache_usage": 0.4}),
+               SamplePoint("vllm-1:8000", 50.0, {"queue_depth": 30, "kv_cache_usage": 0.97}),
+               SamplePoint("gpu-0", 20.0, {"sm_clock_mhz": 570.0, "utilization": None})]
+    fig = charts.waterfall_figure(chain(2), samples=samples)
+    titles = [fig["layout"][f"yaxis{i}"]["title"]["text"] for i in range(2, 5)]
+    assert titles == ["queue", "KV cache", "SM MHz"] and "yaxis5" not in fig["layout"]
+    assert {t["yaxis"]: t["name"] for t in fig["data"] if t.get("yaxis")} == {
+        "y2": "vllm-1:8000", "y3": "vllm-1:8000", "y4": "gpu-0"}
+    assert fig["layout"]["xaxis"]["anchor"] == "y4"
+    # Each device once in the legend (the GPU first drawn in the third band), clocks in plain digits.
+    assert sorted(t["name"] for t in fig["data"] if t.get("yaxis") and t["showlegend"]) == ["gpu-0", "vllm-1:8000"]
+    assert fig["layout"]["yaxis4"]["ticktext"] == ["0", "570"]
+    big = charts.waterfall_figure(chain(2), samples=[SamplePoint("gpu-0", 0.0, {"sm_clock_mhz": 1940.0})])
+    assert big["layout"]["yaxis2"]["ticktext"] == ["0", "1,940"]
+    assert fig["layout"]["xaxis"]["title"]["text"] == "time since task start"  # its ticks read ms or s
+    # Devices that report none of the lane's fields draw no lane at all.
+    bare = charts.waterfall_figure(chain(2), samples=[SamplePoint("d", 0.0, {"utilization": None})])
+    assert "yaxis2" not in bare["layout"] and not any(t.get("yaxis") for t in bare["data"])
+
+
 def test_durations_read_naturally():
     assert [charts.fmt_ms(v) for v in (None, 12.34, 1500, -10941.9, 90_000)] == [
         "–", "12.3 ms", "1.5 s", "-10.9 s", "90 s"]

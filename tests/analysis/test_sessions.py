@@ -198,7 +198,14 @@ def test_latency_and_overview_group_by_session(project, sessions_data, browser_c
     page = browser_client.get("/latency", {"group_by": "session"})
     assert page.status_code == 200 and "Time per user turn, by session" in page.content.decode()
     charts = browser_client.get("/charts/latency.json", {"group_by": "session"}).json()
-    assert charts["group_histogram"]["data"] and charts["group_ecdf"]["data"]
+    # Every turn once in the histogram, and the ECDF of all turns beside each busiest session's.
+    assert sum(charts["group_histogram"]["data"][0]["y"]) == 6
+    assert [t["name"] for t in charts["group_ecdf"]["data"]] == ["all sessions", "s-a", "s-b", "s-c"]
+    one = browser_client.get("/charts/latency.json", {"group_by": "session", "group": "s-b"}).json()
+    assert sum(one["group_histogram"]["data"][0]["y"]) == 2  # that session's turns only
+    assert [t["name"] for t in one["group_ecdf"]["data"]] == ["all sessions", "s-b"]
+    highest = max(one["group_histogram"]["data"][0]["customdata"], key=lambda c: c[1])
+    assert highest[0] <= 8000.0 < highest[1]  # s-b's slowest turn is in the last bar drawn
     assert "time per user turn" in browser_client.get("/").content.decode()
     found = browser_client.get("/charts/turn-time.json").json()
     assert found["sessions"] == 3 and found["text"] == {"sessions": "3", "turns_per_session": "2",
