@@ -16,6 +16,7 @@ from django.urls import reverse
 from analysis import rollups
 from analysis.comparison import diff
 from analysis.dashboard import compare_charts, selectors, sessions
+from analysis.dashboard.charts import BAR_LIMIT
 from analysis.dashboard.views import (
     GLOBAL_PARAMS,
     TASK_PARAMS,
@@ -65,6 +66,8 @@ def task_compare(request, task_id: str):
     global_query = urlencode(keep(request.GET, GLOBAL_PARAMS))
     return _page(request, "analysis/task_compare.html", project, error, task=task, other=other, diff=data,
                  against=against, task_query=global_query,
+                 # the aligned rows are at most both tasks' steps (the typical run's: about this task's)
+                 webgl=task.step_count + (other.step_count if other else task.step_count) > BAR_LIMIT,
                  config={"compare": reverse("task-compare-json", args=[task.task_id]) + "?" + urlencode(
                      {**keep(request.GET, ("project",)), "against": against}),
                      "task_url": reverse("task-detail", args=[task.task_id]),

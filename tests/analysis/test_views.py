@@ -293,6 +293,8 @@ def traced(project):
 
 def test_task_detail_shows_findings_budget_and_whatif_escaped(client, traced):
     body = page(client, "/tasks/run-1")
+    # A 4-step waterfall draws no WebGL: the page loads Plotly's basic bundle, not the full one.
+    assert "js/plotly-basic.min.js" in body and "js/plotly.min.js" not in body
     assert XSS_NAME not in body and "&lt;script&gt;" in body
     assert XSS_ARG not in body and "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in body
     assert "slow_step" in body and 'data-step="search"' in body

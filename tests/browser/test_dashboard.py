@@ -243,6 +243,8 @@ def test_a_50000_step_task_opens_in_a_few_seconds(live_server, browser_page, mem
     first_level = time.perf_counter() - started
     timing = page.evaluate("window.agentopsTiming")
     assert "501 of 50001 steps shown" in page.inner_text("#waterfall-status")
+    # Beyond BAR_LIMIT rows the waterfall is WebGL, which only Plotly's full bundle draws.
+    assert page.locator("script[src*='js/plotly.min.js']").count() == 1
     screenshot(page, "task-50k-first-level")
     page.evaluate("document.body.dataset.waterfallReady = ''")
     started = time.perf_counter()

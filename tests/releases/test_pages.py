@@ -41,7 +41,7 @@ def test_compare_page_names_the_regression_and_the_step_behind_it(member):
     assert [t["name"] for t in figures["ecdf"]["data"]] == ["v1", "v2"]
     assert figures["ecdf"]["layout"]["xaxis"]["type"] == "log"
     assert len(figures["histogram"]["data"]) == 2
-    assert "js/releases.js" in page and "js/plotly.min.js" in page
+    assert "js/releases.js" in page and "js/plotly-basic.min.js" in page
 
 
 def test_compare_defaults_to_the_two_newest_releases_and_keeps_filters(member):
