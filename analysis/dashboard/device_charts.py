@@ -31,7 +31,7 @@ COLUMNS = [
     ("temp", "temperature °C", "high", 1.0, " °C", None),
 ]
 ROW_HEIGHT = 150
-ROW_GAP = 58
+ROW_GAP = 72  # the host heading clear of the date ticks of the row above
 # One line of tick labels (Plotly's default adds the date or year on a second line, under which
 # the next row's title would sit): times within a day, dates beyond.
 TICK_FORMATS = [{"dtickrange": [None, 86_400_000], "value": "%H:%M"},
@@ -162,7 +162,7 @@ def telemetry_figure(rows: Sequence[tuple[str, Sequence[str]]], buckets: Sequenc
                                           f" in {b.slowed} of {b.samples} readings" for b in slowed],
                             "hoverinfo": "text",
                         })
-    layout.update(_layout(height=height, margin={"l": 40, "r": 10, "t": 30, "b": 30}, hovermode="closest",
+    layout.update(_layout(height=height + 20, margin={"l": 40, "r": 10, "t": 30, "b": 50}, hovermode="closest",
                           legend={"orientation": "h", "y": 1, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
                           annotations=annotations, shapes=shapes, showlegend=True))
     return {"data": data, "layout": layout}
@@ -196,7 +196,7 @@ SERVING_PARTS = [("queue", "queue (server)", BUDGET_COLORS["queue"]), ("prefill"
 
 def serving_figure(rows: Sequence, *, colors: Mapping[str, str], labels: Mapping[str, str]) -> dict:
     """Per server, where its calls' time went: the server's queue, prefill and decode and the
-    time outside it (client duration − server end to end), as mean ms per call stacked, with the
+    time outside it (client duration − server end to end), as mean time per call stacked, with the
     client's mean TTFT marked: a TTFT far past queue + prefill is time spent outside the server."""
     rows = [r for r in rows if r.calls]
     if not rows:
@@ -224,7 +224,7 @@ def serving_figure(rows: Sequence, *, colors: Mapping[str, str], labels: Mapping
                                    if v is not None else "" for r, v in zip(rows, ttft, strict=True)],
                      "hoverinfo": "text"})
     return {"data": data, "layout": _layout(
-        title=_title("Where a call's time goes: mean ms per call, server side and outside it"), barmode="stack",
+        title=_title("Where a call's time goes: mean time per call, server side and outside it"), barmode="stack",
         height=120 + 34 * len(rows), margin={"l": 190, "r": 20, "t": 36, "b": 60},
         xaxis=duration_axis([sum(max(r.mean(k) or 0.0, 0.0) for k, _, _ in SERVING_PARTS) for r in rows] + ttft,
                             log=False, title={"text": "mean time per call"}, rangemode="tozero"),

@@ -4,6 +4,7 @@ percentiles read from the latency histogram marked "≈" with their bound."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from urllib.parse import urlencode
 
 from django import template
@@ -42,10 +43,12 @@ def topbar(context):
         project = project_for_user(user, params.get("project"))
     query = urlencode({k: params[k] for k in GLOBAL_PARAMS if params.get(k)})
     nav = [(label, url, request.path == url) for name, label in NAV if (url := _url(name))]
+    in_settings = request.path.startswith(("/settings/", "/projects/"))
     if user.is_authenticated and can_reach_settings(user):
-        nav.append(("Settings", reverse("settings"), request.path.startswith(("/settings/", "/projects/"))))
+        nav.append(("Settings", reverse("settings"), in_settings))
     return {
         "request": request, "project": project, "query": query, "nav": nav,
+        "filters": not in_settings,  # the settings pages filter nothing by time, release or environment
         "projects": projects_for_user(user) if user.is_authenticated else [],
         "presets": list(RANGE_PRESETS), "values": {k: params.get(k, "") for k in GLOBAL_PARAMS},
         "releases": selectors.project_releases(project=project) if project else [],
@@ -55,6 +58,17 @@ def topbar(context):
         "carry": [(k, v) for k in params if k not in GLOBAL_PARAMS and k != "cursor"
                   for v in params.getlist(k)],
     }
+
+
+@register.filter
+def per_million(value):
+    """A price per million tokens as people write it: $0.59, $2.50, $0.075 (up to six decimals,
+    never trailing zeros past the cents)."""
+    if value is None:
+        return ""
+    text = f"{Decimal(value):.6f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
 
 
 @register.filter

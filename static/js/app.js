@@ -162,6 +162,14 @@
     var axes = Object.keys(dated);
     if (!axes.length) { return figure; }
     var zone = mode === "local" ? localZone() : "UTC";
+    // Small multiples share their time axes: the zone goes under the lowest row only, not under
+    // every chart (where it read as the title of the row below).
+    function bottom(key) {
+      var anchor = layout[(layout[key] && layout[key].anchor) ? layout[key].anchor.replace(/^y/, "yaxis") : "yaxis"];
+      return anchor && anchor.domain ? anchor.domain[0] : 0;
+    }
+    var lowest = Math.min.apply(null, axes.map(bottom));
+    var captioned = axes.filter(function (key) { return bottom(key) <= lowest + 1e-9; });
     var data = figure.data.map(function (t) {
       var key = (t.xaxis || "x").replace(/^x/, "xaxis");
       if (mode !== "local" || !dated[key]) { return t; }
@@ -174,7 +182,9 @@
     axes.forEach(function (key) {
       var ax = Object.assign({}, out[key] || {});
       var title = ax.title && typeof ax.title === "object" ? ax.title.text : ax.title;
-      ax.title = Object.assign({}, typeof ax.title === "object" ? ax.title : {}, { text: (title ? title + " " : "") + "(" + zone + ")" });
+      if (captioned.indexOf(key) >= 0) {
+        ax.title = Object.assign({}, typeof ax.title === "object" ? ax.title : {}, { text: (title ? title + " " : "") + "(" + zone + ")" });
+      }
       if (mode === "local" && Array.isArray(ax.range)) { ax.range = ax.range.map(localWall); }
       out[key] = ax;
     });

@@ -86,6 +86,14 @@ def test_the_page_reads_as_incidents_and_draws_every_device(live_server, browser
     assert page.locator("#chart-serving .trace.bars .point path").count() >= 3
     assert drawn_lines(page, "#chart-ttft") == 2
     assert "1.7 s" in page.inner_text("#serving-table")  # the server's queue, next to the client's TTFT
+    # The time zone is said once per column, under the lowest host's row: captioned under every
+    # chart it sat between the next host's heading and its charts, as the title of the row below.
+    captions = page.evaluate("""() => { const l = document.getElementById('chart-telemetry').layout;
+        return Object.keys(l).filter(k => /^xaxis\\d*$/.test(k)).map(k => [k, (l[k].title || {}).text || '',
+            l[(l[k].anchor || 'y').replace(/^y/, 'yaxis')].domain[0]]); }""")
+    lowest = min(bottom for _, _, bottom in captions)
+    assert [k for k, text, _ in captions if text] == [k for k, _, bottom in captions if bottom == lowest]
+    assert all(text == "(UTC)" for _, text, bottom in captions if bottom == lowest), captions
     screenshot(page, "devices-page")
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "devices-timing.json").write_text(json.dumps({"navigation_to_charts_drawn_s": round(ready_s, 3)}))

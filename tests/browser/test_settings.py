@@ -99,7 +99,10 @@ def test_an_admin_manages_keys_members_and_prices_and_the_audit_log_shows_each(
     page.errors.clear()  # that 400 was the point
     page.fill("#price-form input[name=input_per_million]", "3.25")
     page.click("#price-form button[type=submit]")
-    assert "$3.25" in page.locator("tr[data-model='gpt-x']").inner_text()
+    prices = page.locator("tr[data-model='gpt-x'] td.num").all_inner_texts()
+    assert prices == ["$3.25", "$10.00"], prices  # as people write prices, not "$3.250000"
+    # The settings pages filter nothing: no range, release or environment in their top bar.
+    assert page.locator("#global-filters").count() == 0
 
     # Each action in the audit log, newest first.
     page.goto(f"{live_server.url}/projects/acme/settings/audit")
