@@ -51,8 +51,9 @@ soak: $(STAMP)
 # for what they leave behind and for every figure the bench reports, and the tests that run a
 # whole stack for half a minute each (runstack and the demo console, slow and silent clients,
 # an alert end to end, dead webhooks of one project, the lockout across web workers, the read
-# client and an MCP stall on a running stack) and the simulated release regression (a minute of
-# simulation): ~12 minutes. CI runs it after `make test`.
+# client and the MCP tools on a running stack, two analysis workers sharing a stream, chunked
+# bodies under gunicorn), the suite's own leftover check (a child pytest run twice) and the
+# simulated release regression (a minute of simulation): ~13 minutes. CI runs it after `make test`.
 FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py \
 	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/alerts/test_end_to_end.py \
 	tests/alerts/test_delivery_isolation.py \
@@ -60,7 +61,8 @@ FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tes
 	tests/releases/test_simulated_regression.py \
 	tests/agentops/test_login.py::test_the_lockout_counts_failures_across_web_workers \
 	tests/agentops/test_client.py::test_the_client_reads_a_running_stack \
-	tests/analysis/mcp/test_http.py::test_clients_that_stall_mid_request_free_their_threads
+	tests/analysis/mcp/test_http.py tests/scale/test_two_workers.py \
+	tests/ingest/test_chunked_bodies.py::test_chunked_bodies_are_stored_on_every_ingest_endpoint_under_gunicorn
 faults: $(STAMP)
 	AGENTOPS_FAULTS=1 $(BIN)/python -m pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 

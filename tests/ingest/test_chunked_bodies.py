@@ -15,6 +15,7 @@ import pytest
 from ingest import limits
 from ingest.models import IngestKey, Project, ResourceSample, Step, Task
 from ingest.services import key_create
+from tests.conftest import faults_pass
 from tests.ingest.fixtures.otlp import T0, gauge_request, span, trace_request
 
 PB = "application/x-protobuf"
@@ -57,6 +58,7 @@ def otlp_json_body(trace_hex: str) -> bytes:
 
 
 @pytest.mark.slow
+@faults_pass
 def test_chunked_bodies_are_stored_on_every_ingest_endpoint_under_gunicorn(stack_env, tmp_path):
     from tests.agentops.test_runstack import Stack
 

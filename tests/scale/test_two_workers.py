@@ -25,8 +25,9 @@ from django.db.models import Count
 
 from analysis.models import Finding, TaskAnalysis
 from ingest.models import Project, Task
+from tests.conftest import faults_pass
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, faults_pass]
 
 TASKS = 2000
 RESULT = re.compile(r"Task analysis\.analyse_tasks\[[^\]]+\] succeeded in [0-9.e-]+s: (\{.*\})")
