@@ -411,6 +411,10 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
         "search: tool + step over 1 s": search(tool="search_inventory", min_step_ms=1000.0),
         "search: a mapped attribute (attr=gen_ai.tool.name:search_inventory)": search(
             attr="gen_ai.tool.name:search_inventory"),
+        "search: a token count no step has (attr=gen_ai.usage.input_tokens:1234)": search(
+            attr="gen_ai.usage.input_tokens:1234"),
+        "search: a rare token count (attr=gen_ai.usage.output_tokens:40, the big task)": search(
+            attr="gen_ai.usage.output_tokens:40"),
         "search: a tool no step calls (tool=refund_policy)": search(tool="refund_policy"),
         "search: a tool pattern (tool=*inventory*)": search(tool="*inventory*"),
         "search: the list's count (tool=search_inventory, up to 10,000)": lambda: selectors.task_count(

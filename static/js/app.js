@@ -241,7 +241,33 @@
     resizeTimer = setTimeout(fitWidth, 150);
   });
 
-  window.agentops = { config: config, fetchJSON: fetchJSON, draw: draw, fail: fail, tasksUrl: tasksUrl, onClick: onClick,
+  // A chart far below the fold is drawn once the reader comes within NEAR_PX of it (or has
+  // scrolled past it), so what the page shows first is drawn first: the devices page's 36 small
+  // multiples took a browser ~0.8 s to lay out, before anyone could see them.
+  var NEAR_PX = 150;
+  function whenNear(el) {
+    return new Promise(function (resolve) {
+      function near() { return !el || el.getBoundingClientRect().top < window.innerHeight + NEAR_PX; }
+      if (near()) { resolve(); return; }
+      function check() {
+        if (!near()) { return; }
+        window.removeEventListener("scroll", check);
+        window.removeEventListener("resize", check);
+        resolve();
+      }
+      window.addEventListener("scroll", check, { passive: true });
+      window.addEventListener("resize", check);
+    });
+  }
+  function drawWhenNear(id, figure) {
+    var el = document.getElementById(id);
+    return whenNear(el).then(function () { return draw(id, figure); }).then(function (drawn) {
+      if (el) { el.setAttribute("data-drawn", "1"); }
+      return drawn;
+    });
+  }
+
+  window.agentops = { config: config, fetchJSON: fetchJSON, draw: draw, drawWhenNear: drawWhenNear, fail: fail, tasksUrl: tasksUrl, onClick: onClick,
     fitWidth: fitWidth, msAxis: msAxis, fmtMs: fmtMs, fmtValue: fmtValue, fmtTs: fmtTs, timezone: tzMode, applyTimezone: applyTimezone,
     localizeFigure: localizeFigure };
 })();

@@ -56,3 +56,10 @@ def screenshot(page, name: str) -> None:
     through it: tests/browser/test_resize.py.)"""
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def scroll_through(page) -> None:
+    """Scroll to the bottom and back, so that every chart drawn only when the reader comes near
+    it (agentops.drawWhenNear: the devices page's) is drawn."""
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight); window.dispatchEvent(new Event('scroll'))")
+    page.evaluate("window.scrollTo(0, 0)")

@@ -21,7 +21,7 @@ from tests.analysis.factories import (
     make_step,
     make_task,
 )
-from tests.browser.conftest import ARTIFACTS, screenshot, skip_without_chromium
+from tests.browser.conftest import ARTIFACTS, screenshot, scroll_through, skip_without_chromium
 
 skip_without_chromium()
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -210,6 +210,7 @@ def test_every_page_renders_without_script_errors(live_server, browser_page, mem
                               ("/latency?group_by=kind", "latency-by-kind", "#chart-group_ecdf .main-svg"),
                               ("/devices", "devices", "#chart-telemetry .main-svg")]:
         page.goto(live_server.url + path)
+        scroll_through(page)
         page.wait_for_selector(ready, timeout=WAIT_MS)
         page.wait_for_load_state("networkidle")
         screenshot(page, name)

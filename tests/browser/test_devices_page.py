@@ -14,7 +14,7 @@ import pytest
 from analysis.models import Finding
 from ingest.models import Device, ResourceSample
 from tests.analysis.factories import T0, analyse, make_step, make_task
-from tests.browser.conftest import ARTIFACTS, screenshot, skip_without_chromium
+from tests.browser.conftest import ARTIFACTS, screenshot, scroll_through, skip_without_chromium
 from tests.browser.test_dashboard import assert_nothing_ran, log_in, member  # noqa: F401
 
 skip_without_chromium()
@@ -72,6 +72,7 @@ def test_the_page_reads_as_incidents_and_draws_every_device(live_server, browser
     log_in(page, live_server)
     started = time.perf_counter()
     page.goto(f"{live_server.url}/devices")
+    scroll_through(page)
     page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
     ready_s = time.perf_counter() - started
     incident = page.inner_text("#verdict-groups tbody tr")
@@ -99,6 +100,7 @@ def test_the_page_reads_as_incidents_and_draws_every_device(live_server, browser
     (ARTIFACTS / "devices-timing.json").write_text(json.dumps({"navigation_to_charts_drawn_s": round(ready_s, 3)}))
 
     page.click("#verdict-groups a.chart-link")
+    scroll_through(page)
     page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
     assert "device=vllm-2" in page.url and "mark_from=" in page.url
     assert page.locator("#chart-telemetry .shapelayer path").count() >= 1  # the incident, shaded
@@ -107,11 +109,32 @@ def test_the_page_reads_as_incidents_and_draws_every_device(live_server, browser
     assert_nothing_ran(page)
 
 
+def test_charts_below_the_fold_are_drawn_when_the_reader_comes_near_them(live_server, browser_page, member, fleet):  # noqa: F811
+    """The 36 small multiples took a browser ~0.8 s to lay out before anyone could see them: the
+    page draws them (and the charts under them) once the reader scrolls near, not at load."""
+    page = browser_page
+    log_in(page, live_server)
+    page.set_viewport_size({"width": 1440, "height": 300})
+    page.goto(f"{live_server.url}/devices")
+    page.wait_for_load_state("networkidle")  # the telemetry has arrived, and waits
+    assert page.locator("#chart-telemetry .main-svg").count() == 0
+    assert page.get_attribute("body", "data-charts-ready") is None
+    page.locator("#telemetry h2").scroll_into_view_if_needed()
+    page.mouse.wheel(0, 200)
+    page.wait_for_selector("#chart-telemetry[data-drawn='1'] .main-svg", timeout=WAIT_MS)
+    assert drawn_lines(page, "#chart-telemetry") == 3 + 2 * 5 + 2
+    scroll_through(page)
+    page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
+    assert drawn_lines(page, "#chart-ttft") == 2
+    assert_nothing_ran(page)
+
+
 def test_a_hardware_finding_opens_its_server_at_that_moment(live_server, browser_page, member, fleet):  # noqa: F811
     page = browser_page
     log_in(page, live_server)
     page.goto(f"{live_server.url}/tasks/q1")
     page.click("#findings-table a.device-link")
+    scroll_through(page)
     page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
     assert page.url.split("?")[0].endswith("/devices")
     assert drawn_lines(page, "#chart-telemetry") == 3 + 2 * 5

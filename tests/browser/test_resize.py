@@ -11,7 +11,7 @@ import pytest
 
 from ingest.models import Device, Release, ResourceSample, Task
 from tests.analysis.factories import T0
-from tests.browser.conftest import ARTIFACTS, skip_without_chromium
+from tests.browser.conftest import ARTIFACTS, scroll_through, skip_without_chromium
 from tests.browser.test_compare_sessions import agent_run, member, workload  # noqa: F401
 from tests.browser.test_dashboard import assert_nothing_ran, log_in
 
@@ -77,6 +77,7 @@ def test_every_chart_keeps_its_height_and_traces_through_resizes(live_server, br
     for path, name in pages:
         page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
         page.goto(live_server.url + path)
+        scroll_through(page)  # the devices page draws its lower charts when they come near
         page.wait_for_load_state("networkidle")
         expected = page.locator(".chart").count()
         charts_drawn(page, 1)
