@@ -6,7 +6,10 @@ problem found by an asserted finding, and at most one asserted false alarm per f
 233 ms against the 88 ms of the plain answers before it; scored against every run, the
 streamed runs after it hid it; 3 December, after recording again: also one serial_gap in
 crewai_openinference, a 494 ms stall of the recording machine before a streamed run's first
-model call). No finding of a kind nothing injected."""
+model call; 4 December, recorded again with long_history: one in six families, each a stall of the
+loaded recording machine or of a framework's hand-off, listed in the fixtures' README). No finding
+of a kind nothing injected; context_growth where the model calls carry no prompt size is missed,
+and asserted so."""
 
 from __future__ import annotations
 
@@ -17,9 +20,15 @@ import pytest
 from analysis.management.commands.evaluate_detection import project_findings, replay_and_analyse
 from analysis.simulator import recorded
 from analysis.simulator.evaluation import evaluate
+from ingest.models import Step
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 FAMILIES = recorded.families(FIXTURES) if FIXTURES.is_dir() else []
+# Families whose model calls carry no prompt token counts, so that a growing prompt cannot be
+# seen: LlamaIndex's FunctionAgent streams every call without asking for usage (the fixtures'
+# README). Their long_history runs keep the context_growth label of what happened; it is
+# asserted missed, and for that reason, so that a change in what they record shows here.
+NO_PROMPT_TOKENS = {"llamaindex_openinference"}
 
 
 @pytest.mark.django_db
@@ -30,6 +39,10 @@ def test_findings_on_recorded_framework_traces_match_what_happened(folder):
     project = replay_and_analyse(folder)
     result = evaluate(labels, project_findings(project))
     for score in result.scores:
+        if score.kind == "context_growth" and folder.name in NO_PROMPT_TOKENS:
+            assert score.labels and not score.recall_surfaced.k, score
+            assert not Step.objects.filter(project=project, kind="llm", input_tokens__isnull=False).exists()
+            continue
         if score.labels:
             assert score.recall_asserted.value == 1.0, (score.kind, score)
         else:

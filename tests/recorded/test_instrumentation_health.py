@@ -24,13 +24,16 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 FAMILIES = [f for f in content_switches.FAMILIES if (FIXTURES / f).is_dir()]
 B, W = "blind", "weakened"
 # Every family: model calls name no server (the recordings ran against a local mock), and TTFT
-# arrives only from pydantic-ai's streamed runs.
+# arrives only from pydantic-ai's streamed runs. Where only the streamed runs carry TTFT (pydantic-ai,
+# CrewAI, the AI SDK) that is 9 of ~190 model calls since the long_history runs (4 December), under
+# the 5 % from which context_growth counts TTFT as arriving, in the content-on and content-off
+# recordings alike (pydantic-ai's and CrewAI's content-off ones were recorded again with them).
 COMMON = {"hardware verdicts": B, "slow_step": W}
 NO_TTFT = {**COMMON, "context_growth": W}
 # The checks that are not "ok", over all of the service's scopes.
 EXPECTED = {
-    ("pydantic_ai", True): COMMON,
-    ("pydantic_ai", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": W},
+    ("pydantic_ai", True): NO_TTFT,
+    ("pydantic_ai", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": W},
     ("openai_v2", True): NO_TTFT,
     ("openai_v2", False): {**NO_TTFT, "parallelizable_calls": W},
     # The OpenAI Agents SDK's TOOL spans carry no call id, whatever the switches; nor any session id.
@@ -42,8 +45,8 @@ EXPECTED = {
     ("langgraph_openllmetry", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     # TOOL spans carry no call id whatever the switches. CrewAI's streamed calls have a first-token event (context growth can be
     # read), no span a session; Agno's root has session.id, no first-token event.
-    ("crewai_openinference", True): {**COMMON, "parallelizable_calls": W, "sessions": B},
-    ("crewai_openinference", False): {**COMMON, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
+    ("crewai_openinference", True): {**NO_TTFT, "parallelizable_calls": W, "sessions": B},
+    ("crewai_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B, "sessions": B},
     ("agno_openinference", True): {**NO_TTFT, "parallelizable_calls": W},
     ("agno_openinference", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     # smolagents: no session id; LlamaIndex:
@@ -58,7 +61,7 @@ EXPECTED = {
     ("google_adk", True): NO_TTFT,
     ("google_adk", False): {**NO_TTFT, "repeated_tool_call": B, "parallelizable_calls": B},
     # Its chat spans name the server they called; TTFT on streamText's calls only; no session id.
-    ("ai_sdk", True): {"slow_step": W, "sessions": B},
+    ("ai_sdk", True): {"slow_step": W, "context_growth": W, "sessions": B},
     # recordInputs/recordOutputs false: tool spans keep their call ids, but neither the responses
     # (the calls each requested) nor the results are recorded.
     ("ai_sdk", False): {"slow_step": W, "sessions": B, "repeated_tool_call": B, "parallelizable_calls": B},

@@ -1,9 +1,10 @@
 """The recorded fixtures' labels say what the scripted agent did, never what a detector would
 find: for the families that share the support-agent scenarios, every label is what
 `capture.scenario_labels` derives from the run as stored (the tool calls as the tools saw them,
-their spans, the model-call spans, and in the idle scenario the interval the agent code slept,
+their spans, the model-call spans, in the idle scenario the interval the agent code slept,
 or — recorded before the recorders kept it — the time between the model response it slept
-after and the tool it ran next)."""
+after and the tool it ran next, and in the long_history scenario the prefill delay the scripted
+model logged for each of its calls)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def test_labels_are_what_each_scripted_run_did(family):
         calls = sorted(({**c, "start_ns": by_id[c["span_id"]]["start_ns"], "end_ns": by_id[c["span_id"]]["end_ns"]}
                         for c in run["tool_calls"]), key=lambda c: c["start_ns"])
         found = scenario_labels(run["scenario"], run["task_id"], mine, calls, idle_s=1.4,
-                                llm_spans=[s for s in mine if LLM_SPAN[family](s)], idle_ns=run.get("idle_ns"))
+                                llm_spans=[s for s in mine if LLM_SPAN[family](s)], idle_ns=run.get("idle_ns"),
+                                prefill_ms=[t.get("prefill_ms") for t in run["llm_turns"]])
         if family == "llamaindex_openinference":
             # Its agent code sleeps inside FunctionAgent's call_tool step: that span is labelled too.
             for label in found:

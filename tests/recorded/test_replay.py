@@ -6,12 +6,14 @@ result, call ids, tree), and tasks are named after the agent that ran."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import requests
 
 from analysis.simulator.recorded import MEDIA, bodies, families
+from ingest import limits
 from ingest.models import Step, Task
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
@@ -102,7 +104,13 @@ def check_tool_steps(family):
                 assert args == next(iter(call["arguments"].values()))
             else:
                 assert args == call["arguments"]
-            if call["status"] == "ok":
+            if call["status"] == "ok" and (step.tool_result or "").endswith(limits.TRUNCATION_MARKER):
+                # A result over the limit keeps its head (a long_history log page, ~5 KB): the
+                # text the instrumentation sent, cut, whatever its quoting and spacing.
+                assert len(step.tool_result) == limits.MAX_TOOL_RESULT_CHARS + len(limits.TRUNCATION_MARKER)
+                head = re.sub(r"\W", "", step.tool_result[:-len(limits.TRUNCATION_MARKER)])
+                assert re.sub(r"\W", "", json.dumps(call["result"])).startswith(head), step.tool_result
+            elif call["status"] == "ok":
                 assert as_json(step.tool_result) == call["result"], (step.tool_result, call["result"])
             else:
                 assert step.status == "error" and step.error
@@ -144,7 +152,10 @@ def check_llm_steps(family):
         elif run.get("ttft_ms"):
             final = llm[-1]
             assert final.streamed is True
-            assert final.ttft_ms == pytest.approx(run["ttft_ms"], rel=0.05, abs=5)
+            # abs 10 ms: an instrumentation's TTFT starts with its span, a few ms before the client's
+            # own timer (pydantic-ai's request preparation comes before its stream function; 6 ms on the
+            # loaded machine of the 4 December recording).
+            assert final.ttft_ms == pytest.approx(run["ttft_ms"], rel=0.05, abs=10)
         elif streamed:
             # The client's first chunk was not timed by the recorder: it came after the mock sent
             # it and before the call ended.
