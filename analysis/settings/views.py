@@ -102,8 +102,11 @@ def key_revoke_view(request, project, prefix):
 
 
 def _members_page(request, project, *, form=None, error="", status=200):
+    members = selectors.member_list(project=project)
+    # The last admin cannot be removed (services.member_remove refuses): no button that only fails.
+    admins = sum(m.role == ProjectMembership.ROLE_ADMIN for m in members)
     return _page(request, "members.html", project=project, section="members", status=status,
-                 members=selectors.member_list(project=project), roles=ProjectMembership.ROLES,
+                 members=members, last_admin=admins == 1, roles=ProjectMembership.ROLES,
                  role_help=ROLE_HELP, form=form or MemberAddForm(initial={"role": ProjectMembership.ROLE_MEMBER}),
                  error=error)
 

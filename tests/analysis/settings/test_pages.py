@@ -146,7 +146,15 @@ def test_a_bad_member_form_is_a_400_that_says_why(admin, data, message):
     assert response.status_code == 400 and message in response.content.decode()
 
 
-def test_the_last_admin_cannot_demote_or_remove_themselves(admin):
+def test_the_last_admin_cannot_demote_or_remove_themselves(admin, project):
+    # No Remove button for the only admin (it could only fail); one for each once there are two.
+    page = admin.get("/projects/acme/settings/members").content.decode()
+    assert "the only admin" in page and f"members/{admin.user.pk}/remove" not in page
+    bob = get_user_model().objects.create_user("bob")
+    member_add(project=project, user=bob, role="admin")
+    page = admin.get("/projects/acme/settings/members").content.decode()
+    assert "the only admin" not in page and f"members/{admin.user.pk}/remove" in page
+    ProjectMembership.objects.filter(user=bob).delete()
     for url, data in [(f"/projects/acme/settings/members/{admin.user.pk}/role", {"role": "member"}),
                       (f"/projects/acme/settings/members/{admin.user.pk}/remove", {})]:
         response = admin.post(url, data)
