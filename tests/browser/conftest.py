@@ -60,6 +60,8 @@ def screenshot(page, name: str) -> None:
 
 def scroll_through(page) -> None:
     """Scroll to the bottom and back, so that every chart drawn only when the reader comes near
-    it (agentops.drawWhenNear: the devices page's) is drawn."""
+    it (agentops.drawWhenNear: the devices page's) is drawn. After the page's scripts ran: a scroll
+    before they listen is one no chart hears."""
+    page.wait_for_load_state("load")
     page.evaluate("window.scrollTo(0, document.body.scrollHeight); window.dispatchEvent(new Event('scroll'))")
     page.evaluate("window.scrollTo(0, 0)")

@@ -99,7 +99,8 @@ def test_the_page_reads_as_incidents_and_draws_every_device(live_server, browser
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "devices-timing.json").write_text(json.dumps({"navigation_to_charts_drawn_s": round(ready_s, 3)}))
 
-    page.click("#verdict-groups a.chart-link")
+    with page.expect_navigation():
+        page.click("#verdict-groups a.chart-link")
     scroll_through(page)
     page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
     assert "device=vllm-2" in page.url and "mark_from=" in page.url
@@ -133,7 +134,8 @@ def test_a_hardware_finding_opens_its_server_at_that_moment(live_server, browser
     page = browser_page
     log_in(page, live_server)
     page.goto(f"{live_server.url}/tasks/q1")
-    page.click("#findings-table a.device-link")
+    with page.expect_navigation():  # the devices page's own scripts listen for the scroll
+        page.click("#findings-table a.device-link")
     scroll_through(page)
     page.wait_for_selector("body[data-charts-ready='1']", timeout=WAIT_MS)
     assert page.url.split("?")[0].endswith("/devices")
