@@ -541,8 +541,9 @@ def waterfall_figure(rows: Sequence[StepRow], *, critical_path: Iterable[str] = 
     layout["meta"] = {"mode": mode, "visible": n, "steps": len(rows), "webgl": use_gl,
                       "toggled": sorted(set(toggled)),
                       "collapsed": [v.row.step_id for v in visible if v.collapsed]}
-    if samples and lane_metrics(samples):
-        lane_data, axes = _device_lane_below(samples, yaxis, x_range, plot_height)
+    metrics = lane_metrics(samples)
+    if metrics:
+        lane_data, axes = _device_lane_below(samples, metrics, yaxis, x_range, plot_height)
         data += lane_data
         layout.update(axes)
     else:
@@ -653,13 +654,12 @@ def lane_metrics(samples: Sequence[SamplePoint]) -> list[tuple[str, str]]:
     return [(m, label) for m, label in LANE_METRICS if m in reported][:MAX_LANE_BANDS]
 
 
-def _device_lane_below(samples: Sequence[SamplePoint], yaxis: dict, x_range: list[float],
-                       plot_height: int) -> tuple[list[dict], dict]:
+def _device_lane_below(samples: Sequence[SamplePoint], metrics: Sequence[tuple[str, str]], yaxis: dict,
+                       x_range: list[float], plot_height: int) -> tuple[list[dict], dict]:
     """The device lane's traces, and the layout's axes and height with the lane under the
-    steps: one band per metric the devices report (lane_metrics), the steps' y axis above
+    steps: one band per `metrics` (lane_metrics: what the devices report), the steps' y axis above
     them, one shared x axis under the lowest band."""
     devices = list(dict.fromkeys(p.device for p in samples))
-    metrics = lane_metrics(samples)
     lane_data, _ = _lane_traces(samples, devices, _colors(devices), metrics, first_axis=2)
     lane_h = LANE_BAND_PX * len(metrics)
     total = plot_height + lane_h + 70
