@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from analysis.engine import batch, pipeline
@@ -74,7 +74,7 @@ def _send_traces(url: str, key: str, base_ns: int) -> None:
     for name, attrs in (("client", {"service.name": "support-agent", "service.version": "1.4.0"}),
                         ("server", {"service.name": "vllm", "host.name": "vllm-1"})):
         provider = TracerProvider(resource=Resource.create(attrs))
-        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces", headers=headers)))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces", headers=headers)))
         providers[name] = provider
     agent, vllm = providers["client"].get_tracer("agent"), providers["server"].get_tracer("vllm")
     try:

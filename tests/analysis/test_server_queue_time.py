@@ -29,7 +29,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from analysis.engine import batch
@@ -52,7 +52,7 @@ def _in_burst(t_s: float) -> bool:
 
 def _send_traces(url: str, key: str, base_ns: int) -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": "support-agent"}))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
         endpoint=f"{url}/v1/traces", headers={"Authorization": f"Bearer {key}"})))
     tracer = provider.get_tracer("agent")
     rng = random.Random(3)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from analysis.management.commands.evaluate_detection import project_findings, replay_and_analyse
+from analysis.models import TaskAnalysis
 from analysis.simulator import recorded
 from analysis.simulator.evaluation import evaluate
 from ingest.models import Step
@@ -34,9 +35,16 @@ NO_PROMPT_TOKENS = {"llamaindex_openinference"}
 @pytest.mark.django_db
 @pytest.mark.parametrize("folder", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_findings_on_recorded_framework_traces_match_what_happened(folder):
+    # One replay and analysis per family (a few hundred spans, analysed task by task in time
+    # order), both aspects checked on it.
+    project = replay_and_analyse(folder)
+    check_findings_match_the_labels(folder, project)
+    check_wrapper_spans_leave_the_critical_path_and_budget_to_the_work(project)
+
+
+def check_findings_match_the_labels(folder, project):
     labels = recorded.labels(folder)
     assert labels, "a recorded family needs labels"
-    project = replay_and_analyse(folder)
     result = evaluate(labels, project_findings(project))
     for score in result.scores:
         if score.kind == "context_growth" and folder.name in NO_PROMPT_TOKENS:
@@ -51,16 +59,10 @@ def test_findings_on_recorded_framework_traces_match_what_happened(folder):
     assert wrong <= 1, result.overall
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("folder", FAMILIES, ids=[f.name for f in FAMILIES])
-def test_wrapper_spans_leave_the_critical_path_and_budget_to_the_work(folder):
+def check_wrapper_spans_leave_the_critical_path_and_budget_to_the_work(project):
     """Graph nodes, chains, runner, agent and turn spans wrap the model and tool calls: the
     critical path still runs through every model call (these agents call the model one turn at
     a time), and the budget still adds up to the task, with the model's time as model time."""
-    from analysis.models import TaskAnalysis
-    from ingest.models import Step
-
-    project = replay_and_analyse(folder)
     analyses = TaskAnalysis.objects.filter(project=project).select_related("task")
     assert analyses.count() >= 40
     for analysis in analyses:
