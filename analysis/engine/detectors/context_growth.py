@@ -13,7 +13,11 @@ token counts and TTFT):
   fakes the climb), and the TTFT trend is upward overall (τ > 0). Fast-prefill hardware
   shows a smaller rise for the same growth; the growth is still there, its cost is what it
   is;
-- wasted = Σ over turns of TTFT above that first-turns reference.
+- wasted = Σ over turns of the TTFT the growth explains: the tokens a turn's prompt carries
+  beyond the first turn's × the task's own TTFT per prompt token (Theil–Sen: the median of
+  its turn pairs' rates, so that a stalled, queued or jittery turn moves the rate by one rank
+  and adds none of its stall), and never more than that turn's TTFT above the reference. Σ of
+  the raw TTFT above the reference would count every stall of a later turn as growth.
 For calls without TTFT (not streamed), the time the output does not explain stands in for it:
 duration − the baseline's per-output-token cost × output tokens.
 """
@@ -37,6 +41,9 @@ MIN_TTFT_TAU = 0.0
 MIN_TOKEN_RATIO = 3.0
 MIN_TTFT_RATIO = 1.25
 MIN_WASTED_MS = 10.0
+# The per-token rate is a median over turn pairs (quadratic): past this many turns, it is taken
+# over this many turns spread evenly across the task.
+RATE_TURNS = 120
 
 
 def kendall_tau(values: list[float]) -> float:
@@ -74,6 +81,16 @@ def first_token_ms(ctx: TaskContext, step: StepData) -> float | None:
     return max(step.duration_ms - stats.line_b * max(step.output_tokens - 1, 0), 0.0)
 
 
+def ms_per_token(tokens: list[float], ttfts: list[float]) -> float:
+    """TTFT per prompt token over these turns: the median of the pairwise rates (Theil–Sen)."""
+    if len(tokens) > RATE_TURNS:
+        picked = [round(i * (len(tokens) - 1) / (RATE_TURNS - 1)) for i in range(RATE_TURNS)]
+        tokens, ttfts = [tokens[i] for i in picked], [ttfts[i] for i in picked]
+    rates = [(ttfts[j] - ttfts[i]) / (tokens[j] - tokens[i])
+             for i in range(len(tokens)) for j in range(i + 1, len(tokens)) if tokens[j] != tokens[i]]
+    return median(rates) if rates else 0.0
+
+
 @register("context_growth")
 def detect(ctx: TaskContext):
     timed = [(s, first_token_ms(ctx, s)) for s in ctx.steps if s.kind == "llm" and s.input_tokens]
@@ -89,14 +106,17 @@ def detect(ctx: TaskContext):
     if (token_tau < MIN_TOKEN_TAU or ttft_tau <= MIN_TTFT_TAU or tokens[-1] < MIN_TOKEN_RATIO * tokens[0]
             or reference <= 0 or later < MIN_TTFT_RATIO * reference):
         return
-    excess = [(s, t - reference) for s, t in zip(turns, ttfts, strict=True) if t > reference]
+    rate = ms_per_token(tokens, ttfts)
+    excess = [(s, e) for s, n, t in zip(turns, tokens, ttfts, strict=True)
+              if (e := min(rate * (n - tokens[0]), t - reference)) > 0]
     wasted = sum(e for _, e in excess)
     if wasted < MIN_WASTED_MS:
         return
     summary = (f"Prompt grew from {int(tokens[0]):,} to {int(tokens[-1]):,} tokens over {len(turns)} LLM turns "
                f"and TTFT from {fmt_ms(reference)} to {fmt_ms(ttfts[-1])}; {fmt_ms(wasted)} spent on the growth.")
     evidence = {"turns": len(turns), "input_tokens": [int(t) for t in tokens], "ttft_ms": [round(t, 1) for t in ttfts],
-                "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1)}
+                "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1),
+                "ms_per_1k_tokens": round(rate * 1000, 2)}
     confidence, reason = (("high", f"Prompt size and TTFT both rose steadily over {len(turns)} turns.")
                           if len(timed) >= CONFIDENT_TURNS else
                           ("medium", f"A trend over only {len(timed)} timed turns: it may be chance."))

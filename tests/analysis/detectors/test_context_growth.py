@@ -1,3 +1,5 @@
+import pytest
+
 from analysis.engine.detectors import context_growth
 
 from .builders import step, task
@@ -18,6 +20,24 @@ def test_prompt_and_ttft_climbing_every_turn_is_context_growth():
     assert finding.step_ids == ("l0", "l1", "l2", "l3", "l4")
     assert round(finding.wasted_ms) == (300 - 150) + (600 - 150) + (1100 - 150) + (1800 - 150)
     assert "1,000 to 18,000 tokens over 5 LLM turns" in finding.summary
+
+
+def test_a_stalled_later_turn_is_not_counted_as_growth():
+    # TTFT = 50 ms + 0.02 ms a prompt token, and the fifth turn also waited 2 s for the machine:
+    # the growth cost 0.02 × (2,000 + 4,000 + … + 10,000) = 600 ms, not 2.6 s.
+    tokens = [1000, 3000, 5000, 7000, 9000, 11000]
+    ttfts = [50 + 0.02 * n + (2000 if i == 4 else 0) for i, n in enumerate(tokens)]
+    [finding] = context_growth.detect(turns(tokens, ttfts))
+    assert round(finding.wasted_ms) == 600
+    assert finding.evidence["ms_per_1k_tokens"] == 20.0
+
+
+def test_a_long_task_takes_its_rate_from_turns_spread_across_it():
+    # 400 turns (the rate is taken over RATE_TURNS of them): the same rate, the same waste.
+    tokens = [1000 + 100 * i for i in range(400)]
+    [finding] = context_growth.detect(turns(tokens, [50 + 0.02 * n for n in tokens]))
+    assert finding.evidence["ms_per_1k_tokens"] == 20.0
+    assert finding.wasted_ms == pytest.approx(sum(0.02 * (n - 1000) for n in tokens))
 
 
 def test_ordinary_mild_growth_does_not_fire():
