@@ -211,14 +211,15 @@ def session_detail(*, project: Project, session_id: str, filters: TaskFilters | 
 
 def turn_time(*, project: Project, filters: TaskFilters) -> dict:
     """Time per user turn: how many sessions, turns per session, and percentiles of the time a
-    user waited per turn (tasks with a session), from their durations binned like the rollups (the
-    overview's other percentiles are the rollups': the same tasks give the same numbers). Two scans
-    of the covering session index (the sessions grouped, the durations binned): linear in the turns
-    of the range, so the overview fetches it after rendering (`/charts/turn-time.json`)."""
+    user waited per turn (tasks with a session), from the task rollups' turn histogram and the raw
+    edges binned the same way (rollups.turn_summary: the overview's other percentiles are the
+    rollups', so the same tasks give the same numbers). The sessions are counted by one scan of
+    the covering session index, linear in the turns of the range, so the overview fetches it
+    after rendering (`/charts/turn-time.json`)."""
     tasks = task_queryset(project=project, filters=filters).exclude(session_id="")
     counts = tasks.values("session_id").annotate(n=Count("session_id")).aggregate(
         sessions=Count("session_id"), turns=Sum("n"))
-    summary = _binned(tasks).get("") or rollups.Summary()
+    summary = rollups.turn_summary(project=project, filters=filters)
     sessions_n, turns = counts["sessions"] or 0, counts["turns"] or 0
     out = {"sessions": sessions_n, "turns": turns, "max": summary.max_ms,
            "turns_per_session": round(turns / sessions_n, 2) if sessions_n else None}
@@ -257,10 +258,11 @@ class SessionCharts:
 def session_charts(*, project: Project, filters: TaskFilters, session_id: str = "", top: int = 8) -> SessionCharts:
     """The Latency page's charts of the time per user turn: the histogram of one session's turns
     (all turns without `session_id`) and the ECDF of all turns beside that session's (or the
-    `top` busiest sessions'). One binned read of all turns and one of the sessions drawn, both
-    in the rollups' bins, so the histogram and the ECDF are of the same counts."""
+    `top` busiest sessions'). All turns from the task rollups' turn histogram and the raw edges
+    (rollups.turn_summary), the sessions drawn binned from their turns, both in the rollups'
+    bins, so the histogram and the ECDF are of the same counts."""
     turns = _turns(project=project, filters=filters)
-    total = _binned(turns).get("")
+    total = rollups.turn_summary(project=project, filters=filters)
     drawn = [session_id] if session_id else busiest_sessions(project=project, filters=filters, limit=top)
     per = _binned(turns.filter(session_id__in=drawn), key="session_id") if drawn else {}
     shown = per.get(session_id) if session_id else total

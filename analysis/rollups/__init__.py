@@ -27,6 +27,7 @@ from analysis.rollups.reads import (
     sources,
     step_summaries,
     task_summaries,
+    turn_summary,
 )
 from analysis.rollups.refresh import (
     REBUILD_WORKERS,
@@ -56,6 +57,6 @@ __all__ = [
     "APPROXIMATE_BOUND", "APPROXIMATE_NOTE", "DAY", "SampleBucket", "sample_buckets", "GROUP_COLUMNS", "GROUP_SUMS", "HOUR", "HOURLY_TABLES", "NBINS", "REBUILD_WORKERS", "RELATIVE_ERROR", "RELEASE_TABLE", "STEP_FILTERS",
     "STEP_GROUPS", "TABLES", "TASK_FILTERS", "Summary", "bin_sql", "binned_summaries", "budget_sums", "covered_hours",
     "day_floor", "edge", "group_rows_sql", "hour_floor", "hours_recompute", "project_rebuild", "rollup_where",
-    "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "watermark",
+    "rollups_rebuild", "rollups_refresh", "sources", "step_summaries", "task_summaries", "turn_summary", "watermark",
     "watermark_set",
 ]

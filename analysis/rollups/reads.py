@@ -173,6 +173,33 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
     return dict(out)
 
 
+def turn_summary(*, project: Project, filters: TaskFilters) -> Summary:
+    """The time per user turn (the timed tasks with a session) over these filters: whole hours from
+    the task rollups' turn histogram, the edges binned from raw rows the same way (every turn from
+    raw rows when a filter needs them or nothing is rolled up), so it is the same number whichever
+    answered. It holds the count, sum, longest and histogram of the timed turns (the rollups keep
+    no errors or time bounds of turns: those stay empty)."""
+    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
+    lo, hi = span or (None, None)
+    equal = {"release": filters.release, "environment": filters.environment, "name": filters.name}
+    out: dict[tuple, Summary] = defaultdict(Summary)
+    for suffix, seg_lo, seg_hi in sources(lo, hi, days=True) if hi is not None else ():
+        where, params = rollup_where(project=project, lo=seg_lo, hi=seg_hi, equal=equal, extra="r.turns > 0")
+        totals = _fetch(f"SELECT NULL, '', sum(turns), 0, sum(turn_sum_ms), max(turn_max_ms), NULL, NULL"
+                        f" FROM analysis_task_rollup{suffix} r WHERE {where}", params)
+        bins = _fetch(f"SELECT NULL, '', u.b, sum(u.n) FROM analysis_task_rollup{suffix} r,"
+                      f" unnest(r.turn_bins, r.turn_counts) AS u(b, n) WHERE {where} GROUP BY 3", params)
+        _collect(out, totals, bins)
+    turns = (task_queryset(project=project, filters=filters).filter(edge(lo, hi))
+             .exclude(session_id="").filter(duration_ms__isnull=False))
+    sql, raw_params = turns.values("started_at", "status", "duration_ms").query.sql_with_params()
+    summary = out[(None, "")]
+    for part in binned_summaries(sql, raw_params).values():
+        summary.add(count=part.count, sum_ms=part.sum_ms, max_ms=part.max_ms)
+        summary.bins += part.bins
+    return summary
+
+
 def binned_summaries(rows_sql: str, params: Sequence, *, key: str = "''") -> dict[str, Summary]:
     """Summaries of rows no rollup holds (the tasks of sessions, say), per value of the SQL
     expression `key` over them (alias t: started_at, status, duration_ms), binned as the rollups

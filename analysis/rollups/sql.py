@@ -27,20 +27,34 @@ _C = 'COLLATE "C"'
 ARRAY_CAT_AGG = "agentops_array_cat_agg"
 
 
+# A user turn: a task with a session (docs/sessions.md). The task rollup keeps the durations of
+# the row's turns in a histogram of their own (turn_bins, turn_counts), so that the time per turn
+# over months reads rollup rows, not every turn.
+TURN_SQL = "t.session_id <> ''"
+
+
 def task_rollup_sql(where: str) -> str:
-    """INSERT … SELECT of the task rollup rows of the tasks matching `where` (alias t)."""
+    """INSERT … SELECT of the task rollup rows of the tasks matching `where` (alias t): all tasks,
+    and the timed ones that are user turns (TURN_SQL)."""
     return f"""
         INSERT INTO analysis_task_rollup (project_id, hour, release, environment, name, tasks, errors,
-                                          sum_ms, max_ms, first_at, last_at, bins, counts)
+                                          sum_ms, max_ms, first_at, last_at, bins, counts,
+                                          turns, turn_sum_ms, turn_max_ms, turn_bins, turn_counts)
         SELECT project_id, hour, release, environment, name, sum(n), sum(e), sum(s), max(mx),
                min(lo), max(hi),
                coalesce(array_agg(b ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}'),
-               coalesce(array_agg(n ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}')
+               coalesce(array_agg(n ORDER BY b) FILTER (WHERE b IS NOT NULL), '{{}}'),
+               sum(tn), sum(ts), max(tmx),
+               coalesce(array_agg(b ORDER BY b) FILTER (WHERE b IS NOT NULL AND tn > 0), '{{}}'),
+               coalesce(array_agg(tn ORDER BY b) FILTER (WHERE b IS NOT NULL AND tn > 0), '{{}}')
         FROM (SELECT t.project_id, date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour,
                      t.release, t.environment, t.name, {bin_sql('t.duration_ms')} AS b, count(*) AS n,
                      count(*) FILTER (WHERE t.status {FAILED_SQL}) AS e,
                      coalesce(sum(t.duration_ms), 0) AS s, max(t.duration_ms) AS mx,
-                     min(t.started_at) AS lo, max(t.started_at) AS hi
+                     min(t.started_at) AS lo, max(t.started_at) AS hi,
+                     count(t.duration_ms) FILTER (WHERE {TURN_SQL}) AS tn,
+                     coalesce(sum(t.duration_ms) FILTER (WHERE {TURN_SQL}), 0) AS ts,
+                     max(t.duration_ms) FILTER (WHERE {TURN_SQL}) AS tmx
               FROM ingest_task t WHERE {where}
               GROUP BY 1, 2, 3, 4, 5, 6) g
         GROUP BY 1, 2, 3, 4, 5"""
@@ -306,7 +320,7 @@ def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
 
 
 def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,
-              histograms: Sequence[str] = ("",)) -> str:
+              histograms: Sequence[str] = ("",), maxima: Sequence[str] = ("max_ms",)) -> str:
     """INSERT … SELECT of the daily rows of `table` from its hourly rows in a day range
     (params: project, from, to, those of a clause put in place of /*filter*/, project): totals
     summed; each histogram (column prefix in `histograms`) merged bucket by bucket within its
@@ -316,10 +330,10 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
     d = ", ".join(dims)
     # h: the hourly rows of the range, narrowed to what the merge reads, the day computed once and
     # the text keys in byte order.
-    narrow = ", ".join([f"{x} {_C} AS {x}" for x in dims] + list(sums) + ["max_ms"]
+    narrow = ", ".join([f"{x} {_C} AS {x}" for x in dims] + list(sums) + list(maxima)
                        + (["first_at", "last_at", "analysed", "budget_ms"] if task else [])
                        + [f"{h}bins, {h}counts" for h in histograms])
-    totals = [f"sum({x}) AS {x}" for x in sums] + ["max(max_ms) AS max_ms"]
+    totals = [f"sum({x}) AS {x}" for x in sums] + [f"max({x}) AS {x}" for x in maxima]
     totals += (["min(first_at) AS first_at", "max(last_at) AS last_at", "sum(analysed) AS analysed",
                 "jsonb_agg(budget_ms) AS budgets"] if task else [])
     totals += [f"{ARRAY_CAT_AGG}({h}bins) AS {h}b, {ARRAY_CAT_AGG}({h}counts) AS {h}n" for h in histograms]
@@ -332,9 +346,9 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
         CROSS JOIN LATERAL (SELECT jsonb_object_agg(key, total) AS budget
                             FROM (SELECT e.key, sum(e.value::float8) AS total
                                   FROM jsonb_array_elements(g.budgets) j, jsonb_each_text(j) e GROUP BY 1) x) k"""
-    columns = [d, ", ".join(sums), "max_ms"] + (["first_at, last_at, analysed, budget_ms"] if task else [])
+    columns = [d, ", ".join(sums), ", ".join(maxima)] + (["first_at, last_at, analysed, budget_ms"] if task else [])
     columns += [f"{h}bins, {h}counts" for h in histograms]
-    values = [", ".join(f"g.{x}" for x in (*dims, *sums)), "g.max_ms"]
+    values = [", ".join(f"g.{x}" for x in (*dims, *sums, *maxima))]
     values += (["g.first_at, g.last_at, g.analysed, coalesce(k.budget, '{}'::jsonb)"] if task else [])
     values += [f"coalesce(m{i}.bins, '{{}}'), coalesce(m{i}.counts, '{{}}')" for i in range(len(histograms))]
     return f"""
@@ -346,7 +360,8 @@ def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: boo
         FROM (SELECT day, {d}, {", ".join(totals)} FROM h GROUP BY day, {d}) g{merges}"""
 
 
-TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms"), task=True)
+TASK_DAYS_SQL = _days_sql("analysis_task_rollup", TASK_DIMENSIONS, ("tasks", "errors", "sum_ms", "turns", "turn_sum_ms"),
+                          task=True, histograms=("", "turn_"), maxima=("max_ms", "turn_max_ms"))
 STEP_DAYS_SQL = _days_sql("analysis_step_rollup", STEP_DIMENSIONS, ("steps", "errors", "sum_ms"), task=False,
                            histograms=tuple(STEP_HISTOGRAMS))
 GROUP_DAYS_SQL = _days_sql("analysis_group_rollup", GROUP_DIMENSIONS, GROUP_SUMS, task=False)

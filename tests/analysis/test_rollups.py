@@ -191,6 +191,33 @@ def test_a_day_row_is_the_merge_of_its_hours(project):
     assert hours[0] == days[0] == days[2] > 0 and hours[1] == days[1]
 
 
+def test_the_time_per_turn_from_rollups_is_the_raw_turns_binned_over_any_range(project):
+    """The task rollups keep the turns' (tasks with a session) own histogram: whole hours and days
+    read from it, the edges from raw rows, the same buckets as binning every turn."""
+    from analysis.dashboard.sessions import _binned, _turns
+
+    tasks = fill(project, n=1800, hours=54)
+    sessions = [t for i, t in enumerate(tasks) if i % 3]
+    for i, t in enumerate(sessions):
+        t.session_id = f"s{i % 40}"
+    Task.objects.bulk_update(sessions, ["session_id"])
+    Task.objects.filter(pk=sessions[5].pk).update(duration_ms=None)  # a turn still running: not timed
+    rollups.rollups_refresh()
+    with connection.cursor() as cur:
+        cur.execute("SELECT sum(turns) FROM analysis_task_rollup_day")
+        assert cur.fetchone()[0] > 0  # whole days are read from the daily rows
+    for filters in (TaskFilters(), TaskFilters(release="v2"),
+                    TaskFilters(since=BASE + timedelta(hours=3, minutes=17), until=BASE + timedelta(hours=49, minutes=5)),
+                    TaskFilters(q="checkout")):  # a filter the rollups have no dimension for: raw rows
+        summary = rollups.turn_summary(project=project, filters=filters)
+        raw = _binned(_turns(project=project, filters=filters))[""]
+        assert summary.count == summary.timed == raw.timed > 0, filters
+        assert list(np.nonzero(summary.bins)[0]) == list(np.nonzero(raw.bins)[0]), filters
+        assert (summary.bins == raw.bins).all() and summary.max_ms == raw.max_ms, filters
+        assert summary.sum_ms == pytest.approx(raw.sum_ms), filters
+    assert rollups.turn_summary(project=project, filters=TaskFilters()).timed == len(sessions) - 1
+
+
 def test_a_resent_batch_does_not_count_twice(project):
     fill(project, n=100)
     rollups.rollups_refresh()
