@@ -270,7 +270,12 @@ def _column_match(column: str, value: str) -> Q | None:
         slack = max(abs(ms), 1.0) * 1e-9  # seconds × 1000 in floating point
         return Q(ttft_ms__gte=ms - slack, ttft_ms__lte=ms + slack)
     if column == "streamed":
-        return Q(streamed=value == "true") if value in ("true", "false") else None
+        # IS TRUE / IS FALSE, the predicates of the flag's two partial indexes (ingest 0017): Postgres
+        # estimates `NOT streamed` as every step without a true flag, the steps with none (every
+        # non-model step) included, and would probe every task's steps instead (6 s at 10M steps).
+        if value not in ("true", "false"):
+            return None
+        return Q(RawSQL(f"streamed IS {value.upper()}", [], output_field=BooleanField()))
     return Q(**{column: value}) if value else None
 
 

@@ -415,6 +415,11 @@ def _comparison_queries(project) -> dict[str, Callable[[], object]]:
             attr="gen_ai.usage.input_tokens:1234"),
         "search: a rare token count (attr=gen_ai.usage.output_tokens:40, the big task)": search(
             attr="gen_ai.usage.output_tokens:40"),
+        "search: a TTFT no step has (attr=gen_ai.response.time_to_first_chunk:0.1234)": search(
+            attr="gen_ai.response.time_to_first_chunk:0.1234"),
+        "search: a cached-token count (attr=gen_ai.usage.cache_read.input_tokens:7)": search(
+            attr="gen_ai.usage.cache_read.input_tokens:7"),
+        "search: the stream flag (attr=gen_ai.request.stream:false)": search(attr="gen_ai.request.stream:false"),
         "search: a tool no step calls (tool=refund_policy)": search(tool="refund_policy"),
         "search: a tool pattern (tool=*inventory*)": search(tool="*inventory*"),
         "search: the list's count (tool=search_inventory, up to 10,000)": lambda: selectors.task_count(

@@ -204,7 +204,8 @@ def test_attributes_the_otlp_mapper_read_are_still_found_as_sent(project, other_
         ("aaa19b7ec3c1b171", "aaa19b7ec3c1b170", "chat", {
             "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
             "gen_ai.provider.name": "openai", "gen_ai.usage.input_tokens": 812, "gen_ai.usage.output_tokens": 40,
-            "gen_ai.request.stream": True}),
+            "gen_ai.request.stream": True, "gen_ai.response.time_to_first_chunk": 0.04,
+            "gen_ai.usage.cache_read.input_tokens": 300}),
         ("aaa19b7ec3c1b172", "aaa19b7ec3c1b170", "execute_tool refund_policy", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund_policy",
             "gen_ai.tool.call.id": "call_7Qx"}),
@@ -215,8 +216,13 @@ def test_attributes_the_otlp_mapper_read_are_still_found_as_sent(project, other_
     trace = ["5b8efff798038103d269b633813fc60c"]
     for attr in ("gen_ai.tool.name:refund_policy", "gen_ai.request.model:gpt-4o-mini", "gen_ai.operation.name:chat",
                  "gen_ai.agent.name:support", "gen_ai.provider.name:openai", "gen_ai.usage.input_tokens:812",
-                 "gen_ai.tool.call.id:call_7Qx", "gen_ai.request.stream:true"):
+                 "gen_ai.tool.call.id:call_7Qx", "gen_ai.request.stream:true",
+                 "gen_ai.response.time_to_first_chunk:0.04", "gen_ai.usage.cache_read.input_tokens:300"):
         assert found(project, attr=attr) == trace, attr
+    # No step says false (the tool call carries no flag at all), and no other TTFT or count is this one.
+    for attr in ("gen_ai.request.stream:false", "gen_ai.response.time_to_first_chunk:0.041",
+                 "gen_ai.usage.cache_read.input_tokens:301"):
+        assert found(project, attr=attr) == [], attr
     assert found(project, attr="gen_ai.tool.name:refund") == []           # exact, as before
     assert found(project, attr="gen_ai.usage.input_tokens:813") == []
     assert found(project, attr="gen_ai.tool.name:refund_policy", step_kind="llm") == []
