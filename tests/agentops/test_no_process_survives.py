@@ -123,10 +123,13 @@ def tiny_soak(out: Path, *, duration: int = 4) -> list[str]:
 
 
 def start(args: list[str], data: Path, log: Path, **env: str) -> subprocess.Popen:
-    """`args` as a terminal runs it: a process group of its own, the output in `log`."""
+    """`args` as a terminal runs it: a process group of its own, the output in `log`, and Ctrl-C
+    heard (a suite started in the background, `make faults &`, hands its children SIGINT ignored,
+    and Python then never raises KeyboardInterrupt: the Ctrl-C tests would test nothing)."""
     with open(log, "w") as fh:
         return subprocess.Popen(args, cwd=ROOT, env=embedded_env(data, **env), stdout=fh, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_process(folder: Path, proc: subprocess.Popen, *words: str, timeout: float = 120) -> None:
