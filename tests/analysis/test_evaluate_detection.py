@@ -303,3 +303,17 @@ def test_a_detector_that_raises_is_reported_not_scored_as_silence(db, tmp_path, 
     call_command("evaluate_detection", "--corpus", str(_repeat_corpus(tmp_path, (2, 3))), stdout=out, stderr=err)
     assert "3 detector failures (analysis.detector_failed) on 3 tasks" in err.getvalue(), err.getvalue()
     assert "kind=repeated_tool_call" in err.getvalue()
+
+
+def test_the_workers_routine_lines_do_not_bury_the_tables(db, tmp_path, caplog):
+    """Each analysed batch and baseline refresh logs a line at INFO: hundreds between the tables of
+    a run. The command keeps them out unless asked (-v 2), and leaves the level as it found it."""
+    import logging
+
+    corpus = str(_repeat_corpus(tmp_path, (2, 3)))
+    caplog.set_level(logging.INFO, logger="agentops.analysis")
+    call_command("evaluate_detection", "--corpus", corpus, stdout=StringIO())
+    assert not [r for r in caplog.records if r.name == "agentops.analysis" and r.levelno < logging.WARNING]
+    assert logging.getLogger("agentops.analysis").level == logging.INFO
+    call_command("evaluate_detection", "--corpus", corpus, stdout=StringIO(), verbosity=2)
+    assert any(r.getMessage().startswith("analysis.batch_done") for r in caplog.records)

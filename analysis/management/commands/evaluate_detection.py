@@ -107,7 +107,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         failures = _DetectorFailures()
-        logging.getLogger("agentops.analysis").addHandler(failures)
+        analysis_log = logging.getLogger("agentops.analysis")
+        analysis_log.addHandler(failures)
+        level = analysis_log.level
+        if o.get("verbosity", 1) < 2:
+            # The workers' routine lines (a batch analysed, baselines refreshed: hundreds in a run)
+            # would bury the tables; warnings and errors, a failing detector's among them, still show.
+            analysis_log.setLevel(max(logging.WARNING, analysis_log.getEffectiveLevel()))
         try:
             self.results = self._run(**o)  # the scores, for callers in this process (call_command)
             if failures.count:
@@ -117,7 +123,8 @@ class Command(BaseCommand):
                                   f"(analysis.detector_failed) on {len(failures.tasks)} tasks, first: "
                                   f"{failures.first}: those tasks lost that detector's findings")
         finally:
-            logging.getLogger("agentops.analysis").removeHandler(failures)
+            analysis_log.removeHandler(failures)
+            analysis_log.setLevel(level)
             if getattr(self, "_called_from_command_line", False):
                 # The embedded services that loading the settings started for this command stop
                 # with it (ones already running stay). Only as `manage.py evaluate_detection`:
