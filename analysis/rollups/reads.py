@@ -100,6 +100,11 @@ def _collect(out: dict, totals: Iterable[tuple], bins: Iterable[tuple]) -> None:
             out[(bucket, group)].bins[index] += n
 
 
+def _task_dimensions(filters: TaskFilters) -> dict[str, str]:
+    """The filters' value of each task rollup dimension ("" where the filter is not set)."""
+    return {d: getattr(filters, d) for d in TASK_DIMENSIONS}
+
+
 def edge(lo: datetime | None, hi: datetime | None) -> Q:
     """Tasks outside the rolled-up hours: the fresh tail and the partial first hour (every task
     when nothing is rolled up for these filters: `hi` None)."""
@@ -135,7 +140,7 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
         return None
     lo, hi = span or (None, None)
     group_sql = f"r.{group}" if group in TASK_DIMENSIONS else "''"
-    equal = {"release": filters.release, "environment": filters.environment, "name": filters.name}
+    equal = _task_dimensions(filters)
     out: dict[tuple, Summary] = defaultdict(Summary)
     join, join_params = "", []
     if slices is not None:
@@ -181,7 +186,7 @@ def turn_summary(*, project: Project, filters: TaskFilters) -> Summary:
     no errors or time bounds of turns: those stay empty)."""
     span = covered_hours(filters=filters, allowed=TASK_FILTERS)
     lo, hi = span or (None, None)
-    equal = {"release": filters.release, "environment": filters.environment, "name": filters.name}
+    equal = _task_dimensions(filters)
     out: dict[tuple, Summary] = defaultdict(Summary)
     for suffix, seg_lo, seg_hi in sources(lo, hi, days=True) if hi is not None else ():
         where, params = rollup_where(project=project, lo=seg_lo, hi=seg_hi, equal=equal, extra="r.turns > 0")
@@ -289,8 +294,7 @@ def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[in
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for suffix, seg_lo, seg_hi in sources(lo, hi, days=True):
         where, params = rollup_where(project=project, lo=seg_lo, hi=seg_hi,
-                                      equal={"release": filters.release, "environment": filters.environment,
-                                             "name": filters.name})
+                                      equal=_task_dimensions(filters))
         for release, n in _fetch(f"SELECT r.release, sum(r.analysed) FROM analysis_task_rollup{suffix} r"
                                  f" WHERE {where} GROUP BY 1", params):
             counts[release] += int(n)
