@@ -90,11 +90,11 @@ def main() -> None:
         state = context.storage_state()
         if any("{slow_task}" in p for p in pages):
             page.goto(f"{args.url}/tasks?sort=-duration_ms", wait_until="load")  # the slowest first
-            slow = page.evaluate("""() => [...document.querySelectorAll('a[href]')].map(a => a.pathname)
+            slowest_task = page.evaluate("""() => [...document.querySelectorAll('a[href]')].map(a => a.pathname)
                 .find(p => /^\\/tasks\\/[^/]+$/.test(p))""")
-            if not slow:
+            if not slowest_task:
                 raise SystemExit("--pages {slow_task}: the task list links no task")
-            pages = [p.replace("{slow_task}", slow.split("/tasks/", 1)[1]) for p in pages]
+            pages = [p.replace("{slow_task}", slowest_task.split("/tasks/", 1)[1]) for p in pages]
         for i in range(args.loads):
             path = pages[i % len(pages)]
             if args.fresh:

@@ -212,7 +212,6 @@ def test_the_time_per_turn_from_rollups_is_the_raw_turns_binned_over_any_range(p
         summary = rollups.turn_summary(project=project, filters=filters)
         raw = _binned(_turns(project=project, filters=filters))[""]
         assert summary.count == summary.timed == raw.timed > 0, filters
-        assert list(np.nonzero(summary.bins)[0]) == list(np.nonzero(raw.bins)[0]), filters
         assert (summary.bins == raw.bins).all() and summary.max_ms == raw.max_ms, filters
         assert summary.sum_ms == pytest.approx(raw.sum_ms), filters
     assert rollups.turn_summary(project=project, filters=TaskFilters()).timed == len(sessions) - 1
