@@ -66,13 +66,17 @@ def exact(sql: str, params) -> list[float]:
 
 def rollup_rows() -> list[tuple]:
     with connection.cursor() as cur:
-        cur.execute("SELECT project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
-                    " max_ms, bins, counts FROM analysis_task_rollup ORDER BY 1, 2, 3, 4, 5")
+        # Sums of floats to the µs: their last bits depend on the order Postgres adds the rows in.
+        task_columns = ("project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
+                        " max_ms, bins, counts, turns, round(turn_sum_ms::numeric, 3), turn_max_ms, turn_bins,"
+                        " turn_counts")
+        cur.execute(f"SELECT {task_columns} FROM analysis_task_rollup ORDER BY 1, 2, 3, 4, 5")
         tasks = cur.fetchall()
-        cur.execute("SELECT * FROM analysis_step_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
+        cur.execute("SELECT project_id, hour, release, environment, kind, name, tool_name, model, device, steps,"
+                    " errors, round(sum_ms::numeric, 3), max_ms, bins, counts, ttft_bins, ttft_counts, tpot_bins,"
+                    " tpot_counts FROM analysis_step_rollup ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
         steps = cur.fetchall()
-        cur.execute("SELECT project_id, hour, release, environment, name, tasks, errors, round(sum_ms::numeric, 3),"
-                    " max_ms, bins, counts FROM analysis_task_rollup_day ORDER BY 1, 2, 3, 4, 5")
+        cur.execute(f"SELECT {task_columns} FROM analysis_task_rollup_day ORDER BY 1, 2, 3, 4, 5")
         days = cur.fetchall()
         cur.execute("SELECT project_id, hour, release, kind, name, model, device, steps, bins, counts, ttft_bins,"
                     " ttft_counts, tpot_bins, tpot_counts FROM analysis_step_rollup_day ORDER BY 1, 2, 3, 4, 5, 6, 7")
