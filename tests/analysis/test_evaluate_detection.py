@@ -317,3 +317,26 @@ def test_the_workers_routine_lines_do_not_bury_the_tables(db, tmp_path, caplog):
     assert logging.getLogger("agentops.analysis").level == logging.INFO
     call_command("evaluate_detection", "--corpus", corpus, stdout=StringIO(), verbosity=2)
     assert any(r.getMessage().startswith("analysis.batch_done") for r in caplog.records)
+
+
+def test_a_corpus_with_metrics_payloads_gets_its_device_samples(db, tmp_path):
+    """Device telemetry may come as the OTLP metrics payloads exporters send (metrics-*.pb, here a
+    dcgm-exporter GPU and a vLLM server through a Prometheus receiver): posted to /v1/metrics, they
+    become the corpus project's resource samples before its tasks are analysed."""
+    from ingest.models import ResourceSample
+    from tests.ingest.fixtures.otlp import gauge_request
+
+    corpus = _repeat_corpus(tmp_path, (2, 3))
+    gpu = {"gpu": "0", "UUID": "GPU-5d1e", "Hostname": "vllm-a", "modelName": "NVIDIA H100 80GB HBM3"}
+    dcgm = gauge_request([("DCGM_FI_DEV_SM_CLOCK", gpu, 1110.0), ("DCGM_FI_DEV_MAX_SM_CLOCK", gpu, 1980.0),
+                          ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu, 96.0)],
+                         resource={"service.name": "dcgm-exporter", "service.instance.id": "vllm-a:9400"})
+    vllm = gauge_request([("vllm:num_requests_waiting", {"model_name": "llama"}, 37.0)],
+                         resource={"service.name": "vllm", "service.instance.id": "vllm-a:8000"}, ts_ms=500)
+    (corpus / "metrics-000.pb").write_bytes(dcgm.SerializeToString())
+    (corpus / "metrics-001.pb").write_bytes(vllm.SerializeToString())
+    call_command("evaluate_detection", "--corpus", str(corpus), stdout=StringIO())
+    samples = {s.device: s for s in ResourceSample.objects.filter(project__name="corpus-corpus-x")}
+    assert set(samples) == {"GPU-5d1e", "vllm-a:8000"}
+    assert (samples["GPU-5d1e"].sm_clock_mhz, samples["GPU-5d1e"].clock_reasons) == (1110.0, 96.0)
+    assert samples["vllm-a:8000"].queue_depth == 37.0

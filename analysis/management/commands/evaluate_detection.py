@@ -9,8 +9,9 @@ Sources of ground truth:
   `--min-positives` labels of every kind), stores it in-process into `sim-<seed>` (emptied
   first), replays it in time order and scores it;
 - `--corpus DIR`: a labelled corpus written outside the project (../shared/eval/ format:
-  traces-*.pb, device-samples.json, labels.jsonl), posted through the product's own
-  `/v1/traces` and `/api/v1/ingest` views into `corpus-<dir>` (emptied first), scored twice:
+  traces-*.pb, device-samples.json, labels.jsonl; device telemetry may come instead as OTLP
+  metrics payloads, metrics-*.pb), posted through the product's own `/v1/traces`,
+  `/v1/metrics` and `/api/v1/ingest` views into `corpus-<dir>` (emptied first), scored twice:
   per task, as the corpus's README states its bar, then matched by steps;
 - `--recorded DIR`: traces recorded from real agent frameworks (tests/fixtures/agents/), each
   family replayed through the OTLP ingest path into `recorded-<family>` (emptied first);
@@ -37,6 +38,9 @@ from types import SimpleNamespace
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Max
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from analysis.dashboard.selectors import finding_queryset
@@ -304,7 +308,8 @@ def _floor(moment: datetime, period: timedelta) -> datetime:
 
 
 def corpus_replay(directory: Path, *, log=print, refresh_minutes: float = REFRESH_MINUTES) -> tuple[Project, int]:
-    """POST the corpus through the ingest views (the same code as over HTTP, in this process),
+    """POST the corpus through the ingest views (the same code as over HTTP, in this process):
+    device-samples.json to /api/v1/ingest, metrics-*.pb to /v1/metrics, traces-*.pb to /v1/traces;
     then analyse every task in the order the tasks ended (`replay_in_time_order`)."""
     from django.conf import settings
     from django.test import Client
@@ -326,6 +331,15 @@ def corpus_replay(directory: Path, *, log=print, refresh_minutes: float = REFRES
                             content_type="application/json")
             if r.status_code != 200 or r.json()["rejected"]:
                 raise CommandError(f"--corpus {samples.name}: {r.status_code} {r.content[:300]!r}")
+    for path in sorted(directory.glob("metrics-*.pb")):
+        # Device telemetry as exporters send it (dcgm-exporter, vLLM through a Prometheus receiver).
+        r = client.post("/v1/metrics", path.read_bytes(), content_type="application/x-protobuf")
+        if r.status_code != 200:
+            raise CommandError(f"--corpus {path.name}: /v1/metrics answered {r.status_code} {r.content[:300]!r}")
+        reply = ExportMetricsServiceResponse.FromString(r.content)
+        if reply.partial_success.rejected_data_points:
+            log(f"{path.name}: {reply.partial_success.rejected_data_points} data points refused: "
+                f"{reply.partial_success.error_message[:300]}")
     for path in sorted(directory.glob("traces-*.pb")):
         r = client.post("/v1/traces", path.read_bytes(), content_type="application/x-protobuf")
         if r.status_code != 200:
