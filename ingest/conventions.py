@@ -758,6 +758,11 @@ def host_of_server(key: str) -> str:
     return short_host(address if address and port.isdigit() else key)
 
 
+# The OpenTelemetry SDKs give every process a random `service.instance.id` (a UUID) when none
+# is configured: an identity of the process, never the address of a server.
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
 def server_key(point: dict, resource: dict) -> str:
     """The inference server a series (or span) belongs to: `server.address[:server.port]`, else the
     Prometheus `instance` label the Collector puts in `service.instance.id`, else `host.name`."""
@@ -767,7 +772,7 @@ def server_key(point: dict, resource: dict) -> str:
         return (f"{address}:{port}" if port else address).lower()
     for key in ("instance", "service.instance.id", "host.name"):
         value = _attr(point, resource, key)
-        if value:
+        if value and not (key == "service.instance.id" and _UUID.fullmatch(value)):
             return value.lower()
     return ""
 

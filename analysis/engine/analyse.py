@@ -28,6 +28,7 @@ from analysis.engine.detectors.base import (
     StepData,
     TaskContext,
     all_detectors,
+    transports,
     union_length,
 )
 from analysis.engine.verdicts import step_verdicts
@@ -46,13 +47,16 @@ def _ms(dt) -> float:
 
 
 def baseline_keys(steps: list[StepData]) -> tuple[set[tuple[str, str]], set[str]]:
-    """The (kind, key) baselines and the devices whose normals a task's analysis needs."""
-    return {(s.kind, s.key) for s in steps if s.kind != "agent"}, {s.device for s in steps if s.device}
+    """The (kind, key) baselines and the devices whose normals a task's analysis needs: the steps'
+    own, and the servers that model calls naming none reached (`transports`)."""
+    devices = {s.device for s in steps if s.device} | {t.device for t in transports(steps).values() if t.device}
+    return {(s.kind, s.key) for s in steps if s.kind != "agent"}, devices
 
 
 def sample_window(steps: list[StepData]) -> tuple[datetime, datetime] | None:
     """The telemetry read around a task: its device steps' span plus SAMPLE_MARGIN each side."""
-    device_steps = [s for s in steps if s.device]
+    reached = transports(steps)
+    device_steps = [s for s in steps if s.device or (s.step_id in reached and reached[s.step_id].device)]
     if not device_steps:
         return None
     first = min(s.start_ms for s in device_steps)

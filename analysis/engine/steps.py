@@ -15,12 +15,18 @@ from psycopg.rows import dict_row, tuple_row
 
 from analysis.engine.detectors.base import StepData
 
+# An HTTP client span's server (StepData.peer): server.address[:server.port], else the
+# authority of url.full / http.url (the older semantic conventions), without any user info.
+_PEER = """CASE WHEN kind = 'other' AND attributes ?| array['server.address', 'url.full', 'http.url'] THEN lower(coalesce(
+    nullif(attributes->>'server.address', '') || coalesce(':' || nullif(attributes->>'server.port', ''), ''),
+    substring(coalesce(attributes->>'url.full', attributes->>'http.url') FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)'),
+    '')) ELSE '' END"""
 # Every StepData field from the ingest_step column of its name, but the times (epoch µs here, ms
 # in StepData), the arguments (JSON text, decoded by json.loads) and the server span's timings
 # (an attribute).
 _SELECT = {"start_ms": "(extract(epoch FROM started_at) * 1000000)::int8",
            "end_ms": "(extract(epoch FROM ended_at) * 1000000)::int8", "tool_args": "tool_args::text",
-           "serving": "attributes->'agentops.serving'"}
+           "serving": "attributes->'agentops.serving'", "peer": _PEER}
 _COLUMNS = ", ".join(f"{_SELECT.get(f.name, f.name)} AS {f.name}" for f in fields(StepData))
 _SQL = f"""SELECT task_id AS task_pk, {_COLUMNS}
 FROM ingest_step WHERE task_id = ANY(%s) AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))

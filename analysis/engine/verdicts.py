@@ -199,22 +199,22 @@ def _worse(metric: str, a: dict, b: dict) -> bool:
 
 
 def serving_of(ctx: TaskContext, step: StepData) -> dict | None:
-    """The server's timings of a call: its own (a server span standing alone) or its child
-    server span's (vLLM `llm_request` under the client's chat span)."""
+    """The server's timings of a call: its own (a server span standing alone) or those of its
+    server span below it (vLLM `llm_request` under the client's chat span, directly or under the
+    HTTP client span between them: `TaskContext.transport`)."""
     if step.serving:
         return step.serving
-    for other in ctx.steps:
-        if other.serving and other.parent_step_id == step.step_id:
-            return other.serving
-    return None
+    below = ctx.transport(step)
+    return below.server_span.serving if below is not None and below.server_span is not None else None
 
 
 def served_by(ctx: TaskContext, step: StepData) -> tuple[str, ...]:
-    """The devices whose telemetry describes a call: its device (or its server span's), and
-    those related to it (`TaskContext.related`)."""
+    """The devices whose telemetry describes a call: its device (else the server its request
+    reached: `TaskContext.transport`), and those related to it (`TaskContext.related`)."""
     device = step.device
     if not device:
-        device = next((o.device for o in ctx.steps if o.serving and o.parent_step_id == step.step_id and o.device), "")
+        below = ctx.transport(step)
+        device = below.device if below is not None else ""
     if not device:
         return ()
     return (device, *ctx.related.get(device, ()))

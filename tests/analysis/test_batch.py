@@ -76,15 +76,26 @@ def test_every_step_field_is_loaded_from_its_own_column(project):
                    tool_result="{\"id\": 7}", tool_call_id="call-a", status="error", error="boom"),
         StepRecord("b", "t1", at(1), at(3), kind="llm", name="chat", parent_step_id="a", depends_on=["a"],
                    model="m-1", device="gpu-1", input_tokens=11, output_tokens=22, ttft_ms=33.5,
-                   tool_call_ids=["call-a", "call-b"], attributes={"agentops.serving": {"queue_ms": 5.0}})]))
+                   tool_call_ids=["call-a", "call-b"], attributes={"agentops.serving": {"queue_ms": 5.0}}),
+        # HTTP client spans below a model call: the server each dialed (StepData.peer), as the newer
+        # conventions name it, as the older URL attribute carries it (no user info, lower case), or none.
+        StepRecord("c", "t1", at(1), at(3), kind="other", name="POST", parent_step_id="b",
+                   attributes={"http.request.method": "POST", "server.address": "vllm-1", "server.port": 8000,
+                               "url.full": "http://elsewhere:1/v1"}),
+        StepRecord("d", "t1", at(1), at(3), kind="other", name="POST", parent_step_id="b",
+                   attributes={"http.method": "POST", "http.url": "https://user:pw@VLLM-2.internal:8443/v1/chat?x=1"}),
+        StepRecord("e", "t1", at(1), at(3), kind="other", name="POST", parent_step_id="b",
+                   attributes={"http.method": "POST"})]))
     task = Task.objects.get(project=project, task_id="t1")
     loaded = {s.step_id: s for s in batch.contexts_load([task.pk])[task.pk].steps}
+    assert {sid: s.peer for sid, s in loaded.items()} == {"a": "", "b": "", "c": "vllm-1:8000",
+                                                          "d": "vllm-2.internal:8443", "e": ""}
     for row in Step.objects.filter(task=task):
         step = loaded[row.step_id]
         assert (step.start_ms, step.end_ms) == (row.started_at.timestamp() * 1000, row.ended_at.timestamp() * 1000)
         assert step.serving == row.attributes.get("agentops.serving")  # an attribute, not a column
         for f in fields(StepData):
-            if f.name not in ("start_ms", "end_ms", "serving"):
+            if f.name not in ("start_ms", "end_ms", "serving", "peer"):
                 stored = getattr(row, f.name)
                 assert getattr(step, f.name) == (tuple(stored) if isinstance(stored, list) else stored), f.name
 

@@ -221,3 +221,13 @@ def test_smolagents_wrapped_tool_arguments_are_unwrapped():
     facts = conventions.span_facts({"openinference.span.kind": "TOOL", "tool.name": "get_weather",
                                      "input.value": wrapped})
     assert facts.tool_args == {"city": "Paris"}
+
+
+def test_an_sdk_generated_instance_id_names_no_server():
+    # The OpenTelemetry SDKs give a process a random service.instance.id when none is set (vLLM's
+    # own tracer does): that is the process, not an address the server's metrics or clients share.
+    # The Collector's Prometheus receiver puts the scrape target (host:port) there, which is one.
+    vllm = {"service.name": "vllm", "service.instance.id": "4da766f8-f6d5-4895-bfcd-8f4f2436b253"}
+    assert conventions.server_key({}, vllm) == ""
+    assert conventions.server_key({}, {**vllm, "host.name": "gpu-node-3"}) == "gpu-node-3"
+    assert conventions.server_key({}, {"service.instance.id": "VLLM-1:8000"}) == "vllm-1:8000"

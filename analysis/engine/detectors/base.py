@@ -90,6 +90,9 @@ class StepData:
     # An inference server's request span (vLLM `llm_request`): its timings in ms (queue_ms,
     # ttft_ms, prefill_ms, decode_ms, inference_ms, e2e_ms), read as its parent call's.
     serving: dict | None = None
+    # An HTTP client span's server: `server.address[:server.port]`, else the host[:port] of its
+    # URL (lower case; "" for other steps). Under an LLM call it names the server that answered.
+    peer: str = ""
 
     @property
     def duration_ms(self) -> float:
@@ -160,6 +163,53 @@ class Sample:
     metrics: dict[str, float]
 
 
+# How many spans may sit between an LLM call and a span of its request (the HTTP client span an
+# instrumented HTTP library adds, a proxy's, the server's own): more is no longer the same request.
+TRANSPORT_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Transport:
+    """What lies below an LLM call on its way to the server: the server's own span of the request
+    (vLLM `llm_request`) and the server the call reached, as the HTTP client span dialed it (the
+    key the server's metrics carry), else as the server's span names itself."""
+
+    server_span: StepData | None
+    device: str
+    parts: tuple[str, ...]  # the step ids of those spans
+
+
+def transports(steps: list[StepData]) -> dict[str, Transport]:
+    """LLM step_id → its Transport, for the calls with request spans below them: chat → POST →
+    llm_request (an instrumented HTTP client), chat → llm_request, never a span below another
+    LLM call or deeper than TRANSPORT_DEPTH. Many instrumentations record no `server.address`
+    on the model call (openai-v2 on the openai 3 client), while the HTTP client span always
+    names the URL it dialed."""
+    by_id = {s.step_id: s for s in steps}
+    below: dict[str, list[tuple[int, StepData]]] = {}
+    for s in steps:
+        if s.kind != "other" or not (s.serving or s.peer):
+            continue
+        parent, depth = by_id.get(s.parent_step_id), 1
+        while parent is not None and parent.kind != "llm" and depth < TRANSPORT_DEPTH:
+            parent, depth = by_id.get(parent.parent_step_id), depth + 1
+        if parent is not None and parent.kind == "llm":
+            below.setdefault(parent.step_id, []).append((depth, s))
+    out = {}
+    for call, found in below.items():
+        found.sort(key=lambda pair: pair[0])
+        server = next((s for _, s in found if s.serving), None)
+        device = next((s.peer for _, s in found if s.peer), "") or (server.device if server is not None else "")
+        parts = {s.step_id for _, s in found}
+        for _, s in found:  # the spans between the call and each of them are its request's too
+            parent = by_id.get(s.parent_step_id)
+            while parent is not None and parent.step_id != call:
+                parts.add(parent.step_id)
+                parent = by_id.get(parent.parent_step_id)
+        out[call] = Transport(server, device, tuple(sorted(parts)))
+    return out
+
+
 @dataclass
 class TaskContext:
     task_id: str
@@ -184,6 +234,9 @@ class TaskContext:
     verdicts: dict[str, dict] = field(default_factory=dict)
     # canonical_args of the steps' arguments, computed once per task (see call_args).
     _call_args: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
+    # LLM step_id → what lies below it on the way to its server (`transports`), once per task.
+    _transports: dict[str, Transport] | None = field(default=None, repr=False, compare=False)
+    _parts: set[str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def duration_ms(self) -> float:
@@ -217,6 +270,24 @@ class TaskContext:
         count = own.count if own is not None else 0
         return None if count >= MIN_BASELINE_COUNT else count
 
+    def transport(self, step: StepData) -> Transport | None:
+        """What lies below an LLM call on its way to the server (`transports`), if anything."""
+        if self._transports is None:
+            self._transports = transports(self.steps)
+        return self._transports.get(step.step_id)
+
+    def is_transport(self, step: StepData) -> bool:
+        """A span of an LLM call's own request (its HTTP client span, the server's span): part of
+        that call, judged through it."""
+        if self._transports is None:
+            self._transports = transports(self.steps)
+        return step.step_id in self._transport_parts()
+
+    def _transport_parts(self) -> set[str]:
+        if self._parts is None:
+            self._parts = {sid for t in self._transports.values() for sid in t.parts}
+        return self._parts
+
     def call_args(self, step: StepData) -> str:
         """canonical_args(step.tool_args), once per step of the task: repeated_tool_call and
         parallelizable_calls both group calls by it."""
@@ -224,6 +295,8 @@ class TaskContext:
         if key not in self._call_args:
             self._call_args[key] = canonical_args(step.tool_args)
         return self._call_args[key]
+
+
 
 
 @dataclass(frozen=True, slots=True)

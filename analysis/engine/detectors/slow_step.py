@@ -60,9 +60,9 @@ def detect(ctx: TaskContext):
     for step in ctx.steps:
         if step.status != "ok" or step.kind in SKIPPED_KINDS:
             continue
-        if step.serving is not None and step.kind != "llm":
-            # An inference server's span of a call: the call is judged once, through the client's
-            # step, whose verdict reads these timings.
+        if step.kind != "llm" and (step.serving is not None or ctx.is_transport(step)):
+            # A span of a model call's own request (the server's span, the HTTP client span between):
+            # the call is judged once, through the client's step, whose verdict reads its timings.
             continue
         if step.kind == "llm":
             verdict = ctx.verdicts.get(step.step_id)

@@ -160,6 +160,25 @@ def test_a_vllm_queue_burst_is_queueing_from_the_server_span_and_the_waiting_gau
     assert not found["slow"] and not found["throttling"]  # the server span is no step of its own
 
 
+def test_the_server_span_under_an_instrumented_http_client_span_still_tells_the_queue():
+    # An instrumented HTTP library adds its CLIENT span between the chat span and vLLM's: chat →
+    # POST → llm_request. The server's timings are the call's all the same; the call is judged
+    # once, and a server span under another model call is never taken for this one's.
+    http = step("h", "other", 10.005, 12.995, name="POST", parent_step_id="c")
+    server_span = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="h",
+                       serving={"queue_ms": 1800.0, "prefill_ms": 90.0, "decode_ms": 700.0, "e2e_ms": 2300.0})
+    _, found = served(chat(), children=[http, server_span])
+    [finding] = found["queueing"]
+    assert "the server reports 1.8 s of 2.3 s in queue" in finding.summary
+    assert not found["slow"] and not found["throttling"]
+
+    other_call = step("d", "llm", 10.001, 12.999, model="m", parent_step_id="c")
+    under_other = step("s", "other", 10.01, 12.99, name="llm_request", parent_step_id="d",
+                       serving={"queue_ms": 1800.0, "prefill_ms": 90.0, "decode_ms": 700.0, "e2e_ms": 2300.0})
+    ctx, _ = served(chat(), children=[other_call, under_other])
+    assert ctx.transport(ctx.steps[0]) is None
+
+
 def test_preemptions_during_the_call_are_kv_cache_pressure():
     server = [Sample(T0 + t * 1000, {"queue_depth": 3 if 9 <= t <= 14 else 1, "batch_size": 8,
                                      "kv_cache_usage": 0.99 if 9 <= t <= 14 else 0.35,
