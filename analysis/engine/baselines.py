@@ -5,9 +5,9 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont (
   LLM steps get one baseline per (model, device) and one per model across devices (the
   fallback while a device has little history). Stored: count, median, MAD, p90, p99 of the
   duration, and for LLM steps median/MAD of TTFT, of time per output token and of input
-  tokens, MADs of the logs for the log-scale z, and — for LLM steps without TTFT — a
-  resistant line duration ≈ a + b × output tokens (b = median slope from the centre) with the
-  MAD of the log residuals (`stats`). Only successful steps count: a failure's duration is not "normal".
+  tokens, MADs of the logs for the log-scale z, and — for LLM steps without TTFT — Tukey's
+  resistant line duration ≈ a + b × output tokens (b through the medians of the lower and upper
+  thirds by tokens, a the median residual) with the MAD of the log residuals (`stats`). Only successful steps count: a failure's duration is not "normal".
 - Device normals (`kind="device"`, key = device): median/MAD of each telemetry metric and
   the median sampling interval.
 - The window is the WINDOW_DAYS before the key's newest step (not before "now"), so
@@ -75,16 +75,35 @@ WITH base AS (
            {percentile_cont_sql("input_tokens", 0.5)} AS i_med,
            {percentile_cont_sql("output_tokens", 0.5)} AS o_med
     FROM windowed GROUP BY kind, key, device
+), terciles AS (
+    -- LLM duration against output tokens, for steps without TTFT: Tukey's resistant line. The
+    -- slope joins the medians of the lower and upper thirds by output tokens, the intercept is
+    -- the median residual. (A line through the overall medians fails on the usual mix of short
+    -- tool-calling turns and long answers of one model: the medians of a two-cluster mixture are
+    -- no point of either cluster, and every short call read as 2x its usual.)
+    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 1 / 3)} AS x1,
+           {percentile_cont_sql("output_tokens", 2 / 3)} AS x2
+    FROM windowed WHERE kind = 'llm' AND output_tokens IS NOT NULL
+    GROUP BY kind, key, device
+), thirds AS (
+    SELECT w.kind, w.key, w.device,
+           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens <= t.x1) AS xl,
+           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens <= t.x1) AS yl,
+           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens >= t.x2) AS xr,
+           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens >= t.x2) AS yr
+    FROM windowed w JOIN terciles t USING (kind, key, device)
+    WHERE w.output_tokens IS NOT NULL
+    GROUP BY w.kind, w.key, w.device
 ), slope AS (
-    -- LLM duration against output tokens, for steps without TTFT: the median of the slopes
-    -- from the centre (d_med, o_med) to each step far enough from it (a resistant line).
-    SELECT w.kind, w.key, w.device, greatest({percentile_cont_sql("(w.duration_ms - m.d_med) / (w.output_tokens - m.o_med)", 0.5)}, 0) AS b
-    FROM windowed w JOIN med m USING (kind, key, device)
-    WHERE w.kind = 'llm' AND abs(w.output_tokens - m.o_med) >= greatest(0.25 * m.o_med, 1)
+    SELECT kind, key, device, greatest((yr - yl) / (xr - xl), 0) AS b FROM thirds WHERE xr > xl
+), intercept AS (
+    SELECT w.kind, w.key, w.device, {percentile_cont_sql("w.duration_ms - sl.b * w.output_tokens", 0.5)} AS a
+    FROM windowed w JOIN slope sl USING (kind, key, device)
+    WHERE w.output_tokens IS NOT NULL
     GROUP BY w.kind, w.key, w.device
 ), line AS (
-    SELECT m.*, sl.b AS l_b, m.d_med - sl.b * m.o_med AS l_a
-    FROM med m LEFT JOIN slope sl USING (kind, key, device)
+    SELECT m.*, sl.b AS l_b, i.a AS l_a
+    FROM med m LEFT JOIN slope sl USING (kind, key, device) LEFT JOIN intercept i USING (kind, key, device)
 ), mad AS (
     -- Grouped by the key alone and joined to the medians afterwards: grouping the joined rows
     -- by every median column sorted each step's row by fourteen keys.

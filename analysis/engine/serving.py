@@ -20,7 +20,8 @@ WHERE project_id = %(p)s AND host <> '' AND (host = ANY(%(hosts)s) OR host IN (S
 def related_devices(project_id: int, devices: set[str]) -> dict[str, tuple[str, ...]]:
     """device → the other devices whose samples describe the calls it served: a server's GPUs
     (same host); a GPU's servers; for a name with no port (a client that named only the host),
-    every server and GPU on that host."""
+    every server and GPU on that host; for a server key no series carries, the server on the same
+    short host and port (the client spelled the host otherwise: a full name, upper case)."""
     if not devices:
         return {}
     guessed = {d: host_of_server(d) for d in devices}
@@ -41,6 +42,12 @@ def related_devices(project_id: int, devices: set[str]) -> dict[str, tuple[str, 
         else:
             wanted = (ROLE_SERVER, ROLE_GPU)
         others = tuple(sorted(n for n, (h, r) in known.items() if h == host and r in wanted and n != device))
+        if device not in known and ":" in device:
+            # A server the client names by another spelling of its host than its metrics carry
+            # (vllm-a.prod.internal:8000 dialed, vllm-a:8000 scraped): the same host and port.
+            port = device.rpartition(":")[2]
+            others = tuple(sorted(n for n, (h, r) in known.items()
+                                  if h == host and r == ROLE_SERVER and n.rpartition(":")[2] == port)) + others
         if others:
             out[device] = others
     return out

@@ -195,3 +195,20 @@ def test_otel_hardware_gpu_status_memory_and_per_task_utilisation(send, project,
     assert sample.device == "gpu-0" and sample.utilization == 0.91  # the busiest task, not the last sent
     assert sample.extra == {"fb_used_mib": 68 * 1024, "fb_total_mib": 80 * 1024, "hw_status": 1.0}
     assert not Device.objects.filter(project=project, name="fan-1").exists()
+
+
+def test_a_server_the_client_names_by_its_full_host_name_finds_the_series_scraped_by_its_short_one(send, project,
+                                                                                                  ingest_key):
+    """The client dials vllm-a.prod.internal:8000 (its spans' server.address), Prometheus scrapes the
+    target vllm-a:8000: the same host and port, so the call reads that server's series and its GPUs',
+    never another port's on the host."""
+    from analysis.engine.serving import related_devices
+
+    for port, waiting in ((8000, 41), (8001, 0)):
+        request = gauge_request([("vllm:num_requests_waiting", {}, waiting)], resource={"service.instance.id": f"vllm-a:{port}"})
+        assert send(ingest_key, request.SerializeToString()).status_code == 200
+    gpu = gauge_request([("DCGM_FI_DEV_SM_CLOCK", {"gpu": "0", "UUID": "GPU-a0", "Hostname": "vllm-a"}, 900)])
+    assert send(ingest_key, gpu.SerializeToString()).status_code == 200
+    assert related_devices(project.pk, {"vllm-a.prod.internal:8000"}) == {
+        "vllm-a.prod.internal:8000": ("vllm-a:8000", "GPU-a0")}
+    assert related_devices(project.pk, {"vllm-a:8000"}) == {"vllm-a:8000": ("GPU-a0",)}
