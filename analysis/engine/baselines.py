@@ -5,9 +5,9 @@ normal telemetry, over a trailing window, computed in SQL with percentile_cont (
   LLM steps get one baseline per (model, device) and one per model across devices (the
   fallback while a device has little history). Stored: count, median, MAD, p90, p99 of the
   duration, and for LLM steps median/MAD of TTFT, of time per output token and of input
-  tokens, MADs of the logs for the log-scale z, and — for LLM steps without TTFT — Tukey's
-  resistant line duration ≈ a + b × output tokens (b through the medians of the lower and upper
-  thirds by tokens, a the median residual) with the MAD of the log residuals (`stats`). Only successful steps count: a failure's duration is not "normal".
+  tokens, MADs of the logs for the log-scale z, and — for LLM steps without TTFT — a resistant
+  line duration ≈ a + b × output tokens (b through the medians of the lower and upper thirds of
+  the tokens' range, a the median residual) with the MAD of the log residuals (`stats`). Only successful steps count: a failure's duration is not "normal".
 - Device normals (`kind="device"`, key = device): median/MAD of each telemetry metric and
   the median sampling interval.
 - The window is the WINDOW_DAYS before the key's newest step (not before "now"), so
@@ -75,23 +75,25 @@ WITH base AS (
            {percentile_cont_sql("input_tokens", 0.5)} AS i_med,
            {percentile_cont_sql("output_tokens", 0.5)} AS o_med
     FROM windowed GROUP BY kind, key, device
-), terciles AS (
-    -- LLM duration against output tokens, for steps without TTFT: Tukey's resistant line. The
-    -- slope joins the medians of the lower and upper thirds by output tokens, the intercept is
-    -- the median residual. (A line through the overall medians fails on the usual mix of short
-    -- tool-calling turns and long answers of one model: the medians of a two-cluster mixture are
-    -- no point of either cluster, and every short call read as 2x its usual.)
-    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 1 / 3)} AS x1,
-           {percentile_cont_sql("output_tokens", 2 / 3)} AS x2
+), spread AS (
+    -- LLM duration against output tokens, for steps without TTFT: a resistant line (Tukey's,
+    -- with its thirds taken over the range of output tokens between their 5th and 95th
+    -- percentiles, not over the count of calls). The slope joins the medians of the lower and upper
+    -- thirds, the intercept is the median residual. One model's calls are usually a mix: many
+    -- short tool-calling turns, fewer long answers; a line through the overall medians, or thirds
+    -- by count, lands inside or between those clusters once incidents slow some calls (a slow tool
+    -- turn then read as usual, or every one as twice its usual).
+    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 0.05)} AS x_lo,
+           {percentile_cont_sql("output_tokens", 0.95)} AS x_hi
     FROM windowed WHERE kind = 'llm' AND output_tokens IS NOT NULL
     GROUP BY kind, key, device
 ), thirds AS (
     SELECT w.kind, w.key, w.device,
-           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens <= t.x1) AS xl,
-           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens <= t.x1) AS yl,
-           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens >= t.x2) AS xr,
-           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens >= t.x2) AS yr
-    FROM windowed w JOIN terciles t USING (kind, key, device)
+           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens <= t.x_lo + (t.x_hi - t.x_lo) / 3) AS xl,
+           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens <= t.x_lo + (t.x_hi - t.x_lo) / 3) AS yl,
+           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens >= t.x_hi - (t.x_hi - t.x_lo) / 3) AS xr,
+           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens >= t.x_hi - (t.x_hi - t.x_lo) / 3) AS yr
+    FROM windowed w JOIN spread t USING (kind, key, device)
     WHERE w.output_tokens IS NOT NULL
     GROUP BY w.kind, w.key, w.device
 ), slope AS (

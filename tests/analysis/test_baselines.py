@@ -99,24 +99,26 @@ def test_llm_steps_without_ttft_get_a_line_over_output_tokens(project):
     assert stats["line_log_mad"] < 0.06
 
 
-def test_the_line_holds_for_one_models_short_tool_turns_and_long_answers(project):
+@pytest.mark.parametrize("short_share", [0.6, 0.8])
+def test_the_line_holds_for_one_models_short_tool_turns_and_long_answers(project, short_share):
     """The usual mix of one model's calls: many short tool-calling turns (~12 tokens, ~90 ms) and
-    fewer long answers (60-110 tokens). The line must pass through both clusters, so a short turn
-    that took twice its usual is an outlier (a line through the overall medians read every short
-    turn as ~2x its usual, with a log spread of 0.6)."""
+    fewer long answers (60-110 tokens), with one call in seven slowed 2-3x by incidents. The line
+    must pass through both clusters, so a short turn that took twice its usual is an outlier (a
+    line through the overall medians, which then fall between the clusters, read every short turn
+    as ~2x its usual, with a log spread of 0.6; thirds by count both fall in the short turns)."""
     rng = random.Random(11)
     steps = []
-    for i in range(240):
-        out = rng.randint(11, 14) if i % 5 < 3 else rng.randint(60, 110)
-        ms = (5 + 3.5 + 7 * out) * rng.uniform(0.9, 1.1)
+    for i in range(280):
+        out = rng.randint(11, 14) if rng.random() < short_share else rng.randint(60, 110)
+        ms = (5 + 3.5 + 7 * out) * rng.uniform(0.9, 1.1) * (rng.uniform(2, 3) if i % 7 == 3 else 1)
         steps.append(StepRecord(f"s{i}", f"t{i}", at(i * 60), at(i * 60 + ms / 1000), kind="llm", name="chat",
                                 model="m", output_tokens=out))
     batch_store(project=project, batch=Batch(steps=steps))
     baselines_refresh(project=project, full=True)
     stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
-    assert stats["line_b"] == pytest.approx(7, rel=0.1)
-    assert 12 * stats["line_b"] + stats["line_a"] == pytest.approx(92.5, rel=0.1)
-    assert stats["line_log_mad"] < 0.06
+    assert stats["line_b"] == pytest.approx(7, rel=0.15)
+    assert 12 * stats["line_b"] + stats["line_a"] == pytest.approx(92.5, rel=0.15)
+    assert stats["line_log_mad"] < 0.08
 
 
 def test_steps_without_ttft_leave_the_ttft_and_tpot_spread_of_a_model_alone(project):
