@@ -13,7 +13,8 @@ RUN_SHIFT_MIN_CALLS) ran, by their median, at least 20 % over their usual, and t
 slow beyond that shared factor (by the same floors), what slowed it slowed the run (the client,
 its network, its host), and the step alone is only possibly the place to look.
 Failed steps are skipped: their duration measures the failure, not slowness; so are agent
-steps (made of their children) and framework steps (overhead is serial_gap's).
+steps and unclassified (`other`) steps with steps below them (made of their children), framework
+steps (overhead is serial_gap's) and the spans of a model call's own request (judged through it).
 """
 
 from __future__ import annotations
@@ -57,8 +58,13 @@ def run_shift(ctx: TaskContext, step) -> tuple[float, int] | None:
 
 @register("slow_step")
 def detect(ctx: TaskContext):
+    parents = {s.parent_step_id for s in ctx.steps if s.parent_step_id}
     for step in ctx.steps:
         if step.status != "ok" or step.kind in SKIPPED_KINDS:
+            continue
+        if step.kind == "other" and step.step_id in parents:
+            # An unclassified span with spans below it (a graph node, a loop turn, a plain wrapper the
+            # app made) is made of them, as an agent step is: the slow one below is the finding.
             continue
         if step.kind != "llm" and (step.serving is not None or ctx.is_transport(step)):
             # A span of a model call's own request (the server's span, the HTTP client span between):

@@ -18,6 +18,18 @@ def test_a_tool_far_above_its_baseline_is_slow_and_wastes_the_excess():
     assert "search_order took 2.4 s, usually 400 ms" in finding.summary
 
 
+def test_a_wrapper_span_is_not_slow_again_for_the_slow_call_inside_it():
+    # A graph node with no convention attributes (kind other) around a slow tool call: the tool is
+    # the finding, once; the node, made of it, is not a second one (its time counted twice).
+    # An unclassified span with nothing below it is judged as any step.
+    ctx = task([step("node", "other", 0, 2.5, name="node search"),
+                step("a", "tool", 0.05, 2.45, tool_name="search_order", parent_step_id="node"),
+                step("q", "other", 3.0, 5.4, name="db query")],
+               baselines={("tool", "search_order", ""): stats(400, 50), ("other", "node search", ""): stats(450, 50),
+                          ("other", "db query", ""): stats(400, 50)})
+    assert sorted(f.step_ids for f in detect(ctx)) == [("a",), ("q",)]
+
+
 def test_a_long_but_normal_step_does_not_fire():
     # This tool is always slow (median 8 s, wide spread): 9.5 s is within its normal.
     ctx = task([step("a", "tool", 0, 9.5, tool_name="report")],
