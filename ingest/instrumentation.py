@@ -34,7 +34,8 @@ FIELDS = (
     "ttft",             # a time to first token
     "responses",        # the response was recorded (output messages): what the calls it requested are read from
     "call_ids",         # the response requested tool calls, by id
-    "server_address",   # server.address on a model call: the server that answered
+    "server_address",   # server.address on a model call: the server that answered; on an HTTP client
+                        # span (kind other): the server it requested (below a model call, the call's)
     "device",           # a device or server the step ran on (hw.id, server.address, or its own server's)
     "serving",          # an inference server's own request span (vLLM llm_request)
     "tool_name",
@@ -98,6 +99,16 @@ def _responded(step: StepRecord) -> bool:
     return False
 
 
+HTTP_METHOD_KEYS = ("http.request.method", "http.method")
+HTTP_SERVER_KEYS = ("server.address", "url.full", "http.url")
+
+
+def names_http_server(attributes: dict) -> bool:
+    """An HTTP client span that names the server it requested (the newer conventions' server.address
+    or url.full, the older http.url): below a model call, the server that answered it."""
+    return any(k in attributes for k in HTTP_METHOD_KEYS) and any(k in attributes for k in HTTP_SERVER_KEYS)
+
+
 def presence(step: StepRecord) -> tuple[bool, ...]:
     """For each of FIELDS, whether this step carries it (comparisons, no calls: it runs per span)."""
     a = step.attributes
@@ -111,7 +122,7 @@ def presence(step: StepRecord) -> tuple[bool, ...]:
         step.ttft_ms is not None,
         llm and _responded(step),
         step.tool_call_ids != [],
-        llm and "server.address" in a,
+        ("server.address" in a) if llm else (step.kind == "other" and names_http_server(a)),
         step.device != "",
         SERVING_KEY in a,
         step.tool_name != "",

@@ -17,6 +17,7 @@ spans that could carry them for the fields checked here).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -25,7 +26,7 @@ from django.db.models import Count, Max, Q, Sum
 from analysis.dashboard.libraries import LIBRARIES, Fix, Library, library_of, package_name
 from analysis.filters import TaskFilters
 from ingest.conventions import ARGS_CONTENT_KEYS, REDACTED_VALUES
-from ingest.instrumentation import FIELDS
+from ingest.instrumentation import FIELDS, HTTP_METHOD_KEYS, HTTP_SERVER_KEYS
 from ingest.models import InstrumentationCount, Project, Step, Task
 
 NONE = 0.05
@@ -138,8 +139,10 @@ def _field_rows(kinds: dict[str, dict]) -> list[dict]:
     return out
 
 
-def _checks(kinds: dict[str, dict], library: Library) -> list[Check]:
-    """What the detectors cannot see in this scope's spans, and the switch that fixes it."""
+def _checks(kinds: dict[str, dict], library: Library, *, http_servers: int = 0) -> list[Check]:
+    """What the detectors cannot see in this scope's spans, and the switch that fixes it.
+    `http_servers`: the service's HTTP client spans that name the server they requested (any
+    scope): below a model call that names none, such a span names the server that answered."""
     checks: list[Check] = []
     tools = kinds.get("tool")
     llm = kinds.get("llm")
@@ -207,7 +210,7 @@ def _checks(kinds: dict[str, dict], library: Library) -> list[Check]:
         if share(llm, "model") < NONE:
             slow.worse(WEAKENED, "no model name: model calls share one baseline", None)
         hardware = Check("hardware verdicts", OK)
-        if share(llm, "device") < NONE:
+        if share(llm, "device") < NONE and http_servers < NONE * llm["spans"]:
             hardware.worse(BLIND, "model calls name no server (server.address) or device (hw.id): no verdict can "
                                   "read the serving side, every slow call is 'nominal'", HARDWARE_FIX)
         checks.extend([slow, growth, hardware])
@@ -233,13 +236,16 @@ def instrumentation_health(*, project: Project, filters: TaskFilters, now: datet
                row["sdk_version"])
         sources.setdefault(key, {})[row["kind"]] = row
     services: dict[str, dict] = {}
+    http_servers: dict[str, int] = defaultdict(int)  # per service: HTTP client spans naming their server
+    for key, kinds in sources.items():
+        http_servers[key[0]] += kinds.get("other", {}).get("server_address", 0)
     for key, kinds in sources.items():
         service, scope_name, scope_version, sdk_name, sdk_language, sdk_version = key
         library = library_of(scope_name, scope_version, sdk_language=sdk_language,
                              ai_sdk_share=_ai_sdk_share(kinds))
         spans = sum(k["spans"] for k in kinds.values())
         totals = {f: sum(k[f] for k in kinds.values()) for f in ("session", "serving")}
-        checks = _checks(kinds, library)
+        checks = _checks(kinds, library, http_servers=http_servers[service])
         entry = services.setdefault(service, {"service": service, "spans": 0, "session": 0, "scopes": [],
                                               "checks": []})
         entry["spans"] += spans
@@ -336,6 +342,9 @@ def task_coverage(*, task: Task) -> list[Note]:
         requested=Count("id", filter=llm & ~Q(tool_call_ids=[])),
         ttft=Count("id", filter=llm & Q(ttft_ms__isnull=False)),
         device=Count("id", filter=llm & ~Q(device="")),
+        # HTTP client spans naming their server: below a model call, the server that answered it.
+        requests=Count("id", filter=Q(kind="other") & Q(attributes__has_any_keys=list(HTTP_SERVER_KEYS))
+                       & Q(attributes__has_any_keys=list(HTTP_METHOD_KEYS))),
     )
     if not c["tools"] and not c["llm"]:
         return []
@@ -370,7 +379,7 @@ def task_coverage(*, task: Task) -> list[Note]:
     if c["llm"] and c["ttft"] == 0:
         notes.append(Note("slow_step", WEAKENED, "Model calls judged on their whole duration",
                           "no TTFT is recorded, so there is no TTFT / time-per-token split", llm_by.ttft, llm_by.name))
-    if c["llm"] and c["device"] == 0:
+    if c["llm"] and c["device"] == 0 and c["requests"] == 0:
         notes.append(Note("hardware", BLIND, "Hardware not checked",
                           "the model calls name no server (server.address) or device (hw.id)", HARDWARE_FIX,
                           llm_by.name))

@@ -126,7 +126,9 @@ def total_wasted(ctx: TaskContext, findings: list[Finding]) -> float:
 def analyse(ctx: TaskContext) -> dict:
     """Everything derived from one task, as plain data (no database)."""
     findings = run_detectors(ctx)
-    segments = critical_path(ctx.steps, ctx.start_ms, ctx.end_ms)
+    # The spans of a model call's own request (its HTTP client span, the server's span) are the
+    # call: on the path it is the call, with its time as model time.
+    segments = critical_path([s for s in ctx.steps if not ctx.is_transport(s)], ctx.start_ms, ctx.end_ms)
     queue_wait = {sid: v["ttft_split"]["queue_wait_ms"] for sid, v in ctx.verdicts.items() if "ttft_split" in v}
     return {
         "findings": findings,

@@ -70,3 +70,21 @@ def test_a_wrapper_leaf_beside_the_model_call_does_not_hide_it():
     llm = next(seg for seg in segments if seg.step and seg.step.step_id == "llm")
     assert llm.length == pytest.approx(940)
     assert sum(seg.length for seg in segments) == pytest.approx(1200)
+
+
+def test_a_model_call_with_its_request_spans_below_it_is_on_the_path_as_model_time():
+    # chat → POST (an instrumented HTTP client) → llm_request (vLLM's span): the request spans are the
+    # call's own, so the path names the call and the budget counts its time as the model's, not as
+    # two unclassified leaves.
+    from analysis.engine.analyse import analyse
+
+    from .detectors.builders import task
+
+    steps = [step("root", "agent", 0, 3), step("chat", "llm", 0.1, 2.1, parent_step_id="root", output_tokens=10),
+             step("post", "other", 0.11, 2.09, parent_step_id="chat", name="POST"),
+             step("srv", "other", 0.12, 2.08, parent_step_id="post", name="llm_request",
+                  serving={"queue_ms": 10.0, "e2e_ms": 1960.0}),
+             step("tool", "tool", 2.2, 2.9, parent_step_id="root", tool_name="lookup")]
+    result = analyse(task(steps))
+    assert result["critical_path"] == ["chat", "tool"]
+    assert result["budget"]["decode"] + result["budget"].get("prefill", 0) == pytest.approx(2000)

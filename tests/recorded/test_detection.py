@@ -30,6 +30,13 @@ FAMILIES = recorded.families(FIXTURES) if FIXTURES.is_dir() else []
 # README). Their long_history runs keep the context_growth label of what happened; it is
 # asserted missed, and for that reason, so that a change in what they record shows here.
 NO_PROMPT_TOKENS = {"llamaindex_openinference"}
+# The family recorded with its serving side (openai_v2_vllm: a vLLM-style server that really queued
+# and really throttled, its spans and scrapes): every request the server made wait or served on a
+# slowed clock is labelled, however little it lost, so some labels are losses the product rightly
+# does not call slow (a wait under a fifth of a long answer's time, MIN_EXCESS_RATIO). What is
+# asserted: no false alarm, and the share found, at least the floor below (measured 5 December 2026:
+# see docs/analysis.md, "Recorded against a vLLM server").
+HARDWARE_RECALL_FLOOR = {"hardware_queueing": 0.7, "hardware_throttling": 0.8}
 
 
 @pytest.mark.django_db
@@ -51,10 +58,15 @@ def check_findings_match_the_labels(folder, project):
             assert score.labels and not score.recall_surfaced.k, score
             assert not Step.objects.filter(project=project, kind="llm", input_tokens__isnull=False).exists()
             continue
-        if score.labels:
+        if score.labels and score.kind in HARDWARE_RECALL_FLOOR:
+            assert score.recall_asserted.value >= HARDWARE_RECALL_FLOOR[score.kind], (score.kind, score)
+            assert score.precision_asserted.value == 1.0, (score.kind, score)
+        elif score.labels:
             assert score.recall_asserted.value == 1.0, (score.kind, score)
         else:
-            assert not score.precision_surfaced.n, (score.kind, score)
+            # Nothing of this kind was injected: a finding of it is right only on a task whose
+            # labels make it so (a slow step on a task its server queued), never anywhere else.
+            assert score.precision_surfaced.k == score.precision_surfaced.n, (score.kind, score)
     wrong = result.overall.precision_asserted.n - result.overall.precision_asserted.k
     assert wrong <= 1, result.overall
 

@@ -225,11 +225,46 @@ def recorded_bodies(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in MEDIA and p.stem.isdigit())
 
 
+# Families recorded for one capability, with no content switch or repeat run to check above: each
+# has its own test here.
+CHECKED_ALONE = {"openai_v2_vllm": "test_model_calls_that_name_no_server_are_not_hardware_blind_when_their_requests_do"}
+
+
 def test_every_recorded_family_is_checked_here():
     """Whatever families are recorded (tests/fixtures/agents), each is replayed by the test above,
     which checks that every scope that sent model or tool spans is told apart as its library."""
     folders = {p.name for p in FIXTURES.iterdir() if p.is_dir() and recorded_bodies(p)} if FIXTURES.is_dir() else set()
-    assert folders and folders <= set(FAMILIES), f"recorded but not checked here: {sorted(folders - set(FAMILIES))}"
+    unchecked = folders - set(FAMILIES) - set(CHECKED_ALONE)
+    assert folders and not unchecked, f"recorded but not checked here: {sorted(unchecked)}"
+    assert all(name in globals() for name in CHECKED_ALONE.values())
+
+
+def test_model_calls_that_name_no_server_are_not_hardware_blind_when_their_requests_do(replay, member, project,
+                                                                                        read_key):
+    """openai-v2 on the openai 3 client names no server on its chat spans (the openai_v2 family
+    reads "hardware verdicts: blind"); deployed with the HTTP client instrumented too, each request's
+    POST span names the server (url), which the verdicts read: the page does not say blind, and a
+    queued run's task page has no "Hardware not checked" note but its queueing findings."""
+    replay("openai_v2_vllm", content=True)
+    api = member.get("/api/v1/instrumentation", HTTP_AUTHORIZATION=f"Bearer {read_key}")
+    services = {s["service"]: s for s in api.json()["services"]}
+    assert set(services) == {"openai-orders-agent", "vllm"}  # vLLM's own spans name their service
+    service = services["openai-orders-agent"]
+    assert not_ok(service) == {"slow_step": W, "context_growth": W}
+    scopes = {s["scope"]["name"]: s for s in service["scopes"]}
+    assert scopes["opentelemetry.instrumentation.httpx"]["kinds"] == {"other": len(
+        [e for e in rows_of("openai_v2_vllm", "served.jsonl")])}
+    queued = next(r for r in runs("openai_v2_vllm") if r["scenario"] == "queued")
+    from analysis.engine.batch import run_ids
+    from ingest.models import Task
+    run_ids(list(Task.objects.filter(project=project).values_list("pk", flat=True)), force=True)
+    page = text_of(member.get(f"/tasks/{queued['task_id']}", {"project": project.name}))
+    assert "Hardware not checked" not in page
+
+
+def rows_of(family: str, name: str) -> list[dict]:
+    with (FIXTURES / family / name).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 def check_every_scope_is_told_as_its_library(family: str, service: dict) -> None:

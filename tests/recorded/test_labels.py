@@ -67,3 +67,33 @@ def test_labels_are_what_each_scripted_run_did(family):
     stored = [label for label in rows(folder / "labels.jsonl") if not label.get("ambiguous")]
     key = lambda label: (label["task_id"], label["kind"])  # noqa: E731
     assert sorted(stored, key=key) == sorted(derived, key=key)
+
+
+def test_hardware_labels_are_what_the_server_did_to_each_request():
+    """openai_v2_vllm: every request the vLLM-style server served (served.jsonl, as the server
+    measured it) is labelled on the client's chat span it answered: hardware_queueing when it found
+    every slot taken (its wait), hardware_throttling when the GPU's clock was down (the time the
+    slower clock added). The chat span is found again from the stored payloads: the server's own
+    span hangs under the HTTP client span, which hangs under that chat span, in the same trace."""
+    folder = FIXTURES / "openai_v2_vllm"
+    spans = {s["span_id"]: s for p in bodies(folder) for s in decode(p.read_bytes(), p.suffix[1:])}
+    derived = []
+    for request in rows(folder / "served.jsonl"):
+        server = spans[request["server_span_id"]]
+        http = spans[server["parent_span_id"]]
+        chat = spans[http["parent_span_id"]]
+        assert (server["name"], http["attributes"].get("http.method"), chat["attributes"]["gen_ai.operation.name"]) \
+            == ("llm_request", "POST", "chat")
+        assert chat["span_id"] == request["chat_span_id"] and chat["trace_id"] == server["trace_id"] == request["task_id"]
+        assert server["attributes"]["gen_ai.latency.time_in_queue"] * 1000 == pytest.approx(request["queue_ms"], abs=0.01)
+        base = {"task_id": chat["trace_id"], "step_ids": [chat["span_id"]]}
+        if request["waited"]:
+            derived.append({**base, "kind": "hardware_queueing", "magnitude_ms": round(request["queue_ms"], 1)})
+        if request["pace"] > 1:
+            derived.append({**base, "kind": "hardware_throttling", "magnitude_ms": round(request["extra_ms"], 1)})
+    stored = [{k: v for k, v in label.items() if k != "scenario"} for label in rows(folder / "labels.jsonl")]
+    key = lambda label: (label["task_id"], label["step_ids"], label["kind"])  # noqa: E731
+    assert sorted(stored, key=key) == sorted(derived, key=key)
+    kinds = {label["kind"] for label in stored}
+    assert kinds == {"hardware_queueing", "hardware_throttling"}
+    assert min(sum(1 for label in stored if label["kind"] == k) for k in kinds) >= 50
