@@ -77,14 +77,15 @@ WITH base AS (
     FROM windowed GROUP BY kind, key, device
 ), spread AS (
     -- LLM duration against output tokens, for steps without TTFT: a resistant line (Tukey's,
-    -- with its thirds taken over the range of output tokens between their 5th and 95th
-    -- percentiles, not over the count of calls). The slope joins the medians of the lower and upper
+    -- with its thirds taken over the range of output tokens between their 2nd and 98th
+    -- percentiles, not over the count of calls; flat, b = 0, when they hardly vary: then
+    -- a call's time is not told by its tokens). The slope joins the medians of the lower and upper
     -- thirds, the intercept is the median residual. One model's calls are usually a mix: many
     -- short tool-calling turns, fewer long answers; a line through the overall medians, or thirds
     -- by count, lands inside or between those clusters once incidents slow some calls (a slow tool
     -- turn then read as usual, or every one as twice its usual).
-    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 0.05)} AS x_lo,
-           {percentile_cont_sql("output_tokens", 0.95)} AS x_hi
+    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 0.02)} AS x_lo,
+           {percentile_cont_sql("output_tokens", 0.98)} AS x_hi
     FROM windowed WHERE kind = 'llm' AND output_tokens IS NOT NULL
     GROUP BY kind, key, device
 ), thirds AS (
@@ -97,7 +98,8 @@ WITH base AS (
     WHERE w.output_tokens IS NOT NULL
     GROUP BY w.kind, w.key, w.device
 ), slope AS (
-    SELECT kind, key, device, greatest((yr - yl) / (xr - xl), 0) AS b FROM thirds WHERE xr > xl
+    SELECT kind, key, device, CASE WHEN xr > xl THEN greatest((yr - yl) / (xr - xl), 0) ELSE 0 END AS b
+    FROM thirds
 ), intercept AS (
     SELECT w.kind, w.key, w.device, {percentile_cont_sql("w.duration_ms - sl.b * w.output_tokens", 0.5)} AS a
     FROM windowed w JOIN slope sl USING (kind, key, device)
