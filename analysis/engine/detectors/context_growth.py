@@ -20,6 +20,14 @@ token counts and TTFT):
   the raw TTFT above the reference would count every stall of a later turn as growth.
 For calls without TTFT (not streamed), the time the output does not explain stands in for it:
 duration − the baseline's per-output-token cost × output tokens.
+
+The turns are one model's calls. A task that calls several models (a small router or classifier
+before the answer model, a summariser beside the planner) holds one conversation per model, each
+with its own prompt and its own prefill rate: read as one series, a 640-token routing call becomes
+"turn 1" of the answer model's flat 3k-token prompts, a threefold "growth" that never happened, and
+TTFT per token mixes two machines. So each model's calls are a series of their own, judged by the
+rules above, and each model whose prompt grew is a finding of its own (its turns and its waste;
+the task's total counts each moment once). Calls that name no model are one series, as before.
 """
 
 from __future__ import annotations
@@ -93,10 +101,18 @@ def ms_per_token(tokens: list[float], ttfts: list[float]) -> float:
 
 @register("context_growth")
 def detect(ctx: TaskContext):
-    timed = [(s, first_token_ms(ctx, s)) for s in ctx.steps if s.kind == "llm" and s.input_tokens]
-    timed = sorted(((s, t) for s, t in timed if t is not None), key=lambda x: (x[0].start_ms, x[0].step_id))
-    if len(timed) < MIN_TURNS:
-        return
+    series: dict[str, list[tuple[StepData, float]]] = {}
+    for s in ctx.steps:
+        if s.kind == "llm" and s.input_tokens and (t := first_token_ms(ctx, s)) is not None:
+            series.setdefault(s.model, []).append((s, t))
+    for model, timed in series.items():
+        if len(timed) >= MIN_TURNS:
+            timed.sort(key=lambda x: (x[0].start_ms, x[0].step_id))
+            yield from _growth(timed, model if len(series) > 1 else "")
+
+
+def _growth(timed: list[tuple[StepData, float]], model: str):
+    """The finding for one model's turns (`model` named in the summary when the task has others)."""
     turns = [s for s, _ in timed]
     tokens = [float(s.input_tokens) for s in turns]
     ttfts = [float(t) for _, t in timed]
@@ -112,11 +128,12 @@ def detect(ctx: TaskContext):
     wasted = sum(e for _, e in excess)
     if wasted < MIN_WASTED_MS:
         return
-    summary = (f"Prompt grew from {int(tokens[0]):,} to {int(tokens[-1]):,} tokens over {len(turns)} LLM turns "
+    whose = f"{model}'s prompt" if model else "Prompt"
+    summary = (f"{whose} grew from {int(tokens[0]):,} to {int(tokens[-1]):,} tokens over {len(turns)} LLM turns "
                f"and TTFT from {fmt_ms(reference)} to {fmt_ms(ttfts[-1])}; {fmt_ms(wasted)} spent on the growth.")
     evidence = {"turns": len(turns), "input_tokens": [int(t) for t in tokens], "ttft_ms": [round(t, 1) for t in ttfts],
                 "token_tau": round(token_tau, 2), "ttft_tau": round(ttft_tau, 2), "reference_ttft_ms": round(reference, 1),
-                "ms_per_1k_tokens": round(rate * 1000, 2)}
+                "ms_per_1k_tokens": round(rate * 1000, 2), "model": turns[0].model}
     confidence, reason = (("high", f"Prompt size and TTFT both rose steadily over {len(turns)} turns.")
                           if len(timed) >= CONFIDENT_TURNS else
                           ("medium", f"A trend over only {len(timed)} timed turns: it may be chance."))

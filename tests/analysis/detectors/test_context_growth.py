@@ -75,3 +75,42 @@ def test_without_ttft_the_time_the_output_does_not_explain_stands_in():
         t += dur / 1000 + 0.5
     [finding] = context_growth.detect(task(steps, baselines=base))
     assert finding.evidence["ttft_ms"] == [150, 300, 600, 1100, 1800]
+
+
+def calls(spec):
+    """Turns of (model, prompt tokens, TTFT ms) one after another."""
+    steps, t = [], 0.0
+    for i, (model, tok, ttft) in enumerate(spec):
+        steps.append(step(f"l{i}", "llm", t, t + ttft / 1000 + 1, model=model, input_tokens=tok, ttft_ms=ttft,
+                          output_tokens=50))
+        t += ttft / 1000 + 1.5
+    return task(steps)
+
+
+def test_a_routing_call_on_another_model_is_not_the_first_turn_of_the_growth():
+    # A small model routes (640 tokens, fast); the answer model's prompts stay between 2.6k and 4.1k.
+    ctx = calls([("router-mini", 638, 90), ("answer-70b", 2600, 300), ("answer-70b", 3100, 320),
+                 ("answer-70b", 3500, 350), ("answer-70b", 3800, 380), ("answer-70b", 4126, 410)])
+    assert list(context_growth.detect(ctx)) == []
+
+
+def test_the_model_whose_prompt_grew_is_the_series_whatever_other_models_do():
+    # The planner's prompt grows turn after turn; a summariser runs beside it on short prompts.
+    spec = []
+    for i, (tok, ttft) in enumerate(zip([1000, 3000, 6000, 11000, 18000, 26000], [150, 300, 600, 1100, 1800, 2600],
+                                        strict=True)):
+        spec += [("planner", tok, ttft), ("summariser", 900 + 40 * (i % 2), 60 + 5 * (i % 3))]
+    [finding] = context_growth.detect(calls(spec))
+    assert finding.step_ids == ("l0", "l2", "l4", "l6", "l8", "l10")
+    assert finding.evidence["model"] == "planner"
+    assert finding.summary.startswith("planner's prompt grew from 1,000 to 26,000 tokens over 6 LLM turns")
+
+
+def test_each_model_whose_prompt_grew_is_a_finding_of_its_own():
+    spec = []
+    for tok, ttft in zip([1000, 3000, 6000, 11000, 18000], [150, 300, 600, 1100, 1800], strict=True):
+        spec += [("a", tok, ttft), ("b", tok * 2, ttft * 2)]
+    found = {f.evidence["model"]: f for f in context_growth.detect(calls(spec))}
+    assert found["a"].step_ids == ("l0", "l2", "l4", "l6", "l8")
+    assert found["b"].step_ids == ("l1", "l3", "l5", "l7", "l9")
+    assert round(found["a"].wasted_ms) == (300 - 150) + (600 - 150) + (1100 - 150) + (1800 - 150)
