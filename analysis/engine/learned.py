@@ -10,14 +10,15 @@ One trace rarely says whether a call needed another's output. The agent's other 
   turn: `search#0`, `search#1`), over the runs where both ran: in how many a value that first
   appeared in the earlier call's result reached the later call's arguments (`flow_runs`), only
   values common to the agent's runs linked them (`blind_runs`: flow cannot be told there), the two
-  overlapped in time (`concurrent_runs`), one model response requested both (`together_runs`),
-  and how many distinct results the earlier call returned.
+  overlapped in time (`concurrent_runs`), one model response requested both (`together_runs`,
+  whether or not a value flowed: a planner requests both and its executor passes the first
+  result on), and how many distinct results the earlier call returned.
 
 From these (`pair_verdict`):
 - dependent when the flow appears in more than half of the runs where both ran;
-- independent when the agent requested them together or ran them concurrently in some run, or
-  when no flow appeared (at most NO_FLOW_SHARE of the runs) over at least MIN_PAIR_RUNS runs whose
-  earlier results took at least MIN_VARIED distinct values;
+- independent when no flow appeared (in at most NO_FLOW_SHARE of the runs) and either the agent
+  requested them together or ran them concurrently in some run, or both ran in at least
+  MIN_PAIR_RUNS runs whose earlier results took at least MIN_VARIED distinct values;
 - unknown otherwise: a finding resting on it is only "possible".
 Cold start: with fewer than MIN_RUNS runs of the agent, rarity is measured against the project's
 recent traffic (the profile of agent ""), and with fewer than that too, by the value-shape rule
@@ -118,7 +119,7 @@ def pair_stats(runs: list[list], profile: Profile) -> dict[tuple[str, str], Pair
                         p.concurrent_runs += 1
                     else:
                         p.saved_ms += min(earlier.duration_ms, later.duration_ms)
-                        if evidence.output(earlier) & evidence.args(later):
+                        if evidence.flowed(earlier, later):
                             p.flow_runs += 1
                         elif evidence.blind(earlier, later):
                             p.blind_runs += 1

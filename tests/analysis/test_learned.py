@@ -21,9 +21,10 @@ T0 = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
 
 
 def run(project, n: int, *, agent: str, a: tuple[str, dict, str], b: tuple[str, dict], overlap: bool = False,
-        start: datetime | None = None) -> str:
+        start: datetime | None = None, together: bool = False) -> str:
     """One run of an agent: a plan, tool call A then tool call B (B inside A when `overlap`), an
-    answer. A and B are (tool, arguments[, result])."""
+    answer. A and B are (tool, arguments[, result]); `together`: the plan's response requested
+    both (call ids on all three)."""
     began = start or T0 + timedelta(minutes=n)
     task_id = f"{agent}-{n}"
 
@@ -31,15 +32,17 @@ def run(project, n: int, *, agent: str, a: tuple[str, dict, str], b: tuple[str, 
         return began + timedelta(milliseconds=ms)
 
     b_start = 150 if overlap else 320
+    ids = [f"{task_id}-call-a", f"{task_id}-call-b"] if together else ["", ""]
     steps = [
         StepRecord(step_id=f"{task_id}-plan", task_id=task_id, kind="llm", name="plan", model="m",
-                   started_at=at(0), ended_at=at(100), parent_step_id=f"{task_id}-root"),
+                   started_at=at(0), ended_at=at(100), parent_step_id=f"{task_id}-root",
+                   tool_call_ids=[i for i in ids if i]),
         StepRecord(step_id=f"{task_id}-a", task_id=task_id, kind="tool", name=a[0], tool_name=a[0],
                    tool_args=a[1], tool_result=a[2], started_at=at(110), ended_at=at(310),
-                   parent_step_id=f"{task_id}-root"),
+                   parent_step_id=f"{task_id}-root", tool_call_id=ids[0]),
         StepRecord(step_id=f"{task_id}-b", task_id=task_id, kind="tool", name=b[0], tool_name=b[0],
                    tool_args=b[1], tool_result="ok", started_at=at(b_start), ended_at=at(b_start + 200),
-                   parent_step_id=f"{task_id}-root"),
+                   parent_step_id=f"{task_id}-root", tool_call_id=ids[1]),
         StepRecord(step_id=f"{task_id}-answer", task_id=task_id, kind="llm", name="answer", model="m",
                    started_at=at(600), ended_at=at(700), parent_step_id=f"{task_id}-root"),
     ]
@@ -119,6 +122,24 @@ def test_a_common_value_passed_on_in_every_run_is_the_agents_pattern_a_dependenc
     assert (pair.flow_runs, pair.blind_runs, pair.verdict) == (0, 30, "dependent")
     analyse_all(project)
     assert findings(project, "reader") == []
+
+
+def test_a_planners_placeholder_filled_from_the_first_result_is_a_dependency_in_every_run(db, project):
+    """One response requests run_query and render_chart {"query_id": "$1.query_id"}; the executor
+    fills the id from run_query's result. Requested together in every run, yet dependent in every
+    run: the agent's history must not read the co-request as independence either."""
+    for n in range(30):
+        run(project, n, agent="planner", together=True,
+            a=("run_query", {"sql": "select region, sum(total) from orders group by 1"},
+               json.dumps({"query_id": f"qr_{n:02d}f{n % 7}", "rows": 4})),
+            b=("render_chart", {"kind": "bar", "query_id": f"qr_{n:02d}f{n % 7}"}))
+    analyse_all(project)
+    assert findings(project, "planner") == []
+    learned.refresh_due()
+    [pair] = CallPair.objects.filter(project=project, agent="planner")
+    assert (pair.runs, pair.together_runs, pair.flow_runs, pair.verdict) == (30, 30, 30, "dependent")
+    analyse_all(project)
+    assert findings(project, "planner") == []
 
 
 def test_a_pair_run_concurrently_in_other_runs_is_independent(db, project):

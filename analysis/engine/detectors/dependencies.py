@@ -1,12 +1,15 @@
 """Which tool calls of a turn depended on which, inferred from the evidence real traces carry.
 
 Real agents never say which call consumed which output; what they do record, strongest first:
-1. the ids of the calls one model response requested (`StepData.tool_call_ids` on the LLM step,
-   `tool_call_id` on each tool step): calls requested together were written before any of them
-   ran, so none can consume another's output — independent by construction;
-2. data flow: a call whose arguments carry a distinctive value (an id, a path, a long token) that
-   first appeared in an earlier call's result consumed that result — dependent;
-3. `depends_on`, when the sender states dependencies at all (then an unlisted pair is independent);
+1. `depends_on`, when the sender states dependencies at all (then an unlisted pair is independent);
+2. data flow: a call whose recorded arguments carry a distinctive value (an id, a path, a long
+   token) that first appeared in an earlier call's result consumed that result — dependent, even
+   when one model response requested both: a planner's executor fills `$1.query_id` from the
+   first call's result before it starts the second, and the arguments recorded are the filled ones;
+3. the ids of the calls one model response requested (`StepData.tool_call_ids` on the LLM step,
+   `tool_call_id` on each tool step): otherwise, calls requested together were written before any
+   of them ran, so none can consume another's output — independent (a value common to the agent's
+   runs they share, `status` or `EU`, is the model's writing, not flow);
 4. a follow-up: where calls carry ids, a call no model response requested was started by the
    agent's own code; if its arguments carry a distinctive value of an earlier call of the turn
    (lint the file just patched), it followed that call on purpose — dependent. Where nothing
@@ -286,6 +289,11 @@ class Evidence:
         self._outputs[call.step_id] = new
         return new
 
+    def flowed(self, earlier: StepData, later: StepData) -> bool:
+        """A value the earlier call's result brought into the task (`output`) is in the later
+        call's recorded arguments: the later call used that result."""
+        return bool(earlier.tool_result) and bool(self.output(earlier) & self.args(later))
+
     def follow_up(self, call: StepData) -> bool:
         """Started by the agent's code, not requested by a model response."""
         return self.ids_both_sides and call.tool_call_id not in self.requested_by
@@ -296,14 +304,17 @@ class Evidence:
         a, b = earlier.step_id, later.step_id
         if self.declares:
             return Link(a, b, a in later.depends_on, DECLARED)
+        after = later.start_ms >= earlier.end_ms - 1e-6
+        if after and self.flowed(earlier, later):
+            # Even between calls one response requested: the recorded arguments are what the
+            # call ran with, and a planner's executor fills `$1.query_id` from the first call's
+            # result before it starts the second.
+            return Link(a, b, True, DEPENDENT_DATA)
         first = self.issuer(earlier)
         if first is not None and first is self.issuer(later):
             return Link(a, b, False, INDEPENDENT_IDS)
         if concurrent(earlier, later):
             return Link(a, b, False, INDEPENDENT_CONCURRENT)
-        after = later.start_ms >= earlier.end_ms - 1e-6
-        if earlier.tool_result and after and self.output(earlier) & self.args(later):
-            return Link(a, b, True, DEPENDENT_DATA)
         history = self.profile.pairs.get(names) if self.profile is not None and names else None
         verdict, basis = pair_verdict(history) if history is not None else ("", "")
         if not verdict:

@@ -127,6 +127,19 @@ def test_a_follow_up_started_by_agent_code_on_the_same_value_waited_on_purpose()
     assert detect(ctx) == []
 
 
+def test_a_value_from_the_first_result_in_a_call_requested_with_it_is_a_dependency():
+    # A planner's response asks for run_query and render_chart {"query_id": "$1.query_id"}; the
+    # executor fills the placeholder from run_query's result, so the recorded arguments carry the
+    # id run_query returned: requested together, yet one had to wait for the other.
+    ctx = task([chat("l1", 0, 1, "c1", "c2"),
+                call("a", 1, 1.8, "run_query", {"sql": "SELECT region, SUM(total) FROM sales.orders GROUP BY 1"},
+                     '{"query_id": "qr_c0d8", "status": "done", "row_count": 4}', call_id="c1"),
+                call("b", 1.8, 2.5, "render_chart", {"x": "region", "kind": "bar", "query_id": "qr_c0d8"},
+                     '{"chart_url": "https://charts.internal/qr_c0d8.png"}', call_id="c2"),
+                chat("l2", 2.5, 3)])
+    assert detect(ctx) == []
+
+
 def test_calls_one_response_requested_on_the_same_value_are_still_independent():
     ctx = task([chat("l1", 0, 1, "c1", "c2"),
                 call("a", 1, 1.5, "get_order", {"order_id": "ord_8f3k2q"}, '{"status": "paid"}', call_id="c1"),
