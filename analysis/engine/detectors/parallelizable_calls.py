@@ -6,9 +6,10 @@ ended and before the next one (whatever their parents: framework wrapper spans s
 nodes do not split a turn). Calls before any LLM answer (a RAG pipeline's retrieve-then-rerank,
 say) were not issued by a model and are left alone.
 
-Which calls of a turn depended on which is inferred from evidence (dependencies.py): requested
-together → independent; a result's value in a later call's arguments → dependent; depends_on
-when sent. The projected time of the group, run as parallel as its dependencies allow, is its
+Which calls of a turn depended on which is inferred from evidence (dependencies.py): depends_on
+when sent; a value of a result in a later call's arguments → dependent, even when one response
+requested both (a planner's placeholder the executor filled); otherwise requested together →
+independent. The projected time of the group, run as parallel as its dependencies allow, is its
 longest dependency chain (earliest finish over the group's DAG). wasted = the time the group
 actually occupied (union of its intervals) − that projection: for fully independent serial
 calls, sum − max.
@@ -19,13 +20,15 @@ results does, low ("possible") when nothing was recorded either way; a low one i
 counts in no total.
 
 The waste is measured, not estimated, so the only guards are against calls that were in fact
-concurrent: the group must have run in at least two stages (`serial_stages`: calls that ran
-mostly at the same time, overlapping for more than half of the shorter one, are one stage, with
-only dispatch skew between them; a serial chain with one concurrent sibling, or calls started
-one by one while the previous still ran, are several), and the waste must be ≥ 10 ms (clock and
-scheduling jitter). A call that started before another ended could not use its result: that
-pair is independent (dependencies.concurrent). Repeats of an identical call are
-left out of the group: they are `repeated_tool_call`'s, and the fix there is a cache.
+concurrent and against jitter. Calls that ran mostly at the same time (`ran_together`: one
+started while the other was at most half through) already run in parallel: the projection keeps
+the later one's lag (dispatch, not waiting), only an independent pair that did not run together
+can make a finding, and the group must have run in at least two stages (`serial_stages`). A
+stagger (each call started when the one before was more than half done) is partly serialised;
+a serial chain with one concurrent sibling is still a chain. The waste must be ≥ 10 ms (clock
+and scheduling jitter). A call that started before another ended could not use its result: that
+pair is independent (dependencies.concurrent). Repeats of an identical call are left out of the
+group: they are `repeated_tool_call`'s, and the fix there is a cache.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from analysis.engine.detectors.dependencies import (
     LEARNED_NO_FLOW,
     LEARNED_TOGETHER,
     LEARNED_UNKNOWN,
+    LINK_WINDOW,
     STRENGTH,
     UNKNOWN,
     UNKNOWN_COMMON,
@@ -62,8 +66,11 @@ from analysis.engine.detectors.dependencies import (
 from analysis.units import fmt_ms
 
 MIN_WASTED_MS = 10.0
-# Calls that overlapped for more than this share of the shorter one ran together: one stage.
+# Calls that overlapped for at least this share of the shorter one ran together (one stage):
+# the later one started while the earlier was at most half through, and more of their time was
+# shared than not.
 STAGE_OVERLAP = 0.5
+TIME_RESOLUTION_MS = 0.001  # timestamps are stored to the microsecond
 MAX_EVIDENCE_LINKS = 20
 _RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
@@ -107,30 +114,51 @@ def turn_groups(steps: list[StepData], evidence: Evidence) -> list[list[StepData
 def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float:
     """Duration of the group run as parallel as its dependencies allow: independent calls start
     with the group, a dependent one after what it needs plus the hand-off it really took (the
-    agent's dispatch time between a call and its follow-up is not parallelism to win)."""
+    agent's dispatch time between a call and its follow-up is not parallelism to win), and a call
+    that ran together with an earlier one (`ran_together`) keeps its lag behind it: the agent
+    already runs the two in parallel, so what held the later one back (its dispatch, a model still
+    streaming the call) is not something running them in parallel would remove."""
     needs: dict[str, list[StepData]] = defaultdict(list)
     by_id = {s.step_id: s for s in group}
     for earlier, later in dependent:
         needs[later].append(by_id[earlier])
+    ordered = sorted(group, key=lambda c: (c.start_ms, c.step_id))
+    start: dict[str, float] = {}
     finish: dict[str, float] = {}
-    for s in group:
+    for j, s in enumerate(ordered):
         ready = max((finish[e.step_id] + max(0.0, s.start_ms - e.end_ms) for e in needs[s.step_id]
                      if e.step_id in finish), default=0.0)
-        finish[s.step_id] = ready + s.duration_ms
+        for e in ordered[max(0, j - LINK_WINDOW):j]:
+            if ran_together(e, s):
+                ready = max(ready, start[e.step_id] + s.start_ms - e.start_ms)
+        start[s.step_id], finish[s.step_id] = ready, ready + s.duration_ms
     return max(finish.values(), default=0.0)
 
 
+def _mostly(overlap: float, shorter: float) -> bool:
+    """An overlap of at least STAGE_OVERLAP of the shorter duration (to the stored timestamps'
+    microsecond: a call dispatched exactly halfway through another is together with it)."""
+    return overlap >= STAGE_OVERLAP * shorter - TIME_RESOLUTION_MS
+
+
+def ran_together(a: StepData, b: StepData) -> bool:
+    """The two calls ran mostly at the same time: one started while the other was at most half
+    through, and they overlapped for at least half of the shorter one. Nothing to win between them
+    but the dispatch lag. A call started later than that (a stagger) spent most of its time after
+    the other: partly serialised."""
+    return _mostly(min(a.end_ms, b.end_ms) - max(a.start_ms, b.start_ms), min(a.duration_ms, b.duration_ms))
+
+
 def serial_stages(group: list[StepData]) -> int:
-    """How many stages the group ran in: calls that ran mostly at the same time (overlapping for
-    more than STAGE_OVERLAP of the shorter one) are one stage, with nothing to win between them
-    but dispatch skew. A serial chain with one concurrent sibling, or calls started one by one
-    while the previous still ran (a stagger), are several."""
+    """How many stages the group ran in: a call that joined a stage still running (overlapping it
+    for at least STAGE_OVERLAP of the shorter of it and the stage's shortest call) is part of it,
+    with nothing to win but dispatch skew. A serial chain with one concurrent sibling, or calls
+    started one by one while the previous was mostly done (a stagger), are several."""
     stages: list[list[float]] = []  # [start, end, shortest duration] of each stage, by start
     for s in sorted(group, key=lambda c: (c.start_ms, c.end_ms)):
         if stages:
             last = stages[-1]
-            overlap = min(last[1], s.end_ms) - s.start_ms
-            if overlap > STAGE_OVERLAP * min(last[2], s.duration_ms):
+            if _mostly(min(last[1], s.end_ms) - s.start_ms, min(last[2], s.duration_ms)):
                 last[1], last[2] = max(last[1], s.end_ms), min(last[2], s.duration_ms)
                 continue
         stages.append([s.start_ms, s.end_ms, s.duration_ms])
@@ -151,9 +179,10 @@ def distinct_calls(group: list[StepData], ctx: TaskContext | None = None) -> lis
     return out
 
 
-def _weakest(links: list[Link]) -> str:
-    """The basis of the weakest assumption of independence among the links."""
-    assumed = [link for link in links if not link.dependent]
+def _weakest(serial: list[Link]) -> str:
+    """The basis of the weakest assumption of independence the waste rests on: that of the
+    pairs that did not run together (a pair that did assumes nothing: its lag is kept)."""
+    assumed = [link for link in serial if not link.dependent]
     return min((link.basis for link in assumed), key=lambda b: _RANK[STRENGTH[b]])
 
 
@@ -166,7 +195,10 @@ def detect(ctx: TaskContext):
             continue
         links = evidence.links(group)
         dependent = {(link.earlier, link.later) for link in links if link.dependent}
-        if len(dependent) == len(links):
+        by_id = {s.step_id: s for s in group}
+        # Only an independent pair that did not already run together can be advice to run in parallel.
+        serial = [link for link in links if not ran_together(by_id[link.earlier], by_id[link.later])]
+        if all(link.dependent for link in serial):
             continue
         actual = union_length((s.start_ms, s.end_ms) for s in group)
         projected = parallel_ms(group, dependent)
@@ -174,7 +206,7 @@ def detect(ctx: TaskContext):
         total = sum(s.duration_ms for s in group)
         if wasted < MIN_WASTED_MS or serial_stages(group) < 2:
             continue
-        basis = _weakest(links)
+        basis = _weakest(serial)
         confidence = STRENGTH[basis]
         end = max(s.end_ms for s in group)
         names = ", ".join(dict.fromkeys(s.label for s in group))

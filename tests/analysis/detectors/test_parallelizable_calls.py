@@ -271,7 +271,7 @@ def test_calls_that_ran_mostly_together_are_one_stage():
 
 
 def test_calls_started_one_by_one_while_the_previous_ran_could_all_start_at_once():
-    # A stagger: each call starts before the previous ends, never with it.
+    # A stagger: each call starts when the one before is three quarters done, never with it.
     ctx = task([chat("l1", 0, 1),
                 call("a", 1, 1.4, "get_price", {"sku": "SKU-7"}, '{"price": 259.45}'),
                 call("b", 1.3, 1.7, "search_inventory", {"query": "stand"}, '{"items": 3}'),
@@ -293,6 +293,32 @@ def test_two_calls_staggered_are_parallelizable_because_they_overlapped():
     assert finding.wasted_ms == pytest.approx(300, abs=15)  # span 0.7 s - the longer 0.4 s
     assert finding.confidence == "high"
     assert "started while the one before it still ran" in finding.confidence_reason
+
+
+@pytest.mark.parametrize("lag_ms", [30, 40])
+def test_calls_one_response_requested_and_dispatched_a_little_late_already_run_in_parallel(lag_ms):
+    # The second call was dispatched 30-40 ms after the first (80 ms), while the first was at most
+    # half done: they ran together, and "40 ms wasted, run them in parallel" would be false advice.
+    ctx = task([chat("l1", 0, 1, "c1", "c2"),
+                call("a", 53.611, 53.691, "check_refund_policy", {"sku": "SKU-D98", "region": "EU"},
+                     '{"eligible": true}', call_id="c1"),
+                call("b", 53.611 + lag_ms / 1000, 53.84, "get_shipping_status",
+                     {"tracking_url": "https://t.example/p/ZX10PWW"}, '{"status": "delivered"}', call_id="c2"),
+                chat("l2", 53.84, 55)])
+    assert detect(ctx) == []
+
+
+def test_a_call_after_a_pair_that_ran_together_wastes_only_what_it_waited():
+    # a and b ran together (b dispatched 100 ms late: that lag is kept); c, independent, waited
+    # for both: only its wait is waste.
+    ctx = task([chat("l1", 0, 1, "c1", "c2", "c3"),
+                call("a", 1.0, 1.4, "get_price", {"sku": "SKU-7"}, '{"price": 259.45}', call_id="c1"),
+                call("b", 1.1, 1.5, "search_inventory", {"query": "stand"}, '{"items": 3}', call_id="c2"),
+                call("c", 1.5, 1.8, "get_reviews", {"sku": "SKU-9"}, '{"stars": 4}', call_id="c3"),
+                chat("l2", 1.8, 3)])
+    [finding] = detect(ctx)
+    assert finding.wasted_ms == pytest.approx(300, abs=15)  # 0.8 s; a + b with their lag: 0.5 s
+    assert finding.confidence == "high" and "one response" in finding.confidence_reason
 
 
 def test_a_value_common_to_the_agents_runs_passed_on_leaves_the_pair_unknown():
