@@ -42,12 +42,13 @@ def related_devices(project_id: int, devices: set[str]) -> dict[str, tuple[str, 
         else:
             wanted = (ROLE_SERVER, ROLE_GPU)
         others = tuple(sorted(n for n, (h, r) in known.items() if h == host and r in wanted and n != device))
-        if device not in known and ":" in device:
+        if role in (ROLE_SERVER, "") and ":" in device:
             # A server the client names by another spelling of its host than its metrics carry
             # (vllm-a.prod.internal:8000 dialed, vllm-a:8000 scraped): the same host and port.
             port = device.rpartition(":")[2]
             others = tuple(sorted(n for n, (h, r) in known.items()
-                                  if h == host and r == ROLE_SERVER and n.rpartition(":")[2] == port)) + others
+                                  if h == host and r == ROLE_SERVER and n != device
+                                  and n.rpartition(":")[2] == port)) + others
         if others:
             out[device] = others
     return out

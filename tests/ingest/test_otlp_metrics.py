@@ -212,3 +212,12 @@ def test_a_server_the_client_names_by_its_full_host_name_finds_the_series_scrape
     assert related_devices(project.pk, {"vllm-a.prod.internal:8000"}) == {
         "vllm-a.prod.internal:8000": ("vllm-a:8000", "GPU-a0")}
     assert related_devices(project.pk, {"vllm-a:8000"}) == {"vllm-a:8000": ("GPU-a0",)}
+    # Once a call's span has named it, the client's spelling is a server of its own on that host
+    # (no series of its own): it still reads the scraped one.
+    from django.utils import timezone
+
+    now = timezone.now()
+    Device.objects.create(project=project, name="vllm-a.prod.internal:8000", host="vllm-a", role="server",
+                          first_seen=now, last_seen=now)
+    assert related_devices(project.pk, {"vllm-a.prod.internal:8000"}) == {
+        "vllm-a.prod.internal:8000": ("vllm-a:8000", "GPU-a0")}
