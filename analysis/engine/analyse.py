@@ -27,8 +27,8 @@ from analysis.engine.detectors.base import (
     Sample,
     StepData,
     TaskContext,
+    Transport,
     all_detectors,
-    transports,
     union_length,
 )
 from analysis.engine.verdicts import step_verdicts
@@ -46,16 +46,16 @@ def _ms(dt) -> float:
     return dt.timestamp() * 1000.0
 
 
-def baseline_keys(steps: list[StepData]) -> tuple[set[tuple[str, str]], set[str]]:
+def baseline_keys(steps: list[StepData], reached: dict[str, Transport]) -> tuple[set[tuple[str, str]], set[str]]:
     """The (kind, key) baselines and the devices whose normals a task's analysis needs: the steps'
-    own, and the servers that model calls naming none reached (`transports`)."""
-    devices = {s.device for s in steps if s.device} | {t.device for t in transports(steps).values() if t.device}
+    own, and the servers that model calls naming none reached (`reached`: the task's `transports`)."""
+    devices = {s.device for s in steps if s.device} | {t.device for t in reached.values() if t.device}
     return {(s.kind, s.key) for s in steps if s.kind != "agent"}, devices
 
 
-def sample_window(steps: list[StepData]) -> tuple[datetime, datetime] | None:
-    """The telemetry read around a task: its device steps' span plus SAMPLE_MARGIN each side."""
-    reached = transports(steps)
+def sample_window(steps: list[StepData], reached: dict[str, Transport]) -> tuple[datetime, datetime] | None:
+    """The telemetry read around a task: its device steps' span plus SAMPLE_MARGIN each side
+    (a model call naming no device counts by the server it reached: `reached`, its `transports`)."""
     device_steps = [s for s in steps if s.device or (s.step_id in reached and reached[s.step_id].device)]
     if not device_steps:
         return None
@@ -90,13 +90,14 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
-                  device_normals: dict, samples: dict, profile=None, related=None, families=None) -> TaskContext:
-    """The TaskContext the detectors read."""
+                  device_normals: dict, samples: dict, profile=None, related=None, families=None,
+                  reached: dict[str, Transport] | None = None) -> TaskContext:
+    """The TaskContext the detectors read (`reached`: the steps' `transports`, when known)."""
     start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
     end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
     return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
                        device_normals=device_normals, samples=samples, profile=profile, related=related or {},
-                       families=families or {})
+                       families=families or {}, _transports=reached)
 
 
 def run_detectors(ctx: TaskContext) -> list[Finding]:

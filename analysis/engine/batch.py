@@ -47,7 +47,7 @@ from psycopg.types.json import Jsonb
 from agentops.db import deadlock_retried
 from analysis.engine import analyse, learned, serving
 from analysis.engine.baselines import DEVICE, baselines_ensure, sample_metric_sql
-from analysis.engine.detectors.base import StepData, TaskContext
+from analysis.engine.detectors.base import StepData, TaskContext, transports
 from analysis.engine.steps import binary_rows, load_steps, ms_of_us
 from analysis.engine.verdicts import telemetry_devices
 from ingest.models import Project
@@ -308,7 +308,8 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
         by_project[task.project_id].append(task)
     contexts = {}
     for project_id, group in by_project.items():
-        needs = {t.pk: analyse.baseline_keys(t.steps) for t in group}
+        reached = {t.pk: transports(t.steps) for t in group}  # once per task: keys, context, window
+        needs = {t.pk: analyse.baseline_keys(t.steps, reached[t.pk]) for t in group}
         related = serving.related_devices(project_id, set().union(*(d for _, d in needs.values())))
         needs = {pk: (k, serving.expand(d, related)) for pk, (k, d) in needs.items()}
         families = serving.device_families(project_id, set().union(*(d for _, d in needs.values())))
@@ -321,9 +322,10 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
             contexts[task.pk] = analyse.context_build(
                 task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
                 baselines=baselines, device_normals=normals, samples={},
-                profile=profiles.get((task.name, task.release)), related=related, families=families)
+                profile=profiles.get((task.name, task.release)), related=related, families=families,
+                reached=reached[task.pk])
         wanted = {t.pk: devices for t in group if (devices := telemetry_devices(contexts[t.pk]))}
-        windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps)) is not None}
+        windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps, reached[pk])) is not None}
         telemetry = _samples_load(cursor, project_id, windows, wanted)
         for pk, (lo, hi) in windows.items():
             lo, hi = _us(lo), _us(hi)

@@ -234,7 +234,8 @@ class TaskContext:
     verdicts: dict[str, dict] = field(default_factory=dict)
     # canonical_args of the steps' arguments, computed once per task (see call_args).
     _call_args: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
-    # LLM step_id → what lies below it on the way to its server (`transports`), once per task.
+    # LLM step_id → what lies below it on the way to its server (`transports`), once per task:
+    # given by the batch, which needs it before the context exists, else computed on first use.
     _transports: dict[str, Transport] | None = field(default=None, repr=False, compare=False)
     _parts: set[str] | None = field(default=None, repr=False, compare=False)
 
@@ -272,21 +273,19 @@ class TaskContext:
 
     def transport(self, step: StepData) -> Transport | None:
         """What lies below an LLM call on its way to the server (`transports`), if anything."""
-        if self._transports is None:
-            self._transports = transports(self.steps)
-        return self._transports.get(step.step_id)
+        return self._reached().get(step.step_id)
 
     def is_transport(self, step: StepData) -> bool:
         """A span of an LLM call's own request (its HTTP client span, the server's span): part of
         that call, judged through it."""
+        if self._parts is None:
+            self._parts = {sid for t in self._reached().values() for sid in t.parts}
+        return step.step_id in self._parts
+
+    def _reached(self) -> dict[str, Transport]:
         if self._transports is None:
             self._transports = transports(self.steps)
-        return step.step_id in self._transport_parts()
-
-    def _transport_parts(self) -> set[str]:
-        if self._parts is None:
-            self._parts = {sid for t in self._transports.values() for sid in t.parts}
-        return self._parts
+        return self._transports
 
     def call_args(self, step: StepData) -> str:
         """canonical_args(step.tool_args), once per step of the task: repeated_tool_call and
@@ -295,8 +294,6 @@ class TaskContext:
         if key not in self._call_args:
             self._call_args[key] = canonical_args(step.tool_args)
         return self._call_args[key]
-
-
 
 
 @dataclass(frozen=True, slots=True)
