@@ -399,31 +399,47 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
 
 
 def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
-    """An LLM step slow at least at the corroborated cut-off (the lower one), or one with no
-    baseline yet whose server reports most of it in queue (`_cold_queue`). Any other step gets
-    no verdict whatever its device did, so its telemetry is never read (most steps)."""
+    """An LLM step slow at least at the corroborated cut-off (the lower one), or one whose
+    server reports a material wait in its queue (`_measured_queue`). Any other step gets no
+    verdict whatever its device did, so its telemetry is never read (most steps)."""
     if step.kind != "llm" or step.status != "ok":
         return False
     stats = ctx.baseline(step)
     if stats is not None and llm_slowness(step, stats, z_cut=Z_CORROBORATED) is not None:
         return True
-    return _cold_queue(ctx, step) is not None
+    return _measured_queue(ctx, step) is not None
 
 
-def _cold_queue(ctx: TaskContext, step: StepData) -> float | None:
-    """Cold start: a call whose own device has no baseline yet (none at all, or only the model's
-    calls on other hardware, another normal) is judged by its server's own account alone. When
-    the server reports at least half the call (SERVING_SHARE) and at least MIN_EXCESS_MS in its
-    queue, that wait is the server's measurement, not an inference: the queue time (ms), taken
-    as the waste, since a call's normal wait is not known yet (a lower bound of what the queue
-    cost: a crowded server's batches slow the call's own compute too)."""
-    if ctx.baseline(step) is not None and ctx.own_device_count(step) is None:
-        return None
+def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | None:
+    """A call judged by its server's own account of its wait in queue (vLLM's
+    `gen_ai.latency.time_in_queue`): the wait is measured, not inferred, so the question "is
+    this duration unusual for the key" (the z-test, which a wait of a fifth of a call cannot
+    pass against a key whose durations spread by a seventh) is answered by the measurement.
+    Returns (the wait in ms, taken as the waste; whether the call had a baseline) or None.
+    - Cold start (no baseline on the call's own device: none at all, or only the model's calls
+      on other hardware, another normal): the wait must be at least half the call
+      (SERVING_SHARE) and at least MIN_EXCESS_MS, since nothing says what the call usually
+      takes (the wait is a lower bound of what the queue cost: a crowded server's batches slow
+      the call's own compute too).
+    - With a baseline: the wait must be at least a fifth of what the call usually takes
+      (MIN_EXCESS_RATIO of `llm_expected_ms`; at least MIN_EXCESS_CORROBORATED_MS), and the
+      call must have taken at least half the wait (SERVING_SHARE) longer than usual. A key
+      that always waits that long (a server that is always that busy) has the wait in its
+      usual time already, learned from its own runs: no finding."""
     serving = serving_of(ctx, step)
     queue_ms = (serving or {}).get("queue_ms")
-    if queue_ms is None or queue_ms < max(MIN_EXCESS_MS, SERVING_SHARE * step.duration_ms):
+    if queue_ms is None:
         return None
-    return float(queue_ms)
+    stats = ctx.baseline(step)
+    if stats is None or ctx.own_device_count(step) is not None:
+        if queue_ms < max(MIN_EXCESS_MS, SERVING_SHARE * step.duration_ms):
+            return None
+        return float(queue_ms), False
+    expected = llm_expected_ms(step, stats)
+    if (queue_ms < max(MIN_EXCESS_CORROBORATED_MS, MIN_EXCESS_RATIO * expected)
+            or step.duration_ms - expected < SERVING_SHARE * queue_ms):
+        return None
+    return float(queue_ms), True
 
 
 def telemetry_devices(ctx: TaskContext) -> set[str]:
@@ -449,13 +465,15 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
         signals = device_signals(ctx, step, times=times)
         verdict = _judged(ctx, step, signals)
         if verdict is None or verdict["verdict"] not in HARDWARE_VERDICTS:
-            queue_ms = _cold_queue(ctx, step)
-            if queue_ms is not None:
+            measured = _measured_queue(ctx, step)
+            if measured is not None:
+                queue_ms, warm = measured
                 slowness = {"expected_ms": round(step.duration_ms - queue_ms, 1), "excess_ms": round(queue_ms, 1),
-                            "ttft_z": None, "tpot_z": None, "z_cut": None, "slow_part": "queue", "baseline": "none"}
-                cold = verdict_for(ctx, step, slowness, signals)
-                if cold["verdict"] == "queueing":
-                    verdict = cold
+                            "ttft_z": None, "tpot_z": None, "z_cut": None, "slow_part": "queue",
+                            "baseline": "measured" if warm else "none"}
+                queued = verdict_for(ctx, step, slowness, signals)
+                if queued["verdict"] == "queueing":
+                    verdict = queued
         if verdict is not None:
             verdicts[step.step_id] = verdict
     return verdicts
@@ -502,14 +520,18 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
             (ctx.device_normals[d] for d in verdict.get("signals", {}).get("devices", ()) if d in ctx.device_normals), None)
         confidence, reason = baseline_confidence(normal.count if normal else 0,
                                                  what=f"telemetry readings of {device}")
-        if verdict.get("baseline") == "none":
+        if verdict.get("baseline") in ("none", "measured"):  # `_measured_queue`: the server's wait is the waste
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting because "
                        f"{WHAT[verdict_name]} ({device}: {seen}).")
-            confidence = "medium"
-            reason = (f"No baseline of {step.key} on {device} yet: the server's own queue time is the evidence, "
-                      f"and all of it is counted as waste (its usual wait is not known yet).")
         else:
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
                        f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
+        if verdict.get("baseline") == "none":
+            confidence = "medium"
+            reason = (f"No baseline of {step.key} on {device} yet: the server's own queue time is the evidence, "
+                      f"and all of it is counted as waste (its usual wait is not known yet).")
+        elif verdict.get("baseline") == "measured":
+            reason = (f"The server measured the wait, and the call took at least half of it longer than "
+                      f"{step.key} usually does. {reason}")
         yield Finding(f"hardware_{verdict_name}", (step_id,), wasted, summary, dict(verdict),
                       ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)

@@ -235,3 +235,44 @@ def test_a_call_judged_only_by_other_devices_is_queueing_when_its_server_reports
     _, found = served(chat(), children=[queued], baselines=elsewhere)
     [finding] = found["queueing"]
     assert finding.wasted_ms == 1800.0 and f"on {SERVER} yet" in finding.confidence_reason
+
+
+# A key whose durations spread widely (log MAD 0.15): a call 30 % over its usual 1 s is no
+# outlier by its duration alone.
+WIDE = {("llm", "m", SERVER): type(llm_stats())(count=200, median_ms=1000, mad_ms=150, line_a=300, line_b=7,
+                                                  line_log_mad=0.15, input_median=1500, input_mad=100)}
+
+
+def _waited(queue_ms: float, end_s: float):
+    call = step("c", "llm", 10, end_s, model="m", device=SERVER, input_tokens=1500, output_tokens=100)
+    span = step("s", "other", 10.001, end_s - 0.001, name="llm_request", parent_step_id="c",
+                serving={"queue_ms": queue_ms, "prefill_ms": 90.0, "decode_ms": 700.0,
+                         "e2e_ms": (end_s - 10) * 1000 - 2})
+    return call, span
+
+
+def test_a_wait_the_server_measured_is_queueing_though_the_duration_alone_is_no_outlier():
+    # vLLM says 300 ms of this 1.3 s call went in its queue; the call usually takes 1 s. By its
+    # duration it is within the key's spread, but the wait is a measurement, not an inference.
+    call, span = _waited(300.0, 11.3)
+    _, found = served(call, children=[span], baselines=WIDE)
+    [finding] = found["queueing"]
+    assert finding.wasted_ms == 300.0 and "300 ms of it waiting" in finding.summary
+    assert "the server reports 300 ms" in finding.summary and "measured the wait" in finding.confidence_reason
+    assert not found["slow"] and not found["throttling"]
+
+
+def test_a_wait_that_is_part_of_the_keys_usual_time_is_no_finding():
+    # The same 300 ms wait on a key that usually takes 1.3 s: its server is always this busy, and
+    # the call took no longer than usual, so there is nothing new to act on in this task.
+    call, span = _waited(300.0, 11.3)
+    usual = {("llm", "m", SERVER): type(llm_stats())(count=200, median_ms=1300, mad_ms=150, line_a=600, line_b=7,
+                                                       line_log_mad=0.15, input_median=1500, input_mad=100)}
+    _, found = served(call, children=[span], baselines=usual)
+    assert not any(found.values()), found
+
+
+def test_a_measured_wait_under_a_fifth_of_the_usual_call_is_no_finding():
+    call, span = _waited(150.0, 11.15)
+    _, found = served(call, children=[span], baselines=WIDE)
+    assert not any(found.values()), found
