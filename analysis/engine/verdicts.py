@@ -368,7 +368,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         verdict = "queueing"
     elif "kv_cache_pressure" in found:
         verdict = "kv_cache_pressure"
-    elif "thermal_only" in found and slowness.get("slow_part") != "prefill":
+    elif "thermal_only" in found and not _start_only(slowness):
         # Heat slows every token; a slow start alone it does not explain.
         verdict = "throttling"
     elif server_prefill or (long_prompt and not decode_slow):
@@ -396,6 +396,15 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         out["ttft_split"] = {"ttft_ms": round(step.ttft_ms, 1), "queue_wait_ms": round(queue_wait, 1),
                              "compute_ms": round(step.ttft_ms - queue_wait, 1)}
     return out
+
+
+def _start_only(slowness: dict) -> bool:
+    """Whether only the start of the call was slow: its TTFT an outlier and its time per token
+    not (`slow_part` says which was the slower part; both can be outliers)."""
+    if slowness.get("slow_part") != "prefill":
+        return False
+    tpot_z, cut = slowness.get("tpot_z"), slowness.get("z_cut")
+    return tpot_z is None or cut is None or tpot_z <= cut
 
 
 def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:

@@ -83,6 +83,18 @@ def test_a_hot_device_without_a_throttle_flag_and_slow_decode_is_throttling():
     assert [f.kind for f in throttling] == ["hardware_throttling"] and not slow
 
 
+def test_a_hot_device_without_clocks_explains_a_call_slow_in_its_start_and_its_tokens_alike():
+    # Heat slows every token, the prompt's included: TTFT 5x its usual and each further token 2x
+    # are both outliers. That the start is the worse of the two does not make it a slow start
+    # alone (an LPU or accelerator that reports its temperature and power, but no clocks).
+    s = step("a", "llm", 10, 15, model="m", device="gpu-1", ttft_ms=1000, input_tokens=2000, output_tokens=101)
+    hot = [type(x)(x.ts_ms, {k: v for k, v in {**x.metrics, "temperature_c": 92}.items()
+                             if k not in ("throttled", "tokens_per_s")}) for x in samples(0, 30)]
+    _, throttling, slow = run(ctx_with(s, hot))
+    assert [f.kind for f in throttling] == ["hardware_throttling"] and not slow
+    assert throttling[0].evidence["slow_part"] == "prefill" and throttling[0].evidence["tpot_z"] > 4
+
+
 def test_a_hot_busy_device_with_a_slow_start_is_queueing_not_throttling():
     s = step("a", "llm", 10, 13.8, model="m", device="gpu-1", ttft_ms=2000, input_tokens=2000, output_tokens=91)
     busy = [type(x)(x.ts_ms, {**x.metrics, "temperature_c": 80, "queue_depth": 24}) for x in samples(0, 30)]
