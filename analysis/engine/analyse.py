@@ -20,6 +20,7 @@ from analysis.engine.baselines import DEVICE
 from analysis.engine.budget import latency_budget
 from analysis.engine.critical_path import critical_path, path_step_ids
 from analysis.engine.detectors.base import (
+    ArgsStats,
     BaselineStats,
     DeviceNormal,
     Finding,
@@ -29,6 +30,7 @@ from analysis.engine.detectors.base import (
     TaskContext,
     Transport,
     all_detectors,
+    canonical_args,
     union_length,
 )
 from analysis.engine.verdicts import step_verdicts
@@ -86,7 +88,9 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
         tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
         log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
         input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
-        line_log_mad=st.get("line_log_mad"))
+        line_log_mad=st.get("line_log_mad"),
+        args={canonical_args(g["args"]): ArgsStats(g["runs"], g["median"], g["log_mad"] or 0.0)
+              for g in st["args"]} if st.get("args") else None)
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,

@@ -139,3 +139,36 @@ def test_steps_without_ttft_leave_the_ttft_and_tpot_spread_of_a_model_alone(proj
     stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
     assert stats["ttft_log_mad"] < 0.05
     assert stats["tpot_log_mad"] < 0.05
+
+
+def test_arguments_that_recur_and_take_longer_are_kept_with_the_tools_baseline(project):
+    # run_tests: ~4 s against one file, ~25 s against the whole suite (one run in five).
+    from analysis.engine import batch
+    from analysis.models import Finding
+
+    rng = random.Random(5)
+
+    def run_tests(task_id, start, target, ms):
+        step = StepRecord(f"{task_id}-s", task_id, at(start), at(start + ms / 1000), kind="tool", name="run_tests",
+                          tool_name="run_tests", tool_args={"target": target})
+        task = TaskRecord(task_id, name="fix", started_at=at(start), ended_at=at(start + ms / 1000), status="ok")
+        batch_store(project=project, batch=Batch(tasks=[task], steps=[step]))
+
+    for i in range(60):
+        suite = i % 5 == 0
+        run_tests(f"t{i}", i * 100, "tests/" if suite else f"tests/test_{i % 7}.py",
+                  rng.gauss(25_000, 2000) if suite else rng.gauss(4000, 300))
+    baselines_refresh(project=project, full=True)
+    b = Baseline.objects.get(project=project, kind="tool", key="run_tests")
+    [suite] = b.stats["args"]  # the one-file targets take the tool's usual time: not kept
+    assert suite["args"] == {"target": "tests/"} and suite["runs"] == 12
+    assert suite["median"] == pytest.approx(25_000, rel=0.1)
+
+    run_tests("whole", 7000, "tests/", 27_000)  # a bigger job
+    run_tests("one-file", 7100, "tests/test_1.py", 27_000)  # a slow call
+    pks = list(Task.objects.filter(project=project, task_id__in=["whole", "one-file"]).values_list("pk", flat=True))
+    batch.run_ids(pks, force=True, top_up=False)
+    slow = {f.task.task_id: f for f in Finding.objects.filter(project=project, kind="slow_step")}
+    assert slow["one-file"].confidence == "high" and round(slow["one-file"].wasted_ms) == pytest.approx(23_000, rel=0.05)
+    # 12 earlier runs of the whole suite: enough to doubt, not to be sure (fewer than 20).
+    assert slow["whole"].confidence == "low" and "bigger job" in slow["whole"].confidence_reason

@@ -109,6 +109,16 @@ class StepData:
 
 
 @dataclass(frozen=True, slots=True)
+class ArgsStats:
+    """The earlier calls of a tool with the same arguments: in how many runs, their median and
+    the MAD of their logs."""
+
+    runs: int
+    median_ms: float
+    log_mad: float
+
+
+@dataclass(frozen=True, slots=True)
 class BaselineStats:
     count: int
     median_ms: float
@@ -131,6 +141,9 @@ class BaselineStats:
     line_a: float | None = None
     line_b: float | None = None
     line_log_mad: float | None = None
+    # Tools: arguments that recur in several runs and usually take longer than the tool does,
+    # canonical_args → ArgsStats (baselines.ARG_MIN_RUNS; slow_step judges such a call by them).
+    args: dict[str, ArgsStats] | None = None
 
     def spread(self, name: str) -> float:
         """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""

@@ -2,7 +2,9 @@
 
 Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 4 (Z_SLOW)
 (see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see verdicts for why); wasted = duration −
-median. LLM steps use the token-aware expectation of `verdicts.llm_slowness`
+median. A tool call whose arguments recur and usually take longer than the tool does (the
+baseline's `args`: the whole test suite, not one file) is judged again against their runs: a
+bigger job is not a slow one (no finding with 20 runs of them or more, possible with fewer). LLM steps use the token-aware expectation of `verdicts.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
 No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent). An LLM
@@ -20,10 +22,13 @@ steps (overhead is serial_gap's) and the spans of a model call's own request (ju
 from __future__ import annotations
 
 from analysis.engine.detectors.base import (
+    CONFIDENT_BASELINE_COUNT,
+    MIN_BASELINE_COUNT,
     Z_SLOW,
     Finding,
     TaskContext,
     baseline_confidence,
+    canonical_args,
     log_z,
     register,
 )
@@ -104,17 +109,39 @@ def detect(ctx: TaskContext):
                           ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
             continue
         stats = ctx.baseline(step)
-        if stats is None:
+        if stats is None or not _slow(step.duration_ms, stats.median_ms, stats.spread("duration")):
             continue
         z = log_z(step.duration_ms, stats.median_ms, stats.spread("duration"))
         wasted = step.duration_ms - stats.median_ms
-        if z <= Z_SLOW or wasted < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * stats.median_ms):
-            continue
         summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}, usually "
                    f"{fmt_ms(stats.median_ms)}; {fmt_ms(wasted)} slower than its baseline.")
         evidence = {"duration_ms": round(step.duration_ms, 1), "baseline_median_ms": round(stats.median_ms, 1),
                     "baseline_mad_ms": round(stats.mad_ms, 1), "baseline_p99_ms": stats.p99_ms,
                     "baseline_count": stats.count, "z": round(z, 2)}
         confidence, reason = baseline_confidence(stats.count, what=f"runs of {step.label}")
+        same = stats.args.get(canonical_args(step.tool_args)) if stats.args and step.tool_args is not None else None
+        if same is not None:
+            # These arguments recur and usually take longer than the tool does (a bigger job):
+            # the call is slow only if slow for them.
+            evidence.update(args_median_ms=round(same.median_ms, 1), args_runs=same.runs)
+            if _slow(step.duration_ms, same.median_ms, same.log_mad):
+                wasted = step.duration_ms - same.median_ms
+                evidence["z"] = round(log_z(step.duration_ms, same.median_ms, same.log_mad), 2)
+                summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}; with these arguments it "
+                           f"usually takes {fmt_ms(same.median_ms)}: {fmt_ms(wasted)} slower.")
+                if same.runs < CONFIDENT_BASELINE_COUNT:
+                    confidence, reason = baseline_confidence(same.runs, what=f"runs of {step.label} with these arguments")
+            elif same.runs >= MIN_BASELINE_COUNT:
+                continue
+            else:
+                confidence = "low"
+                reason = (f"Possible: with these arguments {step.label} took {fmt_ms(same.median_ms)} at the median "
+                          f"in {same.runs} earlier runs, so this may be a bigger job, not a slow one.")
         yield Finding("slow_step", (step.step_id,), wasted, summary, evidence,
                       ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
+
+
+def _slow(duration_ms: float, usual_ms: float, log_mad: float | None) -> bool:
+    """Far above the usual on the log scale (z > Z_SLOW) and by at least 20 % and 100 ms."""
+    return (log_z(duration_ms, usual_ms, log_mad) > Z_SLOW
+            and duration_ms - usual_ms >= max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * usual_ms))

@@ -141,3 +141,35 @@ def test_the_same_slow_call_in_a_run_that_was_otherwise_usual_is_slow():
                baselines={("llm", "m", "gpu-1"): llm_stats()})
     [finding] = detect(ctx)
     assert finding.step_ids == ("c",) and finding.confidence == "high"
+
+
+# run_tests usually takes 4 s against one file; against the whole suite ("tests/") 25 s.
+WHOLE_SUITE = {"target": "tests/"}
+
+
+def _run_tests(seconds: float, args: dict, *, suite_runs: int):
+    from analysis.engine.detectors.base import ArgsStats, canonical_args
+
+    base = stats(4000, 400, count=300)
+    usual = type(base)(**{**{f: getattr(base, f) for f in base.__slots__},
+                          "args": {canonical_args(WHOLE_SUITE): ArgsStats(suite_runs, 25_000, 0.12)}})
+    return task([step("a", "tool", 0, seconds, tool_name="run_tests", tool_args=args)],
+                baselines={("tool", "run_tests", ""): usual})
+
+
+def test_a_call_as_long_as_its_recurring_arguments_usually_take_is_no_slow_step():
+    # The whole suite is a bigger job, not a slow call: 28 s is 7x the tool's usual, but usual for
+    # these arguments (learned from 60 earlier runs).
+    assert detect(_run_tests(28, {"target": "tests/"}, suite_runs=60)) == []
+    # With only a few earlier runs of these arguments it is shown as possible, counted nowhere.
+    [possible] = detect(_run_tests(28, {"target": "tests/"}, suite_runs=6))
+    assert possible.confidence == "low" and "bigger job" in possible.confidence_reason
+
+
+def test_a_call_slow_even_for_its_arguments_is_slow_by_what_they_usually_take():
+    [finding] = detect(_run_tests(80, {"target": "tests/"}, suite_runs=60))
+    assert round(finding.wasted_ms) == 55_000 and finding.confidence == "high"
+    assert "with these arguments it usually takes 25 s" in finding.summary
+    # Other arguments are judged against the tool as before.
+    [other] = detect(_run_tests(28, {"target": "tests/test_api.py"}, suite_runs=60))
+    assert round(other.wasted_ms) == 24_000 and other.confidence == "high"
