@@ -430,8 +430,9 @@ def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | No
       (SERVING_SHARE) and at least MIN_EXCESS_MS, since nothing says what the call usually
       takes (the wait is a lower bound of what the queue cost: a crowded server's batches slow
       the call's own compute too).
-    - With a baseline: the wait must be at least a fifth of what the call usually takes
-      (MIN_EXCESS_RATIO of `llm_expected_ms`; at least MIN_EXCESS_CORROBORATED_MS), and the
+    - With a baseline: the wait must be what a slowdown must be to be a finding on its own, at
+      least a fifth of what the call usually takes (MIN_EXCESS_RATIO of `llm_expected_ms`) and
+      at least MIN_EXCESS_MS (a server at work queues a request for tens of ms), and the
       call must have taken at least half the wait (SERVING_SHARE) longer than usual. A key
       that always waits that long (a server that is always that busy) has the wait in its
       usual time already, learned from its own runs: no finding."""
@@ -445,7 +446,7 @@ def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | No
             return None
         return float(queue_ms), False
     expected = llm_expected_ms(step, stats)
-    if (queue_ms < max(MIN_EXCESS_CORROBORATED_MS, MIN_EXCESS_RATIO * expected)
+    if (queue_ms < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * expected)
             or step.duration_ms - expected < SERVING_SHARE * queue_ms):
         return None
     return float(queue_ms), True
