@@ -20,10 +20,10 @@ from analysis.engine.baselines import DEVICE
 from analysis.engine.budget import latency_budget
 from analysis.engine.critical_path import critical_path, path_step_ids
 from analysis.engine.detectors.base import (
-    ArgsStats,
     BaselineStats,
     DeviceNormal,
     Finding,
+    GroupStats,
     MetricNormal,
     Sample,
     StepData,
@@ -89,19 +89,25 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
         log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
         input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
         line_log_mad=st.get("line_log_mad"),
-        args={canonical_args(g["args"]): ArgsStats(g["runs"], g["median"], g["log_mad"] or 0.0)
-              for g in st["args"]} if st.get("args") else None)
+        args=_groups(st.get("args"), canonical_args), releases=_groups(st.get("releases"), str))
+
+
+def _groups(stored: list[dict] | None, name) -> dict[str, GroupStats] | None:
+    """A baseline's argument or release groups (baselines._heavier), by `name` of their value."""
+    if not stored:
+        return None
+    return {name(g["value"]): GroupStats(g["runs"], g["median"], g["log_mad"] or 0.0) for g in stored}
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
                   device_normals: dict, samples: dict, profile=None, related=None, families=None,
-                  reached: dict[str, Transport] | None = None) -> TaskContext:
+                  reached: dict[str, Transport] | None = None, release: str = "") -> TaskContext:
     """The TaskContext the detectors read (`reached`: the steps' `transports`, when known)."""
     start = _ms(started_at) if started_at else min((s.start_ms for s in steps), default=0.0)
     end = _ms(ended_at) if ended_at else max((s.end_ms for s in steps), default=start)
     return TaskContext(task_id=task_id, start_ms=start, end_ms=max(end, start), steps=steps, baselines=baselines,
                        device_normals=device_normals, samples=samples, profile=profile, related=related or {},
-                       families=families or {}, _transports=reached)
+                       families=families or {}, _transports=reached, release=release)
 
 
 def run_detectors(ctx: TaskContext) -> list[Finding]:

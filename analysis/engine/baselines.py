@@ -132,34 +132,44 @@ SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p
 FROM line m JOIN mad d USING (kind, key, device)
 """
 
-# Tool calls by their arguments: a tool whose time depends on what it is asked (the whole test
-# suite against one file, a year's orders against a day's) has calls that are bigger jobs, not
-# slow ones. Arguments that recur in ARG_MIN_RUNS runs or more and usually take longer than the
-# tool does (their median at least 1 + MIN_EXCESS_RATIO times the tool's) are kept with the
-# tool's baseline, the ARG_GROUPS most frequent, for slow_step to judge such a call against
-# its own kind (docs/analysis.md, "Slow for its arguments").
+# Calls by what they were asked and by release: a tool whose time depends on what it is asked
+# (the whole test suite against one file, a year's orders against a day's) has calls that are
+# bigger jobs, not slow ones; a release that made a tool slower (a regression the release
+# comparison shows) makes every call of it slower, none of them slow on its own. Arguments that
+# recur in ARG_MIN_RUNS runs or more, and releases, whose calls usually take longer than the key's
+# (their median at least 1 + MIN_EXCESS_RATIO times the key's), are kept with the key's baseline,
+# the ARG_GROUPS with most runs, for slow_step to judge such a call against its own kind
+# (docs/analysis.md, "Slow for its arguments or its release"). Not LLM calls: their expectation
+# follows their tokens and their device (verdicts).
 ARG_MIN_RUNS = 3
 ARG_GROUPS = 20
 
-_ARGS_SQL = f"""
+_GROUPS_SQL = f"""
 WITH base AS (
-    SELECT s.kind, {_STEP_KEY} AS key, s.task_id, s.tool_args AS args, s.started_at, s.duration_ms
-    FROM ingest_step s
-    WHERE s.project_id = %(project)s AND s.status = 'ok' AND s.kind = 'tool' AND s.tool_args IS NOT NULL {{filter}}
+    SELECT s.kind, {_STEP_KEY} AS key, s.task_id, {{value}} AS value, s.started_at, s.duration_ms
+    FROM ingest_step s {{join}}
+    WHERE s.project_id = %(project)s AND s.status = 'ok' AND {{which}} {{{{filter}}}}
 ), windowed AS (
     SELECT * FROM (
         SELECT b.*, max(started_at) OVER (PARTITION BY kind, key) AS latest FROM base b
     ) x WHERE started_at > latest - make_interval(days => %(days)s)
 ), grouped AS (
-    SELECT kind, key, args, count(DISTINCT task_id) AS runs, count(*) AS n,
+    SELECT kind, key, value, count(DISTINCT task_id) AS runs,
            {percentile_cont_sql("duration_ms", 0.5)} AS med
-    FROM windowed GROUP BY kind, key, args HAVING count(DISTINCT task_id) >= %(min_runs)s
+    FROM windowed GROUP BY kind, key, value HAVING count(DISTINCT task_id) >= %(min_runs)s
 )
-SELECT g.kind, g.key, g.args::text AS args, g.runs, g.n, g.med,
+SELECT g.kind, g.key, g.value::text AS value, g.runs, g.med,
        {percentile_cont_sql(f"abs({_ln('w.duration_ms', '0.001')} - {_ln('g.med', '0.001')})", 0.5)} AS lmad
-FROM grouped g JOIN windowed w ON w.kind = g.kind AND w.key = g.key AND w.args = g.args
-GROUP BY g.kind, g.key, g.args, g.runs, g.n, g.med
+FROM grouped g JOIN windowed w ON w.kind = g.kind AND w.key = g.key AND w.value = g.value
+GROUP BY g.kind, g.key, g.value, g.runs, g.med
 """
+# stats key → (statement, how a group's value is read back).
+_GROUPS = {
+    "args": (_GROUPS_SQL.format(value="s.tool_args", join="", which="s.kind = 'tool' AND s.tool_args IS NOT NULL"),
+             json.loads),
+    "releases": (_GROUPS_SQL.format(value="t.release", join="JOIN ingest_task t ON t.id = s.task_id",
+                                    which="s.kind <> 'llm' AND t.release <> ''"), str),
+}
 
 _METRICS = ("utilization", "queue_depth", "batch_size", "power_w", "temperature_c", "mem_bw_util",
             "kv_cache_hit_rate", "tokens_per_s", "throttled", "sm_clock_mhz", "sm_clock_max_mhz",
@@ -249,9 +259,10 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
         cursor.execute(sql, params)
         columns = [c.name for c in cursor.description]
         found = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
-        cursor.execute(_ARGS_SQL.format(filter=where), {**params, "min_runs": ARG_MIN_RUNS})
-        groups = cursor.fetchall()
-    heavier = _heavier_args(found, groups)
+        heavier = {}
+        for name, (statement, read) in _GROUPS.items():
+            cursor.execute(statement.format(filter=where), {**params, "min_runs": ARG_MIN_RUNS})
+            heavier[name] = _heavier(found, cursor.fetchall(), read)
     rows = [{
         "kind": r["kind"], "key": r["key"][:200], "device": r["device"][:200], "count": r["n"],
         "median_ms": r["d_med"], "mad_ms": r["d_mad"], "p90_ms": r["d_p90"], "p99_ms": r["d_p99"],
@@ -260,24 +271,26 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
                   "log_mad": r["d_lmad"], "ttft_log_mad": r["t_lmad"], "tpot_log_mad": r["p_lmad"],
                   "input_log_mad": r["i_lmad"], "line_a": r["l_a"], "line_b": r["l_b"],
                   "line_log_mad": r["l_lmad"],
-                  **({"args": heavier[(r["kind"], r["key"])]} if (r["kind"], r["key"]) in heavier else {})},
+                  **{name: groups[(r["kind"], r["key"])] for name, groups in heavier.items()
+                     if r["device"] == "" and (r["kind"], r["key"]) in groups}},
         "window_start": r["w_start"], "window_end": r["w_end"],
     } for r in found]
     return _save(project, rows)
 
 
-def _heavier_args(found: list[dict], groups: list[tuple]) -> dict[tuple[str, str], list[dict]]:
-    """(kind, key) → the argument groups of `_ARGS_SQL` that usually take longer than the key
-    does (median ≥ (1 + MIN_EXCESS_RATIO) × the key's), the ARG_GROUPS with most runs first."""
+def _heavier(found: list[dict], groups: list[tuple], read) -> dict[tuple[str, str], list[dict]]:
+    """(kind, key) → the groups of a `_GROUPS_SQL` statement that usually take longer than the
+    key does (median ≥ (1 + MIN_EXCESS_RATIO) × the key's), the ARG_GROUPS with most runs first;
+    `read` turns a group's value back from its text."""
     medians = {(r["kind"], r["key"]): r["d_med"] for r in found if r["device"] == ""}
     out: dict[tuple[str, str], list[dict]] = {}
-    for kind, key, args, runs, n, med, lmad in sorted(groups, key=lambda g: -g[3]):
+    for kind, key, value, runs, med, lmad in sorted(groups, key=lambda g: -g[3]):
         usual = medians.get((kind, key))
         if usual is None or med < (1 + MIN_EXCESS_RATIO) * usual:
             continue
         kept = out.setdefault((kind, key), [])
         if len(kept) < ARG_GROUPS:
-            kept.append({"args": json.loads(args), "runs": runs, "count": n, "median": med, "log_mad": lmad})
+            kept.append({"value": read(value), "runs": runs, "median": med, "log_mad": lmad})
     return out
 
 

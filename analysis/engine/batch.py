@@ -323,7 +323,7 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
                 task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
                 baselines=baselines, device_normals=normals, samples={},
                 profile=profiles.get((task.name, task.release)), related=related, families=families,
-                reached=reached[task.pk])
+                reached=reached[task.pk], release=task.release)
         wanted = {t.pk: devices for t in group if (devices := telemetry_devices(contexts[t.pk]))}
         windows = {pk: w for pk in wanted if (w := analyse.sample_window(tasks[pk].steps, reached[pk])) is not None}
         telemetry = _samples_load(cursor, project_id, windows, wanted)

@@ -161,7 +161,7 @@ def test_arguments_that_recur_and_take_longer_are_kept_with_the_tools_baseline(p
     baselines_refresh(project=project, full=True)
     b = Baseline.objects.get(project=project, kind="tool", key="run_tests")
     [suite] = b.stats["args"]  # the one-file targets take the tool's usual time: not kept
-    assert suite["args"] == {"target": "tests/"} and suite["runs"] == 12
+    assert suite["value"] == {"target": "tests/"} and suite["runs"] == 12
     assert suite["median"] == pytest.approx(25_000, rel=0.1)
 
     run_tests("whole", 7000, "tests/", 27_000)  # a bigger job
@@ -172,3 +172,37 @@ def test_arguments_that_recur_and_take_longer_are_kept_with_the_tools_baseline(p
     assert slow["one-file"].confidence == "high" and round(slow["one-file"].wasted_ms) == pytest.approx(23_000, rel=0.05)
     # 12 earlier runs of the whole suite: enough to doubt, not to be sure (fewer than 20).
     assert slow["whole"].confidence == "low" and "bigger job" in slow["whole"].confidence_reason
+
+
+def test_a_release_that_made_a_tool_slower_is_kept_with_the_tools_baseline(project):
+    # search: ~200 ms in v1, twice that in v2 (a regression, every call); its v2 calls' tail is no
+    # slow step, a call slow even for v2 is.
+    from analysis.engine import batch
+    from analysis.models import Finding
+
+    rng = random.Random(8)
+
+    def search(task_id, start, release, ms):
+        step = StepRecord(f"{task_id}-s", task_id, at(start), at(start + ms / 1000), kind="tool", name="search",
+                          tool_name="search", tool_args={"q": task_id})
+        task = TaskRecord(task_id, name="find", started_at=at(start), ended_at=at(start + ms / 1000), status="ok",
+                          release=release)
+        batch_store(project=project, batch=Batch(tasks=[task], steps=[step]))
+
+    for i in range(80):
+        v2 = i >= 40
+        search(f"t{i}", i * 10, "v2" if v2 else "v1", (400 if v2 else 200) * rng.lognormvariate(0, 0.1))
+    baselines_refresh(project=project, full=True)
+    b = Baseline.objects.get(project=project, kind="tool", key="search")
+    [v2] = b.stats["releases"]
+    assert v2["value"] == "v2" and v2["runs"] == 40 and v2["median"] == pytest.approx(400, rel=0.1)
+    assert "args" not in b.stats  # every query is its own: no group of arguments
+
+    search("tail", 900, "v2", 650)  # v2's tail: over 3x v1's time, usual for v2
+    search("stuck", 910, "v2", 3000)
+    search("old", 920, "v1", 5000)  # judged against the tool (both releases: a wide spread)
+    pks = list(Task.objects.filter(project=project, task_id__in=["tail", "stuck", "old"]).values_list("pk", flat=True))
+    batch.run_ids(pks, force=True, top_up=False)
+    slow = {f.task.task_id: f for f in Finding.objects.filter(project=project, kind="slow_step")}
+    assert sorted(slow) == ["old", "stuck"], (b.median_ms, b.mad_ms, b.stats["log_mad"], Baseline.objects.get(project=project, kind="tool", key="search").stats)
+    assert "in this release it usually takes" in slow["stuck"].summary

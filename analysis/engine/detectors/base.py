@@ -109,9 +109,9 @@ class StepData:
 
 
 @dataclass(frozen=True, slots=True)
-class ArgsStats:
-    """The earlier calls of a tool with the same arguments: in how many runs, their median and
-    the MAD of their logs."""
+class GroupStats:
+    """A key's calls with the same arguments, or of the same release: in how many runs, their
+    median and the MAD of their logs."""
 
     runs: int
     median_ms: float
@@ -141,9 +141,11 @@ class BaselineStats:
     line_a: float | None = None
     line_b: float | None = None
     line_log_mad: float | None = None
-    # Tools: arguments that recur in several runs and usually take longer than the tool does,
-    # canonical_args → ArgsStats (baselines.ARG_MIN_RUNS; slow_step judges such a call by them).
-    args: dict[str, ArgsStats] | None = None
+    # Steps other than LLM calls: the arguments (canonical_args) and the releases whose calls
+    # recur in several runs and usually take longer than the key's (baselines.ARG_MIN_RUNS;
+    # slow_step judges such a call by them).
+    args: dict[str, GroupStats] | None = None
+    releases: dict[str, GroupStats] | None = None
 
     def spread(self, name: str) -> float:
         """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""
@@ -243,6 +245,7 @@ class TaskContext:
     # What the agent's other runs say about its calls' values and pairs (dependencies.Profile;
     # None: nothing learned yet).
     profile: object = None
+    release: str = ""
     # Filled by the engine before detectors run: step_id → hardware verdict dict.
     verdicts: dict[str, dict] = field(default_factory=dict)
     # canonical_args of the steps' arguments, computed once per task (see call_args).

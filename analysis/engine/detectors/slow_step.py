@@ -2,9 +2,11 @@
 
 Non-LLM steps: log-scale modified z of the duration against the (kind, name) baseline > 4 (Z_SLOW)
 (see detectors.base: latencies are right-skewed) and at least 20 % / 100 ms over the median (see verdicts for why); wasted = duration −
-median. A tool call whose arguments recur and usually take longer than the tool does (the
-baseline's `args`: the whole test suite, not one file) is judged again against their runs: a
-bigger job is not a slow one (no finding with 20 runs of them or more, possible with fewer). LLM steps use the token-aware expectation of `verdicts.llm_slowness`
+median. A call whose arguments recur, or whose release made its key slower, where those calls
+usually take longer than the key does (the baseline's `args` and `releases`: the whole test
+suite, not one file; a regressed release), is judged again against them: a bigger job, or a
+release's own slowdown, is not a slow call (no finding with 20 runs of them or more, possible
+with fewer). LLM steps use the token-aware expectation of `verdicts.llm_slowness`
 and carry the hardware verdict; those whose verdict is `queueing`/`throttling` are reported
 as hardware findings instead (the cause is known), so the same step is never counted twice.
 No baseline with at least MIN_BASELINE_COUNT samples → no finding (cold start is silent). An LLM
@@ -26,6 +28,7 @@ from analysis.engine.detectors.base import (
     MIN_BASELINE_COUNT,
     Z_SLOW,
     Finding,
+    GroupStats,
     TaskContext,
     baseline_confidence,
     canonical_args,
@@ -119,26 +122,43 @@ def detect(ctx: TaskContext):
                     "baseline_mad_ms": round(stats.mad_ms, 1), "baseline_p99_ms": stats.p99_ms,
                     "baseline_count": stats.count, "z": round(z, 2)}
         confidence, reason = baseline_confidence(stats.count, what=f"runs of {step.label}")
-        same = stats.args.get(canonical_args(step.tool_args)) if stats.args and step.tool_args is not None else None
-        if same is not None:
-            # These arguments recur and usually take longer than the tool does (a bigger job):
-            # the call is slow only if slow for them.
-            evidence.update(args_median_ms=round(same.median_ms, 1), args_runs=same.runs)
+        group = _group_of(ctx, step, stats)
+        if group is not None:
+            # Its arguments recur, or its release made the key slower, and those calls usually take
+            # longer than the key does (a bigger job, a regression): slow only if slow for them.
+            same, whose = group
+            evidence.update(group_median_ms=round(same.median_ms, 1), group_runs=same.runs, group=whose)
             if _slow(step.duration_ms, same.median_ms, same.log_mad):
                 wasted = step.duration_ms - same.median_ms
                 evidence["z"] = round(log_z(step.duration_ms, same.median_ms, same.log_mad), 2)
-                summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}; with these arguments it "
+                summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}; {whose} it "
                            f"usually takes {fmt_ms(same.median_ms)}: {fmt_ms(wasted)} slower.")
                 if same.runs < CONFIDENT_BASELINE_COUNT:
-                    confidence, reason = baseline_confidence(same.runs, what=f"runs of {step.label} with these arguments")
+                    confidence, reason = baseline_confidence(same.runs, what=f"runs of {step.label} {whose}")
             elif same.runs >= MIN_BASELINE_COUNT:
                 continue
             else:
                 confidence = "low"
-                reason = (f"Possible: with these arguments {step.label} took {fmt_ms(same.median_ms)} at the median "
-                          f"in {same.runs} earlier runs, so this may be a bigger job, not a slow one.")
+                reason = (f"Possible: {whose} {step.label} took {fmt_ms(same.median_ms)} at the median in "
+                          f"{same.runs} runs, so this may be {_WHY[whose]}, not a slow call.")
         yield Finding("slow_step", (step.step_id,), wasted, summary, evidence,
                       ((step.end_ms - wasted, step.end_ms),), confidence=confidence, confidence_reason=reason)
+
+
+_ARGS, _RELEASE = "with these arguments", "in this release"
+_WHY = {_ARGS: "a bigger job", _RELEASE: "the release's own slowdown (see the release comparison)"}
+
+
+def _group_of(ctx: TaskContext, step, stats) -> tuple[GroupStats, str] | None:
+    """The calls a step is judged against instead of its key's, when its key's baseline has
+    them: those with the same arguments, else those of its task's release."""
+    if stats.args and step.tool_args is not None:
+        same = stats.args.get(canonical_args(step.tool_args))
+        if same is not None:
+            return same, _ARGS
+    if stats.releases and ctx.release in stats.releases:
+        return stats.releases[ctx.release], _RELEASE
+    return None
 
 
 def _slow(duration_ms: float, usual_ms: float, log_mad: float | None) -> bool:

@@ -148,11 +148,11 @@ WHOLE_SUITE = {"target": "tests/"}
 
 
 def _run_tests(seconds: float, args: dict, *, suite_runs: int):
-    from analysis.engine.detectors.base import ArgsStats, canonical_args
+    from analysis.engine.detectors.base import GroupStats, canonical_args
 
     base = stats(4000, 400, count=300)
     usual = type(base)(**{**{f: getattr(base, f) for f in base.__slots__},
-                          "args": {canonical_args(WHOLE_SUITE): ArgsStats(suite_runs, 25_000, 0.12)}})
+                          "args": {canonical_args(WHOLE_SUITE): GroupStats(suite_runs, 25_000, 0.12)}})
     return task([step("a", "tool", 0, seconds, tool_name="run_tests", tool_args=args)],
                 baselines={("tool", "run_tests", ""): usual})
 
@@ -173,3 +173,21 @@ def test_a_call_slow_even_for_its_arguments_is_slow_by_what_they_usually_take():
     # Other arguments are judged against the tool as before.
     [other] = detect(_run_tests(28, {"target": "tests/test_api.py"}, suite_runs=60))
     assert round(other.wasted_ms) == 24_000 and other.confidence == "high"
+
+
+def test_a_call_of_a_release_that_made_its_tool_slower_is_judged_by_that_release():
+    # Release v3 made search_inventory twice as slow on every call: against the tool's mixed
+    # history (median 260 ms) a 900 ms call is slow, against v3's own calls it is its tail.
+    from analysis.engine.detectors.base import GroupStats
+
+    base = stats(260, 30, count=500)
+    regressed = type(base)(**{**{f: getattr(base, f) for f in base.__slots__},
+                              "releases": {"v3": GroupStats(80, 440, 0.2)}})
+    call = step("a", "tool", 0, 0.9, tool_name="search_inventory", tool_args={"query": "red kettle"})
+    ctx = task([call], baselines={("tool", "search_inventory", ""): regressed})
+    assert len(detect(ctx)) == 1  # a task of another release: judged against the tool
+    ctx.release = "v3"
+    assert detect(ctx) == []
+    ctx.steps = [step("a", "tool", 0, 4.0, tool_name="search_inventory")]  # slow even for v3
+    [finding] = detect(ctx)
+    assert round(finding.wasted_ms) == 3560 and "in this release it usually takes 440 ms" in finding.summary
