@@ -88,15 +88,17 @@ def baseline_entry(kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, 
         tpot_mad=st.get("tpot_mad"), input_median=st.get("input_median"), input_mad=st.get("input_mad"),
         log_mad=st.get("log_mad"), ttft_log_mad=st.get("ttft_log_mad"), tpot_log_mad=st.get("tpot_log_mad"),
         input_log_mad=st.get("input_log_mad"), line_a=st.get("line_a"), line_b=st.get("line_b"),
-        line_log_mad=st.get("line_log_mad"),
+        line_log_mad=st.get("line_log_mad"), prefill_a=st.get("prefill_a"), prefill_b=st.get("prefill_b"),
+        prefill_log_mad=st.get("prefill_log_mad"),
         args=_groups(st.get("args"), canonical_args), releases=_groups(st.get("releases"), str))
 
 
 def _groups(stored: list[dict] | None, name) -> dict[str, GroupStats] | None:
-    """A baseline's argument or release groups (baselines._heavier), by `name` of their value."""
-    if not stored:
-        return None
-    return {name(g["value"]): GroupStats(g["runs"], g["median"], g["log_mad"] or 0.0) for g in stored}
+    """A baseline's argument or release groups (baselines._heavier), by `name` of their value;
+    a group in another shape (written by another version, until the next refresh) is skipped."""
+    groups = {name(g["value"]): GroupStats(g["runs"], g["median"], g["log_mad"] or 0.0)
+              for g in stored or () if isinstance(g, dict) and "value" in g and g.get("median") is not None}
+    return groups or None
 
 
 def context_build(*, task_id: str, started_at, ended_at, steps: list[StepData], baselines: dict,
