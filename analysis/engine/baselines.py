@@ -51,6 +51,42 @@ def _ln(expr: str, floor: str) -> str:
     the MADs of a model with mixed streamed and non-streamed calls without bound."""
     return f"ln(CASE WHEN ({expr}) IS NULL THEN NULL ELSE greatest({expr}, {floor}) END)"
 
+def _resistant_line(name: str, x: str, y: str) -> str:
+    """CTEs `<name>_slope` (b) and `<name>_intercept` (a) of LLM steps: y ≈ a + b × x, a resistant
+    line (Tukey's, with its thirds taken over the range of x between its 2nd and 98th
+    percentiles, not over the count of calls; flat, b = 0, when x hardly varies: then a call's y
+    is not told by its x). The slope joins the medians of the lower and upper thirds, the
+    intercept is the median residual. One model's calls are usually a mix: many short
+    tool-calling turns, fewer long answers (or long prompts); a line through the overall medians,
+    or thirds by count, lands inside or between those clusters once incidents slow some calls (a
+    slow tool turn then read as usual, or every one as twice its usual). Two are kept: duration
+    over output tokens (`l`, for calls without TTFT) and TTFT over input tokens (`f`: prefill
+    follows the prompt)."""
+    lower, upper = f"w.{x} <= t.x_lo + (t.x_hi - t.x_lo) / 3", f"w.{x} >= t.x_hi - (t.x_hi - t.x_lo) / 3"
+    return f"""{name}_spread AS (
+    SELECT kind, key, device, {percentile_cont_sql(x, 0.02)} AS x_lo, {percentile_cont_sql(x, 0.98)} AS x_hi
+    FROM windowed WHERE kind = 'llm' AND {x} IS NOT NULL AND {y} IS NOT NULL
+    GROUP BY kind, key, device
+), {name}_thirds AS (
+    SELECT w.kind, w.key, w.device,
+           {percentile_cont_sql(f"w.{x}", 0.5)} FILTER (WHERE {lower}) AS xl,
+           {percentile_cont_sql(f"w.{y}", 0.5)} FILTER (WHERE {lower}) AS yl,
+           {percentile_cont_sql(f"w.{x}", 0.5)} FILTER (WHERE {upper}) AS xr,
+           {percentile_cont_sql(f"w.{y}", 0.5)} FILTER (WHERE {upper}) AS yr
+    FROM windowed w JOIN {name}_spread t USING (kind, key, device)
+    WHERE w.{x} IS NOT NULL AND w.{y} IS NOT NULL
+    GROUP BY w.kind, w.key, w.device
+), {name}_slope AS (
+    SELECT kind, key, device, CASE WHEN xr > xl THEN greatest((yr - yl) / (xr - xl), 0) ELSE 0 END AS b
+    FROM {name}_thirds
+), {name}_intercept AS (
+    SELECT w.kind, w.key, w.device, {percentile_cont_sql(f"w.{y} - sl.b * w.{x}", 0.5)} AS a
+    FROM windowed w JOIN {name}_slope sl USING (kind, key, device)
+    WHERE w.{x} IS NOT NULL AND w.{y} IS NOT NULL
+    GROUP BY w.kind, w.key, w.device
+)"""
+
+
 _STEP_SQL = f"""
 WITH base AS (
     SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
@@ -77,45 +113,18 @@ WITH base AS (
            {percentile_cont_sql("input_tokens", 0.5)} AS i_med,
            {percentile_cont_sql("output_tokens", 0.5)} AS o_med
     FROM windowed GROUP BY kind, key, device
-), spread AS (
-    -- LLM duration against output tokens, for steps without TTFT: a resistant line (Tukey's,
-    -- with its thirds taken over the range of output tokens between their 2nd and 98th
-    -- percentiles, not over the count of calls; flat, b = 0, when they hardly vary: then
-    -- a call's time is not told by its tokens). The slope joins the medians of the lower and upper
-    -- thirds, the intercept is the median residual. One model's calls are usually a mix: many
-    -- short tool-calling turns, fewer long answers; a line through the overall medians, or thirds
-    -- by count, lands inside or between those clusters once incidents slow some calls (a slow tool
-    -- turn then read as usual, or every one as twice its usual).
-    SELECT kind, key, device, {percentile_cont_sql("output_tokens", 0.02)} AS x_lo,
-           {percentile_cont_sql("output_tokens", 0.98)} AS x_hi
-    FROM windowed WHERE kind = 'llm' AND output_tokens IS NOT NULL
-    GROUP BY kind, key, device
-), thirds AS (
-    SELECT w.kind, w.key, w.device,
-           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens <= t.x_lo + (t.x_hi - t.x_lo) / 3) AS xl,
-           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens <= t.x_lo + (t.x_hi - t.x_lo) / 3) AS yl,
-           {percentile_cont_sql("w.output_tokens", 0.5)} FILTER (WHERE w.output_tokens >= t.x_hi - (t.x_hi - t.x_lo) / 3) AS xr,
-           {percentile_cont_sql("w.duration_ms", 0.5)} FILTER (WHERE w.output_tokens >= t.x_hi - (t.x_hi - t.x_lo) / 3) AS yr
-    FROM windowed w JOIN spread t USING (kind, key, device)
-    WHERE w.output_tokens IS NOT NULL
-    GROUP BY w.kind, w.key, w.device
-), slope AS (
-    SELECT kind, key, device, CASE WHEN xr > xl THEN greatest((yr - yl) / (xr - xl), 0) ELSE 0 END AS b
-    FROM thirds
-), intercept AS (
-    SELECT w.kind, w.key, w.device, {percentile_cont_sql("w.duration_ms - sl.b * w.output_tokens", 0.5)} AS a
-    FROM windowed w JOIN slope sl USING (kind, key, device)
-    WHERE w.output_tokens IS NOT NULL
-    GROUP BY w.kind, w.key, w.device
-), line AS (
-    SELECT m.*, sl.b AS l_b, i.a AS l_a
-    FROM med m LEFT JOIN slope sl USING (kind, key, device) LEFT JOIN intercept i USING (kind, key, device)
+), {_resistant_line("l", "output_tokens", "duration_ms")}, {_resistant_line("f", "input_tokens", "ttft_ms")}, line AS (
+    SELECT m.*, l_slope.b AS l_b, l_intercept.a AS l_a, f_slope.b AS f_b, f_intercept.a AS f_a
+    FROM med m LEFT JOIN l_slope USING (kind, key, device) LEFT JOIN l_intercept USING (kind, key, device)
+    LEFT JOIN f_slope USING (kind, key, device) LEFT JOIN f_intercept USING (kind, key, device)
 ), mad AS (
     -- Grouped by the key alone and joined to the medians afterwards: grouping the joined rows
     -- by every median column sorted each step's row by fourteen keys.
     SELECT w.kind, w.key, w.device,
        {percentile_cont_sql(f"abs({_ln('w.duration_ms', '0.001')} - {_ln('m.l_a + m.l_b * w.output_tokens', '1')})",
                             0.5)} AS l_lmad,
+       {percentile_cont_sql(f"abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.f_a + m.f_b * w.input_tokens', '1')})",
+                            0.5)} AS f_lmad,
        {percentile_cont_sql("abs(w.duration_ms - m.d_med)", 0.5)} AS d_mad,
        {percentile_cont_sql("abs(w.ttft_ms - m.t_med)", 0.5)} AS t_mad,
        {percentile_cont_sql("abs(w.tpot - m.p_med)", 0.5)} AS p_mad,
@@ -128,6 +137,7 @@ WITH base AS (
     GROUP BY w.kind, w.key, w.device
 )
 SELECT m.kind, m.key, m.device, m.n, m.w_start, m.w_end, m.d_med, m.d_p90, m.d_p99, m.l_a, m.l_b, d.l_lmad,
+       m.f_a, m.f_b, d.f_lmad,
        d.d_mad, m.t_med, d.t_mad, m.p_med, d.p_mad, m.i_med, d.i_mad, d.d_lmad, d.t_lmad, d.p_lmad, d.i_lmad
 FROM line m JOIN mad d USING (kind, key, device)
 """
@@ -270,7 +280,8 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
                   "tpot_mad": r["p_mad"], "input_median": r["i_med"], "input_mad": r["i_mad"],
                   "log_mad": r["d_lmad"], "ttft_log_mad": r["t_lmad"], "tpot_log_mad": r["p_lmad"],
                   "input_log_mad": r["i_lmad"], "line_a": r["l_a"], "line_b": r["l_b"],
-                  "line_log_mad": r["l_lmad"],
+                  "line_log_mad": r["l_lmad"], "prefill_a": r["f_a"], "prefill_b": r["f_b"],
+                  "prefill_log_mad": r["f_lmad"],
                   **{name: groups[(r["kind"], r["key"])] for name, groups in heavier.items()
                      if r["device"] == "" and (r["kind"], r["key"]) in groups}},
         "window_start": r["w_start"], "window_end": r["w_end"],

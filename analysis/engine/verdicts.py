@@ -69,7 +69,7 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     ttft_z = tpot_z = None
     expected = llm_expected_ms(step, stats)
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
-        ttft_z = log_z(step.ttft_ms, stats.ttft_median, stats.spread("ttft"))
+        ttft_z = log_z(step.ttft_ms, stats.expected_ttft(step.input_tokens), stats.ttft_spread(step.input_tokens))
         tpot = tpot_ms(duration_ms=step.duration_ms, ttft_ms=step.ttft_ms, output_tokens=step.output_tokens)
         if tpot is not None:
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
@@ -89,10 +89,11 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
 
 
 def llm_expected_ms(step: StepData, stats: BaselineStats) -> float:
-    """What an LLM call of this shape usually takes: TTFT plus TPOT per further token when it
-    streamed; else the resistant line over output tokens; else the median."""
+    """What an LLM call of this shape usually takes: TTFT for its prompt (the prefill line) plus
+    TPOT per further token when it streamed; else the resistant line over output tokens; else
+    the median."""
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
-        return stats.ttft_median + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
+        return stats.expected_ttft(step.input_tokens) + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
     if step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
         return max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
     return stats.median_ms
@@ -353,8 +354,12 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     decode_slow = slowness.get("slow_part") == "decode" or (server_decode and "queueing" not in found)
     compute = None
     if step.ttft_ms is not None and stats and stats.ttft_median is not None:
-        scale = max(1.0, (step.input_tokens or 0) / stats.input_median) if stats.input_median else 1.0
-        compute = min(step.ttft_ms, stats.ttft_median * scale)
+        if stats.prefill_b is not None and step.input_tokens is not None:
+            usual_start = stats.expected_ttft(step.input_tokens)
+        else:  # no prefill line: the median start, scaled by a longer prompt
+            usual_start = stats.ttft_median * (max(1.0, (step.input_tokens or 0) / stats.input_median)
+                                               if stats.input_median else 1.0)
+        compute = min(step.ttft_ms, usual_start)
     # A long prompt whose TTFT is no more than its prefill would take explains a slow start
     # by itself, whatever the queue did.
     prompt_explains = (long_prompt and not decode_slow and compute is not None

@@ -141,11 +141,30 @@ class BaselineStats:
     line_a: float | None = None
     line_b: float | None = None
     line_log_mad: float | None = None
+    # LLM steps with TTFT: TTFT ≈ prefill_a + prefill_b × input tokens (a resistant line: prefill
+    # follows the prompt), with the MAD of the log residuals.
+    prefill_a: float | None = None
+    prefill_b: float | None = None
+    prefill_log_mad: float | None = None
     # Steps other than LLM calls: the arguments (canonical_args) and the releases whose calls
     # recur in several runs and usually take longer than the key's (baselines.ARG_MIN_RUNS;
     # slow_step judges such a call by them).
     args: dict[str, GroupStats] | None = None
     releases: dict[str, GroupStats] | None = None
+
+    def expected_ttft(self, input_tokens: int | None) -> float | None:
+        """What a call's TTFT usually is for its prompt: the prefill line at its input tokens,
+        else (no line, no token count) the median TTFT."""
+        if input_tokens is not None and self.prefill_a is not None and self.prefill_b is not None:
+            return max(self.prefill_a + self.prefill_b * input_tokens, 1.0)
+        return self.ttft_median
+
+    def ttft_spread(self, input_tokens: int | None) -> float:
+        """The log-scale MAD around `expected_ttft`."""
+        if input_tokens is not None and self.prefill_a is not None and self.prefill_b is not None \
+                and self.prefill_log_mad is not None:
+            return self.prefill_log_mad
+        return self.spread("ttft")
 
     def spread(self, name: str) -> float:
         """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""
