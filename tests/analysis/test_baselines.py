@@ -206,3 +206,23 @@ def test_a_release_that_made_a_tool_slower_is_kept_with_the_tools_baseline(proje
     slow = {f.task.task_id: f for f in Finding.objects.filter(project=project, kind="slow_step")}
     assert sorted(slow) == ["old", "stuck"], (b.median_ms, b.mad_ms, b.stats["log_mad"], Baseline.objects.get(project=project, kind="tool", key="search").stats)
     assert "in this release it usually takes" in slow["stuck"].summary
+
+
+def test_llm_steps_with_ttft_get_a_line_of_ttft_over_input_tokens(project):
+    # Prefill follows the prompt: TTFT ≈ 60 ms + 0.05 ms a prompt token. Most prompts are short
+    # (a first turn), some long (a late turn with the history), one call in eight slowed 2x.
+    rng = random.Random(9)
+    steps = []
+    for i in range(240):
+        prompt = rng.randint(800, 2000) if rng.random() < 0.7 else rng.randint(10_000, 30_000)
+        ttft = (60 + 0.05 * prompt) * rng.uniform(0.93, 1.07) * (2 if i % 8 == 5 else 1)
+        ms = ttft + 20 * 50
+        steps.append(StepRecord(f"s{i}", f"t{i}", at(i * 60), at(i * 60 + ms / 1000), kind="llm", name="chat",
+                                model="m", input_tokens=prompt, output_tokens=51, ttft_ms=ttft))
+    batch_store(project=project, batch=Batch(steps=steps))
+    baselines_refresh(project=project, full=True)
+    stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
+    assert stats["prefill_b"] == pytest.approx(0.05, rel=0.1)
+    assert stats["prefill_a"] + 1400 * stats["prefill_b"] == pytest.approx(130, rel=0.1)
+    assert stats["prefill_log_mad"] < 0.06
+    assert stats["ttft_log_mad"] > 0.3  # around the median alone, short and long prompts are far apart

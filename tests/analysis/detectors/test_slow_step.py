@@ -191,3 +191,19 @@ def test_a_call_of_a_release_that_made_its_tool_slower_is_judged_by_that_release
     ctx.steps = [step("a", "tool", 0, 4.0, tool_name="search_inventory")]  # slow even for v3
     [finding] = detect(ctx)
     assert round(finding.wasted_ms) == 3560 and "in this release it usually takes 440 ms" in finding.summary
+
+
+def test_an_llm_call_is_expected_to_start_as_its_prompt_usually_makes_it():
+    # TTFT ≈ 60 ms + 0.05 ms a prompt token (median 200 ms over the key's mix of prompts).
+    line = type(llm_stats())(count=300, median_ms=2200, mad_ms=300, ttft_median=200, ttft_mad=60, tpot_median=20,
+                             tpot_mad=1.5, input_median=2800, input_mad=1500, prefill_a=60, prefill_b=0.05,
+                             prefill_log_mad=0.04)
+    baselines = {("llm", "m", "gpu-1"): line}
+    # A 30k-token prompt starting in 1.6 s: its prefill, not a slow start.
+    long = step("a", "llm", 0, 2.6, model="m", device="gpu-1", ttft_ms=1600, input_tokens=30_000, output_tokens=51)
+    assert detect(task([long], baselines=baselines)) == []
+    # A 1k-token prompt starting in 400 ms: 3.6x what its prompt usually takes (110 ms), though
+    # only twice the key's median start.
+    short = step("b", "llm", 0, 1.4, model="m", device="gpu-1", ttft_ms=400, input_tokens=1000, output_tokens=51)
+    [finding] = detect(task([short], baselines=baselines))
+    assert round(finding.wasted_ms) == 290
