@@ -177,7 +177,9 @@ GROUP BY g.kind, g.key, g.value, g.runs, g.med
 _GROUPS = {
     "args": (_GROUPS_SQL.format(value="s.tool_args", join="", which="s.kind = 'tool' AND s.tool_args IS NOT NULL"),
              json.loads),
-    "releases": (_GROUPS_SQL.format(value="t.release", join="JOIN ingest_task t ON t.id = s.task_id",
+    # The join equates the project too: one project's statement stays on one shard (Citus).
+    "releases": (_GROUPS_SQL.format(value="t.release",
+                                    join="JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id",
                                     which="s.kind <> 'llm' AND t.release <> ''"), str),
 }
 
