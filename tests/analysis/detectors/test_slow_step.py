@@ -207,3 +207,18 @@ def test_an_llm_call_is_expected_to_start_as_its_prompt_usually_makes_it():
     short = step("b", "llm", 0, 1.4, model="m", device="gpu-1", ttft_ms=400, input_tokens=1000, output_tokens=51)
     [finding] = detect(task([short], baselines=baselines))
     assert round(finding.wasted_ms) == 290
+
+
+def test_a_start_slightly_late_against_a_tight_prefill_line_does_not_make_ordinary_decode_slow():
+    # Usual start 135 ms for this prompt (a tight line: log MAD 0.04), 185 ms here: an outlier by
+    # 50 ms. Its tokens came at 26 ms instead of 20 (within their spread), 114 ms more: the call is
+    # 164 ms over its usual, but the part that is unusual cost 50 ms, under the floors.
+    line = type(llm_stats())(count=300, median_ms=600, mad_ms=80, ttft_median=140, ttft_mad=40, tpot_median=20,
+                             tpot_mad=3, input_median=1500, input_mad=500, prefill_a=60, prefill_b=0.05,
+                             prefill_log_mad=0.04)
+    late = step("a", "llm", 0, 0.679, model="m", device="gpu-1", ttft_ms=185, input_tokens=1500, output_tokens=20)
+    assert detect(task([late], baselines={("llm", "m", "gpu-1"): line})) == []
+    # The same start 3x late is slow: the unusual part is the larger one.
+    later = step("b", "llm", 0, 0.899, model="m", device="gpu-1", ttft_ms=405, input_tokens=1500, output_tokens=20)
+    [finding] = detect(task([later], baselines={("llm", "m", "gpu-1"): line}))
+    assert finding.evidence["slow_part"] == "prefill"
