@@ -56,6 +56,24 @@ def tpot_ms(*, duration_ms: float, ttft_ms: float | None, output_tokens: int | N
     return max(duration_ms - ttft_ms, 0.0) / (output_tokens - 1)
 
 
+# --- prefill tokens --------------------------------------------------------------------------
+#
+# The prompt tokens a server had to prefill: its input tokens less those it read from its prompt
+# cache (a cached prefix is not computed again), never below zero; NULL without input tokens.
+
+
+def prefill_tokens_sql(alias: str) -> str:
+    """Prefill tokens of the step rows aliased `alias` (columns input_tokens, cached_tokens)."""
+    return f"greatest({alias}.input_tokens - coalesce({alias}.cached_tokens, 0), 0)::float8"
+
+
+def prefill_tokens(*, input_tokens: int | None, cached_tokens: int | None) -> int | None:
+    """Prefill tokens of one step in Python, as prefill_tokens_sql computes them."""
+    if input_tokens is None:
+        return None
+    return max(input_tokens - (cached_tokens or 0), 0)
+
+
 # --- failed ----------------------------------------------------------------------------------
 
 # `<status column> IN ('error', 'timeout')`: the statuses are our constants, not input.

@@ -33,7 +33,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from analysis.engine.verdicts import MIN_EXCESS_RATIO
-from analysis.measures import baseline_key_sql, percentile_cont_sql, tpot_sql
+from analysis.measures import baseline_key_sql, percentile_cont_sql, prefill_tokens_sql, tpot_sql
 from analysis.models import Baseline
 from ingest.models import Project, ResourceSample, Step
 
@@ -60,8 +60,8 @@ def _resistant_line(name: str, x: str, y: str) -> str:
     tool-calling turns, fewer long answers (or long prompts); a line through the overall medians,
     or thirds by count, lands inside or between those clusters once incidents slow some calls (a
     slow tool turn then read as usual, or every one as twice its usual). Two are kept: duration
-    over output tokens (`l`, for calls without TTFT) and TTFT over input tokens (`f`: prefill
-    follows the prompt)."""
+    over output tokens (`l`, for calls without TTFT) and TTFT over the prompt tokens the server
+    had to prefill (`f`: its input tokens less those read from its prompt cache)."""
     lower, upper = f"w.{x} <= t.x_lo + (t.x_hi - t.x_lo) / 3", f"w.{x} >= t.x_hi - (t.x_hi - t.x_lo) / 3"
     return f"""{name}_spread AS (
     SELECT kind, key, device, {percentile_cont_sql(x, 0.02)} AS x_lo, {percentile_cont_sql(x, 0.98)} AS x_hi
@@ -91,14 +91,16 @@ _STEP_SQL = f"""
 WITH base AS (
     SELECT s.kind, {_STEP_KEY} AS key, s.device, s.started_at, s.duration_ms, s.ttft_ms,
            s.input_tokens::float8 AS input_tokens, s.output_tokens::float8 AS output_tokens,
+           {prefill_tokens_sql("s")} AS prefill_tokens,
            {tpot_sql("s")} AS tpot
     FROM ingest_step s
     WHERE s.project_id = %(project)s AND s.status = 'ok' {{filter}}
 ), expanded AS (
-    SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, tpot
+    SELECT kind, key, device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, prefill_tokens, tpot
     FROM base WHERE kind = 'llm' AND device <> ''
     UNION ALL
-    SELECT kind, key, '' AS device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, tpot FROM base
+    SELECT kind, key, '' AS device, started_at, duration_ms, ttft_ms, input_tokens, output_tokens, prefill_tokens, tpot
+    FROM base
 ), windowed AS (
     SELECT * FROM (
         SELECT e.*, max(started_at) OVER (PARTITION BY kind, key, device) AS latest FROM expanded e
@@ -113,7 +115,7 @@ WITH base AS (
            {percentile_cont_sql("input_tokens", 0.5)} AS i_med,
            {percentile_cont_sql("output_tokens", 0.5)} AS o_med
     FROM windowed GROUP BY kind, key, device
-), {_resistant_line("l", "output_tokens", "duration_ms")}, {_resistant_line("f", "input_tokens", "ttft_ms")}, line AS (
+), {_resistant_line("l", "output_tokens", "duration_ms")}, {_resistant_line("f", "prefill_tokens", "ttft_ms")}, line AS (
     SELECT m.*, l_slope.b AS l_b, l_intercept.a AS l_a, f_slope.b AS f_b, f_intercept.a AS f_a
     FROM med m LEFT JOIN l_slope USING (kind, key, device) LEFT JOIN l_intercept USING (kind, key, device)
     LEFT JOIN f_slope USING (kind, key, device) LEFT JOIN f_intercept USING (kind, key, device)
@@ -123,7 +125,7 @@ WITH base AS (
     SELECT w.kind, w.key, w.device,
        {percentile_cont_sql(f"abs({_ln('w.duration_ms', '0.001')} - {_ln('m.l_a + m.l_b * w.output_tokens', '1')})",
                             0.5)} AS l_lmad,
-       {percentile_cont_sql(f"abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.f_a + m.f_b * w.input_tokens', '1')})",
+       {percentile_cont_sql(f"abs({_ln('w.ttft_ms', '0.001')} - {_ln('m.f_a + m.f_b * w.prefill_tokens', '1')})",
                             0.5)} AS f_lmad,
        {percentile_cont_sql("abs(w.duration_ms - m.d_med)", 0.5)} AS d_mad,
        {percentile_cont_sql("abs(w.ttft_ms - m.t_med)", 0.5)} AS t_mad,

@@ -71,8 +71,8 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     excess = step.duration_ms - expected
     unusual = excess  # the excess of the parts that are outliers
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
-        usual_start = stats.expected_ttft(step.input_tokens)
-        ttft_z = log_z(step.ttft_ms, usual_start, stats.ttft_spread(step.input_tokens))
+        usual_start = stats.expected_ttft(step.prefill_tokens)
+        ttft_z = log_z(step.ttft_ms, usual_start, stats.ttft_spread(step.prefill_tokens))
         tpot = tpot_ms(duration_ms=step.duration_ms, ttft_ms=step.ttft_ms, output_tokens=step.output_tokens)
         if tpot is not None:
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
@@ -99,7 +99,7 @@ def llm_expected_ms(step: StepData, stats: BaselineStats) -> float:
     TPOT per further token when it streamed; else the resistant line over output tokens; else
     the median."""
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
-        return stats.expected_ttft(step.input_tokens) + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
+        return stats.expected_ttft(step.prefill_tokens) + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
     if step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
         return max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
     return stats.median_ms
@@ -361,7 +361,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     compute = None
     if step.ttft_ms is not None and stats and stats.ttft_median is not None:
         if stats.prefill_b is not None and step.input_tokens is not None:
-            usual_start = stats.expected_ttft(step.input_tokens)
+            usual_start = stats.expected_ttft(step.prefill_tokens)
         else:  # no prefill line: the median start, scaled by a longer prompt
             usual_start = stats.ttft_median * (max(1.0, (step.input_tokens or 0) / stats.input_median)
                                                if stats.input_median else 1.0)

@@ -226,3 +226,22 @@ def test_llm_steps_with_ttft_get_a_line_of_ttft_over_input_tokens(project):
     assert stats["prefill_a"] + 1400 * stats["prefill_b"] == pytest.approx(130, rel=0.1)
     assert stats["prefill_log_mad"] < 0.06
     assert stats["ttft_log_mad"] > 0.3  # around the median alone, short and long prompts are far apart
+
+
+def test_the_prefill_line_counts_the_prompt_tokens_the_server_had_to_prefill(project):
+    # Most calls reuse a cached 8k-token prefix (its TTFT ~ the new tokens only); a cache miss
+    # prefills the whole prompt. Over input tokens the two would not fall on one line.
+    rng = random.Random(4)
+    steps = []
+    for i in range(200):
+        prompt = rng.randint(9000, 11_000)
+        cached = 8000 if rng.random() < 0.75 else 0
+        ttft = (40 + 0.04 * (prompt - cached)) * rng.uniform(0.95, 1.05)
+        steps.append(StepRecord(f"s{i}", f"t{i}", at(i * 60), at(i * 60 + (ttft + 1000) / 1000), kind="llm",
+                                name="chat", model="m", input_tokens=prompt, cached_tokens=cached, output_tokens=51,
+                                ttft_ms=ttft))
+    batch_store(project=project, batch=Batch(steps=steps))
+    baselines_refresh(project=project, full=True)
+    stats = Baseline.objects.get(project=project, kind="llm", key="m", device="").stats
+    assert stats["prefill_b"] == pytest.approx(0.04, rel=0.1)
+    assert stats["prefill_log_mad"] < 0.05

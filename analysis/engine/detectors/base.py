@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
-from analysis.measures import baseline_key
+from analysis.measures import baseline_key, prefill_tokens
 from analysis.models import CONFIDENCE_HIGH, CONFIDENCE_LOW, CONFIDENCE_MEDIUM  # noqa: F401  (the detectors take them from here)
 
 Z_OUTLIER = 3.5
@@ -81,6 +81,7 @@ class StepData:
     device: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = None  # of the input tokens, those read from the prompt cache
     ttft_ms: float | None = None
     tool_name: str = ""
     tool_args: object = None
@@ -97,6 +98,11 @@ class StepData:
     @property
     def duration_ms(self) -> float:
         return max(0.0, self.end_ms - self.start_ms)
+
+    @property
+    def prefill_tokens(self) -> int | None:
+        """The prompt tokens its server had to prefill (measures.prefill_tokens)."""
+        return prefill_tokens(input_tokens=self.input_tokens, cached_tokens=self.cached_tokens)
 
     @property
     def key(self) -> str:
@@ -141,8 +147,8 @@ class BaselineStats:
     line_a: float | None = None
     line_b: float | None = None
     line_log_mad: float | None = None
-    # LLM steps with TTFT: TTFT ≈ prefill_a + prefill_b × input tokens (a resistant line: prefill
-    # follows the prompt), with the MAD of the log residuals.
+    # LLM steps with TTFT: TTFT ≈ prefill_a + prefill_b × prefill tokens (a resistant line: prefill
+    # follows the uncached prompt, measures.prefill_tokens), with the MAD of the log residuals.
     prefill_a: float | None = None
     prefill_b: float | None = None
     prefill_log_mad: float | None = None
@@ -152,16 +158,16 @@ class BaselineStats:
     args: dict[str, GroupStats] | None = None
     releases: dict[str, GroupStats] | None = None
 
-    def expected_ttft(self, input_tokens: int | None) -> float | None:
-        """What a call's TTFT usually is for its prompt: the prefill line at its input tokens,
-        else (no line, no token count) the median TTFT."""
-        if input_tokens is not None and self.prefill_a is not None and self.prefill_b is not None:
-            return max(self.prefill_a + self.prefill_b * input_tokens, 1.0)
+    def expected_ttft(self, prefill: int | None) -> float | None:
+        """What a call's TTFT usually is for its prompt: the prefill line at its prefill tokens
+        (measures.prefill_tokens), else (no line, no token count) the median TTFT."""
+        if prefill is not None and self.prefill_a is not None and self.prefill_b is not None:
+            return max(self.prefill_a + self.prefill_b * prefill, 1.0)
         return self.ttft_median
 
-    def ttft_spread(self, input_tokens: int | None) -> float:
+    def ttft_spread(self, prefill: int | None) -> float:
         """The log-scale MAD around `expected_ttft`."""
-        if input_tokens is not None and self.prefill_a is not None and self.prefill_b is not None \
+        if prefill is not None and self.prefill_a is not None and self.prefill_b is not None \
                 and self.prefill_log_mad is not None:
             return self.prefill_log_mad
         return self.spread("ttft")
