@@ -78,7 +78,8 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
         outlier = ttft_z > z_cut or (tpot_z is not None and tpot_z > z_cut)
         # A start that is an outlier by a few ms (against a tight prefill line) does not make the
-        # decode's ordinary variation slow: each part counts only when it is the unusual one.
+        # decode's ordinary variation slow: the parts that are outliers must cost the floor by
+        # themselves (not its share of the call: a throttle slows the tokens too, if less).
         unusual = ((step.ttft_ms - usual_start if ttft_z > z_cut else 0.0)
                    + (excess - (step.ttft_ms - usual_start) if tpot_z is not None and tpot_z > z_cut else 0.0))
     elif step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
@@ -86,7 +87,7 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     else:
         outlier = log_z(step.duration_ms, stats.median_ms, stats.spread("duration")) > z_cut
     floor = MIN_EXCESS_CORROBORATED_MS if z_cut < Z_SLOW else MIN_EXCESS_MS
-    if not outlier or min(excess, unusual) < max(floor, MIN_EXCESS_RATIO * expected):
+    if not outlier or excess < max(floor, MIN_EXCESS_RATIO * expected) or unusual < floor:
         return None
     decode_slow = tpot_z is not None and tpot_z > z_cut and tpot_z >= (ttft_z or 0.0)
     return {"expected_ms": round(expected, 1), "excess_ms": round(excess, 1),
