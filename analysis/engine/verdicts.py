@@ -314,7 +314,10 @@ def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[st
         add("kv_cache_pressure", f"KV cache {kv['value']:.0%} full vs a usual {kv['normal']:.0%}")
     serving = signals.get("serving") or {}
     queue_ms = serving.get("queue_ms")
-    if queue_ms is not None and excess_ms and queue_ms >= SERVING_SHARE * excess_ms:
+    # The server's own account of one request's wait: the larger part of the excess, and a wait
+    # that would be a finding on its own (MIN_EXCESS_MS; `_measured_queue`): a server at work
+    # queues requests for tens of ms, which is no saturation, however tight the call's usual.
+    if queue_ms is not None and excess_ms and queue_ms >= max(SERVING_SHARE * excess_ms, MIN_EXCESS_MS):
         total = serving.get("e2e_ms")
         of = f" of {fmt_ms(total)}" if total else ""
         add("queueing", f"the server reports {fmt_ms(queue_ms)}{of} in queue")

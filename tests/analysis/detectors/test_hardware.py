@@ -294,3 +294,17 @@ def test_a_measured_wait_under_a_fifth_of_the_usual_call_or_under_100_ms_is_no_f
     call, span = _waited(85.0, 10.44)
     _, found = served(call, children=[span], baselines=short)
     assert not any(found.values()), found
+
+
+def test_a_wait_of_tens_of_ms_is_no_saturation_however_tight_the_calls_usual_start():
+    # A start usually 135 ms for this prompt (a tight prefill line), 180 ms here, 45 of them in
+    # the server's queue: the server at work, not saturated, though the start is an outlier.
+    tight = {("llm", "m", SERVER): type(llm_stats())(count=300, median_ms=230, mad_ms=30, ttft_median=140,
+                                                       ttft_mad=30, tpot_median=20, tpot_mad=2, input_median=1500,
+                                                       input_mad=300, prefill_a=60, prefill_b=0.05,
+                                                       prefill_log_mad=0.04)}
+    call = step("c", "llm", 10, 10.26, model="m", device=SERVER, input_tokens=1500, output_tokens=5, ttft_ms=180)
+    span = step("s", "other", 10.001, 10.259, name="llm_request", parent_step_id="c",
+                serving={"queue_ms": 45.0, "prefill_ms": 135.0, "decode_ms": 78.0, "e2e_ms": 258.0})
+    _, found = served(call, children=[span], baselines=tight)
+    assert not any(found.values()), found
