@@ -35,7 +35,7 @@ NO_PROMPT_TOKENS = {"llamaindex_openinference"}
 # slowed clock is labelled, however little it lost, so some labels are losses the product rightly
 # does not call slow (a wait under a fifth of a long answer's time, MIN_EXCESS_RATIO). What is
 # asserted: no false alarm, and the share found, at least the floor below (measured 6 December 2026:
-# queueing 0.939, throttling 0.932; see docs/analysis.md, "Recorded against a vLLM server").
+# queueing 0.939, throttling 0.932; see docs/analysis.md, "Measured (6 December 2026").
 HARDWARE_RECALL_FLOOR = {"hardware_queueing": 0.9, "hardware_throttling": 0.9}
 
 
