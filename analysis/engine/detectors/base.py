@@ -166,10 +166,15 @@ class BaselineStats:
         return self.ttft_median
 
     def ttft_spread(self, prefill: int | None) -> float:
-        """The log-scale MAD around `expected_ttft`."""
+        """The log-scale MAD a start is judged with: the wider of the residuals around the prefill
+        line and the spread of the key's starts. The line tells what a start usually is for its
+        prompt; its residuals are not all a start's ordinary variation (load, batching and the
+        cache's state move it too), and judged by them alone a start 1.5x its line was an
+        outlier on every simulated seed that had no incident there (slow_step precision
+        0.91-0.97)."""
         if prefill is not None and self.prefill_a is not None and self.prefill_b is not None \
                 and self.prefill_log_mad is not None:
-            return self.prefill_log_mad
+            return max(self.prefill_log_mad, self.spread("ttft"))
         return self.spread("ttft")
 
     def spread(self, name: str) -> float:
