@@ -263,7 +263,7 @@ def step_baselines_compute(*, project: Project, since: datetime | None = None,
     elif since is not None:
         params["since"] = since
         where += (f"AND (s.kind, {_STEP_KEY}) IN (SELECT DISTINCT s.kind, {_STEP_KEY} FROM ingest_step s "
-                 "JOIN ingest_task t ON t.id = s.task_id AND t.last_event_at > %(since)s "
+                 "JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id AND t.last_event_at > %(since)s "
                  "WHERE s.project_id = %(project)s)")
     sql = _STEP_SQL.format(filter=where)
     with transaction.atomic(), connection.cursor() as cursor:
