@@ -133,7 +133,13 @@ def detect(ctx: TaskContext):
                 evidence["z"] = round(log_z(step.duration_ms, same.median_ms, same.log_mad), 2)
                 summary = (f"{step.kind} {step.label} took {fmt_ms(step.duration_ms)}; {whose} it "
                            f"usually takes {fmt_ms(same.median_ms)}: {fmt_ms(wasted)} slower.")
-                if same.runs < CONFIDENT_BASELINE_COUNT:
+                if same.runs < MIN_BASELINE_COUNT:
+                    # Under 20 runs a median and MAD are too unstable to call anything an outlier
+                    # (MIN_BASELINE_COUNT), and the key's own verdict is what the group overrules.
+                    confidence = "low"
+                    reason = (f"Possible: {whose} {step.label} has only {same.runs} runs (median "
+                              f"{fmt_ms(same.median_ms)}), too few to be sure this one is slow for them.")
+                elif same.runs < CONFIDENT_BASELINE_COUNT:
                     confidence, reason = baseline_confidence(same.runs, what=f"runs of {step.label} {whose}")
             elif same.runs >= MIN_BASELINE_COUNT:
                 continue
