@@ -232,3 +232,9 @@ def test_a_start_is_judged_with_the_wider_of_the_lines_residuals_and_the_keys_sp
                              prefill_log_mad=0.04, ttft_log_mad=0.3)
     call = step("a", "llm", 0, 2.34, model="m", device="gpu-1", ttft_ms=1340, input_tokens=10_000, output_tokens=51)
     assert detect(task([call], baselines={("llm", "m", "gpu-1"): line})) == []
+
+
+def test_a_call_slow_for_a_group_of_few_runs_is_only_possibly_slow():
+    # Six earlier runs of the whole suite: too few to call anything an outlier against them.
+    [possible] = detect(_run_tests(80, {"target": "tests/"}, suite_runs=6))
+    assert possible.confidence == "low" and "too few" in possible.confidence_reason
