@@ -72,7 +72,7 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
     unusual = excess  # the excess of the parts that are outliers
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
         usual_start = stats.expected_ttft(step.prefill_tokens)
-        ttft_z = log_z(step.ttft_ms, usual_start, stats.ttft_spread(step.prefill_tokens))
+        ttft_z = log_z(step.ttft_ms, usual_start, stats.spread("ttft"))
         tpot = tpot_ms(duration_ms=step.duration_ms, ttft_ms=step.ttft_ms, output_tokens=step.output_tokens)
         if tpot is not None:
             tpot_z = log_z(tpot, stats.tpot_median, stats.spread("tpot"))
@@ -82,7 +82,7 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
         # themselves (not its share of the call: a throttle slows the tokens too, if less).
         unusual = ((step.ttft_ms - usual_start if ttft_z > z_cut else 0.0)
                    + (excess - (step.ttft_ms - usual_start) if tpot_z is not None and tpot_z > z_cut else 0.0))
-    elif step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
+    elif step.output_tokens is not None and stats.duration_line() is not None:
         outlier = log_z(step.duration_ms, expected, stats.line_log_mad) > z_cut
     else:
         outlier = log_z(step.duration_ms, stats.median_ms, stats.spread("duration")) > z_cut
@@ -97,12 +97,13 @@ def llm_slowness(step: StepData, stats: BaselineStats | None, *, z_cut: float = 
 
 def llm_expected_ms(step: StepData, stats: BaselineStats) -> float:
     """What an LLM call of this shape usually takes: TTFT for its prompt (the prefill line) plus
-    TPOT per further token when it streamed; else the resistant line over output tokens; else
-    the median."""
+    TPOT per further token when it streamed; else the resistant line over output tokens (where
+    it fits, BaselineStats.duration_line); else the median."""
     if step.ttft_ms is not None and stats.ttft_median and stats.tpot_median:
         return stats.expected_ttft(step.prefill_tokens) + stats.tpot_median * max((step.output_tokens or 0) - 1, 0)
-    if step.output_tokens is not None and stats.line_b is not None and stats.line_a is not None:
-        return max(stats.line_a + stats.line_b * step.output_tokens, 1.0)
+    line = stats.duration_line()
+    if step.output_tokens is not None and line is not None:
+        return max(line[0] + line[1] * step.output_tokens, 1.0)
     return stats.median_ms
 
 
@@ -364,7 +365,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     decode_slow = slowness.get("slow_part") == "decode" or (server_decode and "queueing" not in found)
     compute = None
     if step.ttft_ms is not None and stats and stats.ttft_median is not None:
-        if stats.prefill_b is not None and step.input_tokens is not None:
+        if stats.prefill_line() is not None and step.input_tokens is not None:
             usual_start = stats.expected_ttft(step.prefill_tokens)
         else:  # no prefill line: the median start, scaled by a longer prompt
             usual_start = stats.ttft_median * (max(1.0, (step.input_tokens or 0) / stats.input_median)

@@ -114,6 +114,16 @@ class StepData:
         return self.tool_name or self.name or self.model or self.kind
 
 
+def fits_better(line_log_mad: float | None, flat_log_mad: float) -> bool:
+    """A line is used only where it fits the key's calls at least as well as their median does:
+    the MAD of its log residuals no wider than the MAD of their logs about the median. Its thirds
+    are taken over the range of x, so a handful of huge prompts (a context grown to 60k tokens,
+    prefilled at another rate) can make the upper third alone: the slope is theirs, the
+    intercept negative, and a usual prompt's start read from the line is a few ms (simulated
+    seed 112358: seven false slow steps). Learned from the key's own calls, no constant."""
+    return line_log_mad is not None and line_log_mad <= flat_log_mad
+
+
 @dataclass(frozen=True, slots=True)
 class GroupStats:
     """A key's calls with the same arguments, or of the same release: in how many runs, their
@@ -158,24 +168,32 @@ class BaselineStats:
     args: dict[str, GroupStats] | None = None
     releases: dict[str, GroupStats] | None = None
 
+    def prefill_line(self) -> tuple[float, float] | None:
+        """(a, b) of the prefill line when it fits the key's starts (fits_better), else None."""
+        if self.prefill_a is None or self.prefill_b is None \
+                or not fits_better(self.prefill_log_mad, self.spread("ttft")):
+            return None
+        return self.prefill_a, self.prefill_b
+
+    def duration_line(self) -> tuple[float, float] | None:
+        """(a, b) of the line of duration over output tokens when it fits the key's durations
+        (fits_better), else None."""
+        if self.line_a is None or self.line_b is None \
+                or not fits_better(self.line_log_mad, self.spread("duration")):
+            return None
+        return self.line_a, self.line_b
+
     def expected_ttft(self, prefill: int | None) -> float | None:
         """What a call's TTFT usually is for its prompt: the prefill line at its prefill tokens
-        (measures.prefill_tokens), else (no line, no token count) the median TTFT."""
-        if prefill is not None and self.prefill_a is not None and self.prefill_b is not None:
-            return max(self.prefill_a + self.prefill_b * prefill, 1.0)
+        (measures.prefill_tokens), else (no line that fits, no token count) the median TTFT. A
+        start is judged with the spread of the key's starts, not the line's residuals: those
+        are not all a start's ordinary variation (load, batching and the cache's state move it
+        too), and judged by them a start 1.5x its line was an outlier on every simulated seed
+        that had no incident there (slow_step precision 0.91-0.97)."""
+        line = self.prefill_line()
+        if prefill is not None and line is not None:
+            return max(line[0] + line[1] * prefill, 1.0)
         return self.ttft_median
-
-    def ttft_spread(self, prefill: int | None) -> float:
-        """The log-scale MAD a start is judged with: the wider of the residuals around the prefill
-        line and the spread of the key's starts. The line tells what a start usually is for its
-        prompt; its residuals are not all a start's ordinary variation (load, batching and the
-        cache's state move it too), and judged by them alone a start 1.5x its line was an
-        outlier on every simulated seed that had no incident there (slow_step precision
-        0.91-0.97)."""
-        if prefill is not None and self.prefill_a is not None and self.prefill_b is not None \
-                and self.prefill_log_mad is not None:
-            return max(self.prefill_log_mad, self.spread("ttft"))
-        return self.spread("ttft")
 
     def spread(self, name: str) -> float:
         """The log-scale MAD of `duration`, `ttft`, `tpot` or `input`."""

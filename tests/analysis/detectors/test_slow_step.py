@@ -1,3 +1,5 @@
+import pytest
+
 from analysis.engine.detectors import slow_step
 from analysis.engine.verdicts import step_verdicts
 
@@ -224,7 +226,7 @@ def test_a_start_slightly_late_against_a_tight_prefill_line_does_not_make_ordina
     assert finding.evidence["slow_part"] == "prefill"
 
 
-def test_a_start_is_judged_with_the_wider_of_the_lines_residuals_and_the_keys_spread_of_starts():
+def test_a_start_is_judged_with_the_keys_spread_of_starts_not_the_lines_residuals():
     # The line fits this key's starts within 4 %, but its starts vary by 30 % with load and cache:
     # a start 1.6x its line (and 500 ms over in all) is within what the key's starts do.
     line = type(llm_stats())(count=300, median_ms=2200, mad_ms=300, ttft_median=600, ttft_mad=180, tpot_median=20,
@@ -232,6 +234,24 @@ def test_a_start_is_judged_with_the_wider_of_the_lines_residuals_and_the_keys_sp
                              prefill_log_mad=0.04, ttft_log_mad=0.3)
     call = step("a", "llm", 0, 2.34, model="m", device="gpu-1", ttft_ms=1340, input_tokens=10_000, output_tokens=51)
     assert detect(task([call], baselines={("llm", "m", "gpu-1"): line})) == []
+
+
+def test_a_prefill_line_that_fits_worse_than_the_median_start_is_not_used():
+    # Six calls with 30-60k-token prompts (a context grown long, 2 s to start) made the line's
+    # upper third: slope 0.077 ms a token, intercept -211 ms, a 2.8k-token prompt "usually"
+    # starting in 5 ms. Its residuals are wider than the starts about their median: the median
+    # start (159 ms) is what the key's calls say, and a 142 ms start is not slow.
+    steep = type(llm_stats())(count=210, median_ms=780, mad_ms=90, ttft_median=159, ttft_mad=40, tpot_median=10.9,
+                              tpot_mad=0.8, input_median=5300, input_mad=2000, prefill_a=-211, prefill_b=0.077,
+                              prefill_log_mad=2.9, ttft_log_mad=0.3)
+    usual = step("a", "llm", 0, 0.765, model="m", device="gpu-1", ttft_ms=142, input_tokens=5804,
+                 cached_tokens=3000, output_tokens=58)
+    assert detect(task([usual], baselines={("llm", "m", "gpu-1"): steep})) == []
+    # A start of 1.2 s for the same prompt is slow against the median start.
+    late = step("b", "llm", 0, 1.85, model="m", device="gpu-1", ttft_ms=1227, input_tokens=5804,
+                cached_tokens=3000, output_tokens=58)
+    [finding] = detect(task([late], baselines={("llm", "m", "gpu-1"): steep}))
+    assert finding.evidence["slow_part"] == "prefill" and finding.evidence["expected_ms"] == pytest.approx(780, abs=5)
 
 
 def test_a_call_slow_for_a_group_of_few_runs_is_only_possibly_slow():
