@@ -432,10 +432,10 @@ def _verdict_candidate(ctx: TaskContext, step: StepData) -> bool:
     stats = ctx.baseline(step)
     if stats is not None and llm_slowness(step, stats, z_cut=Z_CORROBORATED) is not None:
         return True
-    return _measured_queue(ctx, step) is not None
+    return _measured_queue(ctx, step, None) is not None
 
 
-def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | None:
+def _measured_queue(ctx: TaskContext, step: StepData, signals: dict | None) -> tuple[float, bool] | None:
     """A call judged by its server's own account of its wait in queue (vLLM's
     `gen_ai.latency.time_in_queue`): the wait is measured, not inferred, so the question "is
     this duration unusual for the key" (the z-test, which a wait of a fifth of a call cannot
@@ -451,7 +451,12 @@ def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | No
       at least MIN_EXCESS_MS (a server at work queues a request for tens of ms), and the
       call must have taken at least half the wait (SERVING_SHARE) longer than usual. A key
       that always waits that long (a server that is always that busy) has the wait in its
-      usual time already, learned from its own runs: no finding."""
+      usual time already, learned from its own runs: no finding. Unless the server's own series
+      say its requests usually wait far less (`_waits_seldom`): then a key's usual time that
+      holds such a wait was learned from few runs that fell in an incident (23 calls of a model
+      on one server, most of them in a long queueing window of simulated seed 173205: a median
+      start of 1.9 s on a server that starts them in 0.1 s), not from a habit of waiting.
+    `signals` None (not read yet: `_verdict_candidate`) asks whether the call could be one."""
     serving = serving_of(ctx, step)
     queue_ms = (serving or {}).get("queue_ms")
     if queue_ms is None:
@@ -462,10 +467,24 @@ def _measured_queue(ctx: TaskContext, step: StepData) -> tuple[float, bool] | No
             return None
         return float(queue_ms), False
     expected = llm_expected_ms(step, stats)
-    if (queue_ms < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * expected)
-            or step.duration_ms - expected < SERVING_SHARE * queue_ms):
+    if queue_ms < max(MIN_EXCESS_MS, MIN_EXCESS_RATIO * expected):
+        return None
+    if (step.duration_ms - expected < SERVING_SHARE * queue_ms
+            and signals is not None and not _waits_seldom(signals, queue_ms)):
         return None
     return float(queue_ms), True
+
+
+def _waits_seldom(signals: dict, queue_ms: float) -> bool:
+    """The server's own series (its device normal, from every scrape of the window, not one
+    key's runs) say its requests usually wait far less than `queue_ms`: their usual mean wait
+    (the queue-time counters) under half of it, else (no such counters) under one request
+    usually waiting."""
+    waited = signals.get("queue_time_ms") or {}
+    if waited.get("normal") is not None:
+        return waited["normal"] < SERVING_SHARE * queue_ms
+    depth = signals.get("queue_depth") or {}
+    return depth.get("normal") is not None and depth["normal"] < RESOLUTION["queue_depth"]
 
 
 def telemetry_devices(ctx: TaskContext) -> set[str]:
@@ -491,7 +510,7 @@ def step_verdicts(ctx: TaskContext) -> dict[str, dict]:
         signals = device_signals(ctx, step, times=times)
         verdict = _judged(ctx, step, signals)
         if verdict is None or verdict["verdict"] not in HARDWARE_VERDICTS:
-            measured = _measured_queue(ctx, step)
+            measured = _measured_queue(ctx, step, signals)
             if measured is not None:
                 queue_ms, warm = measured
                 slowness = {"expected_ms": round(step.duration_ms - queue_ms, 1), "excess_ms": round(queue_ms, 1),

@@ -126,8 +126,8 @@ def readings(metrics: dict, incident: dict, *, at=(9, 14)) -> list[Sample]:
     return [Sample(T0 + t * 1000, {**metrics, **(incident if at[0] <= t <= at[1] else {})}) for t in range(0, 30)]
 
 
-def served(call, *, server=None, gpu=None, children=(), baselines=NO_TTFT):
-    normals = {SERVER: DeviceNormal({"queue_depth": MetricNormal(1, 1), "batch_size": MetricNormal(8, 1),
+def served(call, *, server=None, gpu=None, children=(), baselines=NO_TTFT, waiting=1):
+    normals = {SERVER: DeviceNormal({"queue_depth": MetricNormal(waiting, 1), "batch_size": MetricNormal(8, 1),
                                      "kv_cache_usage": MetricNormal(0.35, 0.05)}, 1000, 5000),
                GPU: DeviceNormal({"utilization": MetricNormal(0.65, 0.05), "sm_clock_mhz": MetricNormal(1410, 10),
                                   "sm_clock_max_mhz": MetricNormal(1410, 0), "clock_reasons": MetricNormal(0, 0),
@@ -281,6 +281,22 @@ def test_a_wait_that_is_part_of_the_keys_usual_time_is_no_finding():
     usual = {("llm", "m", SERVER): type(llm_stats())(count=200, median_ms=1300, mad_ms=150, line_a=600, line_b=7,
                                                        line_log_mad=0.15, input_median=1500, input_mad=100)}
     _, found = served(call, children=[span], baselines=usual)
+    assert not any(found.values()), found
+
+
+def test_a_wait_a_few_runs_learned_in_an_incident_is_queueing_when_the_server_seldom_queues():
+    # The same key and wait, but its server's own series (every scrape of the week) say nothing
+    # usually waits there, and 40 requests waited during this call: the key's 1.3 s was learned
+    # from runs that fell in an incident, not from a server that is always this busy.
+    call, span = _waited(300.0, 11.3)
+    usual = {("llm", "m", SERVER): type(llm_stats())(count=23, median_ms=1300, mad_ms=150, line_a=600, line_b=7,
+                                                       line_log_mad=0.15, input_median=1500, input_mad=100)}
+    server = readings({"queue_depth": 0, "batch_size": 8, "kv_cache_usage": 0.35}, {"queue_depth": 40})
+    _, found = served(call, children=[span], baselines=usual, server=server, waiting=0)
+    [finding] = found["queueing"]
+    assert finding.wasted_ms == 300.0 and "40 requests waiting vs a usual 0" in finding.summary
+    # A server where a request usually waits (one ahead, as the key's runs say) is always busy.
+    _, found = served(call, children=[span], baselines=usual, server=server, waiting=1)
     assert not any(found.values()), found
 
 
