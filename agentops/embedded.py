@@ -78,10 +78,10 @@ def stop_postgres(data_dir: Path) -> None:
         # As root, pg_ctl runs as the server's user, who may no longer reach the folder: a parent
         # made private after the server started (pytest does it to /tmp/pytest-of-<user> when a
         # session starts). SIGINT to the postmaster is the same fast shutdown.
-        _stop_postmaster(pgdata)
+        stop_postmaster(pgdata)
 
 
-def _stop_postmaster(pgdata: Path) -> None:
+def stop_postmaster(pgdata: Path) -> None:
     try:
         pid = int((pgdata / "postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):

@@ -228,8 +228,8 @@ def cost_by_release(*, project: Project, filters: TaskFilters) -> dict[str, dict
 def step_group_costs(*, tasks: QuerySet[Task]) -> dict[tuple[str, str], dict[str, Cost | int]]:
     """Per (release, "llm:<step name>") of the given tasks: the LLM steps' cost and count (the
     release comparison's step rows use the same "kind:name" keys)."""
-    sql, params = tasks.values("id", "release").query.sql_with_params()
-    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id",
+    sql, params = tasks.values("id", "project_id", "release").query.sql_with_params()
+    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id AND s.project_id = t.project_id",
                                     where=f"s.kind = '{LLM_KIND}'", groups=["t.release", "s.name"]), params)
     return {(release, f"{LLM_KIND}:{name or '(unnamed)'}"): {"cost": _cost(rest), "calls": rest[1]}
             for release, name, *rest in rows}
@@ -300,9 +300,9 @@ def release_costs_cached(*, project: Project, tasks: QuerySet[Task], a: str, b: 
 
 
 def _fetch_release_sums(tasks: QuerySet[Task]) -> dict[str, tuple[int, Cost]]:
-    sql, params = tasks.values("id", "release").query.sql_with_params()
+    sql, params = tasks.values("id", "project_id", "release").query.sql_with_params()
     counts = dict(_fetch(f"SELECT release, count(*) FROM ({sql}) t GROUP BY release", params))
-    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id",
+    rows = _fetch(grouped_costs_sql(tables=f"({sql}) t JOIN ingest_step s ON s.task_id = t.id AND s.project_id = t.project_id",
                                     where=f"s.kind = '{LLM_KIND}'", groups=["t.release"]), params)
     found = {row[0]: _cost(row[1:]) for row in rows}
     return {release: (n, found.get(release, Cost())) for release, n in counts.items()}

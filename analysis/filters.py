@@ -399,7 +399,7 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
     if f.q:
         # EXISTS (not IN): Postgres then picks per query between probing each task's steps (a
         # common word: the first page fills at once) and one scan of the text index (a rare one).
-        in_steps = Exists(Step.objects.filter(Q(task=OuterRef("pk")) & Q(step_text_match(f.q))))
+        in_steps = Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & Q(step_text_match(f.q))))
         names = task_names_containing(project=project, text=f.q)
         by_name = Q(name__icontains=f.q) if names is None else Q(name__in=names) if names else Q(pk__in=[])
         qs = qs.filter(by_name | Q(task_id=f.q) | in_steps)
@@ -414,7 +414,7 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
     if f.finding:
         qs = qs.filter(analysis__finding_kinds__contains=[f.finding])
     if f.device:
-        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device=f.device)))
+        qs = qs.filter(Exists(Step.objects.filter(project=project, task=OuterRef("pk"), device=f.device)))
     if f.running:
         qs = qs.filter(running_q())
     step_q = _step_search(f, project=project)
@@ -423,7 +423,8 @@ def task_queryset(*, project: Project, filters: TaskFilters) -> QuerySet[Task]:
         key, value = pair
         step_attr, task_attr = _attr_conditions(key, value)
         on_step = Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_attr & (step_q or Q())))
-        on_task = task_attr & (Q(Exists(Step.objects.filter(Q(task=OuterRef("pk")) & step_q))) if step_q else Q())
+        on_task = task_attr & (Q(Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_q)))
+                                if step_q else Q())
         qs = qs.filter(on_step | on_task)
     elif step_q:
         qs = qs.filter(Exists(Step.objects.filter(Q(project=project) & Q(task=OuterRef("pk")) & step_q)))

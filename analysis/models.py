@@ -7,19 +7,19 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from ingest.models import Project, Task
+from ingest.models import Project, ProjectRow, Task, TaskForeignKey, TaskOneToOneField
 
 # A finding's confidence (docs/analysis.md, "Confidence"): a low one is shown but counted nowhere. The
 # detectors (analysis/engine/detectors/base.py) take these names from here.
 CONFIDENCE_HIGH, CONFIDENCE_MEDIUM, CONFIDENCE_LOW = "high", "medium", "low"
 
 
-class TaskAnalysis(models.Model):
+class TaskAnalysis(ProjectRow):
     """One row per analysed task. `analyzed_through` is the task's last_event_at the analysis
     saw: a task is due again when new events arrive after it. `claimed_until` lets one worker
     claim the task with a conditional UPDATE."""
 
-    task = models.OneToOneField(Task, on_delete=models.CASCADE, primary_key=True, related_name="analysis")
+    task = TaskOneToOneField(Task, on_delete=models.CASCADE, primary_key=True, related_name="analysis")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     analyzed_at = models.DateTimeField(null=True)
     analyzed_through = models.DateTimeField(null=True)
@@ -43,7 +43,7 @@ class FindingQuerySet(models.QuerySet):
         return self.exclude(confidence=Finding.CONFIDENCE_LOW)
 
 
-class Finding(models.Model):
+class Finding(ProjectRow):
     SEVERITIES = ["low", "medium", "high"]
     # How sure the detector is (docs/analysis.md, "Confidence"). A low-confidence finding is
     # shown, dimmed, but counts in no wasted-time total, top finding or wasted-time alert.
@@ -51,7 +51,7 @@ class Finding(models.Model):
     CONFIDENCES = [CONFIDENCE_LOW, CONFIDENCE_MEDIUM, CONFIDENCE_HIGH]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="findings")
+    task = TaskForeignKey(Task, on_delete=models.CASCADE, related_name="findings")
     kind = models.CharField(max_length=40)
     step_ids = ArrayField(models.CharField(max_length=128), default=list)
     wasted_ms = models.FloatField()
@@ -85,7 +85,7 @@ class Finding(models.Model):
 COUNTED_FINDING_SQL = f"confidence <> '{Finding.CONFIDENCE_LOW}'"
 
 
-class Baseline(models.Model):
+class Baseline(ProjectRow):
     """Robust statistics of step durations per (project, kind, key [, device]) over a trailing
     window. `key` is the step name, tool name or model depending on the kind."""
 
@@ -135,7 +135,7 @@ class ModelPrice(models.Model):
         return f"{self.model} from {self.effective_from:%Y-%m-%d}"
 
 
-class AgentProfile(models.Model):
+class AgentProfile(ProjectRow):
     """What one agent's recent runs say about the values its calls pass (analysis/engine/learned.py):
     how many runs the profile was learned from and the tokens common across them (a token in
     most runs, such as a region or the tenant's name, is no evidence that one call fed
@@ -155,7 +155,7 @@ class AgentProfile(models.Model):
         constraints = [models.UniqueConstraint(fields=["project", "agent", "release"], name="agentprofile_unique")]
 
 
-class CallPair(models.Model):
+class CallPair(ProjectRow):
     """One ordered pair of calls of an agent's turns, with the evidence its recent runs gave: in
     how many runs both ran, a value of the earlier one's result reached the later one's
     arguments (`flow_runs`), they overlapped in time, one model response requested both, and

@@ -106,7 +106,31 @@ class IngestKey(models.Model):
         return self.revoked_at is None
 
 
-class Release(models.Model):
+class ProjectRow(models.Model):
+    """A row of a table distributed by project (ingest/distribution.py). It never moves to another
+    project, so a save() that updates it names the project in its WHERE and leaves project_id out
+    of its SET: Citus refuses an UPDATE that sets the distribution column, even to the value it
+    has, and routes one that names it to the one worker holding the row; on a single PostgreSQL
+    it is the same row either way."""
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        row = super().from_db(db, field_names, values)
+        row._stored_project_id = row.__dict__.get("project_id")
+        return row
+
+    def _do_update(self, base_qs, using, pk_val, values, *args, **kwargs):
+        stored = getattr(self, "_stored_project_id", None)
+        if stored is not None and stored != self.project_id:
+            raise ValueError(f"{self._meta.label} {pk_val} belongs to project {stored}: a row stays in its project")
+        values = [value for value in values if value[0].attname != "project_id"]
+        return super()._do_update(base_qs.filter(project_id=self.project_id), using, pk_val, values, *args, **kwargs)
+
+
+class Release(ProjectRow):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="releases")
     name = models.CharField(max_length=200)
     first_seen = models.DateTimeField()
@@ -119,7 +143,38 @@ class Release(models.Model):
         return self.name
 
 
-class Task(models.Model):
+class _JoinsOnTheProject:
+    """A relation to a task whose every join also equates project_id, so that a query of one
+    project's steps, findings or analyses joined to their tasks stays on one Citus shard (a join
+    of distributed tables must equate the distribution column). The database constraint is
+    (task_id, project_id) → ingest_task (id, project_id) since ingest 0018; on a single
+    PostgreSQL the extra equality is true of every row and costs nothing. The migrations see the
+    plain Django field."""
+
+    def get_extra_restriction(self, alias, related_alias):
+        # Called with (the task's alias, the alias of the table holding the key), both ways; an
+        # exclude() subquery passes no task alias: its join stays the plain one.
+        if alias is None or related_alias is None:
+            return None
+        from django.db.models.lookups import Exact
+
+        return Exact(self.remote_field.model._meta.get_field("project").get_col(alias),
+                     self.model._meta.get_field("project").get_col(related_alias))
+
+    def deconstruct(self):
+        name, path, args, kwargs = super().deconstruct()
+        return name, self.plain_path, args, kwargs
+
+
+class TaskForeignKey(_JoinsOnTheProject, models.ForeignKey):
+    plain_path = "django.db.models.ForeignKey"
+
+
+class TaskOneToOneField(_JoinsOnTheProject, models.OneToOneField):
+    plain_path = "django.db.models.OneToOneField"
+
+
+class Task(ProjectRow):
     """One agent run. `reported` is true once a task event (or an OTLP root span) arrived;
     until then name and bounds are derived from the steps."""
 
@@ -178,17 +233,18 @@ STEP_SEARCH_TSVECTOR = (
     "to_tsvector('simple'::regconfig, translate(error || ' ' || coalesce(tool_args::text, ''), '<>', '  '))")
 
 
-class Step(models.Model):
+class Step(ProjectRow):
     """One unit of work in a task. In the database the table is partitioned by week of
-    `started_at` (see ingest/partitions.py): its primary key is (id, started_at) and its unique
-    key (task, step_id, started_at); Django sees `id` as the key, which stays unique."""
+    `started_at` (see ingest/partitions.py): its primary key is (id, started_at, project_id) and
+    its unique key (task, step_id, started_at, project_id) (ingest 0018, for Citus); Django sees
+    `id` as the key, which stays unique."""
 
     KINDS = ["llm", "tool", "retrieval", "agent", "framework", "queue", "other"]
 
     # No single-column FK indexes: (task, step_id, started_at) serves "steps of a task" and the
     # (project, …) indexes serve everything else; two more B-trees would only slow ingest.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    task = TaskForeignKey(Task, on_delete=models.CASCADE, related_name="steps", db_index=False)
     step_id = models.CharField(max_length=128)
     parent_step_id = models.CharField(max_length=128, blank=True, default="")
     kind = models.CharField(max_length=16, default="other")
@@ -233,7 +289,7 @@ class Step(models.Model):
         return f"{self.kind}:{self.name}"
 
 
-class Device(models.Model):
+class Device(ProjectRow):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="devices")
     name = models.CharField(max_length=200)
     vendor = models.CharField(max_length=50, blank=True, default="")
@@ -255,7 +311,7 @@ class Device(models.Model):
         return self.name
 
 
-class ResourceSample(models.Model):
+class ResourceSample(ProjectRow):
     """One telemetry reading of a device. Known metrics get columns (the analysis filters and
     aggregates them); anything else stays in `extra`. Partitioned by week of `ts`."""
 
@@ -295,7 +351,7 @@ class ResourceSample(models.Model):
         return f"{self.device}@{self.ts}"
 
 
-class LatencyHistogram(models.Model):
+class LatencyHistogram(ProjectRow):
     """A GenAI latency histogram point from /v1/metrics (e.g. gen_ai.server.time_to_first_token),
     kept per model as an aggregate: explicit bucket bounds (seconds) and counts."""
 
@@ -318,7 +374,7 @@ class LatencyHistogram(models.Model):
         ]
 
 
-class InstrumentationCount(models.Model):
+class InstrumentationCount(ProjectRow):
     """Spans of one hour, service, instrumentation scope, release, environment and step kind, and
     how many of them carried each field the analysis reads (ingest/instrumentation.py `FIELDS`),
     added up at ingest. The Instrumentation page reads these, never the steps: a week is a few

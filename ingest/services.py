@@ -261,7 +261,7 @@ def _batch_store(*, project: Project, batch: Batch) -> StoreResult:
         task_pks, new_tasks = _tasks_upsert(cursor, project=project, tasks=tasks, steps=steps, now=now)
         _steps_upsert(cursor, project=project, steps=steps, task_pks=task_pks, new_tasks=new_tasks)
         if task_pks:
-            ended = _tasks_refresh(cursor, task_pks=list(set(task_pks.values())))
+            ended = _tasks_refresh(cursor, project=project, task_pks=list(set(task_pks.values())))
         _devices_upsert(cursor, project=project, samples=samples, steps=steps, now=now)
         _samples_upsert(cursor, project=project, samples=samples)
         _histograms_upsert(cursor, project=project, histograms=histograms)
@@ -431,17 +431,18 @@ def _steps_upsert(cursor, *, project, steps: list[StepRecord], task_pks: dict[st
     if resent:
         cursor.execute(
             "DELETE FROM ingest_step s USING unnest(%s::bigint[], %s::text[], %s::timestamptz[]) "
-            "AS u(t, sid, st) WHERE s.task_id = u.t AND s.step_id = u.sid AND s.started_at <> u.st",
-            [[r[0] for r in resent], [r[1] for r in resent], [r[5] for r in resent]])
+            "AS u(t, sid, st) WHERE s.project_id = %s AND s.task_id = u.t AND s.step_id = u.sid "
+            "AND s.started_at <> u.st",
+            [[r[0] for r in resent], [r[1] for r in resent], [r[5] for r in resent], project.pk])
     updated = [c.strip() for c in _STEP_COLUMNS.split(",")][3:]
     _upsert(
         cursor, table="ingest_step", target=_STEP_COLUMNS, columns=columns, rows=rows, select=select,
-        conflict="task_id, step_id, started_at",
+        conflict="task_id, step_id, started_at, project_id",
         update=", ".join(f"{c} = EXCLUDED.{c}" for c in updated),
     )
 
 
-def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
+def _tasks_refresh(cursor, *, project, task_pks: list[int]) -> list[int]:
     """Recompute what a task derives from its steps; returns the ids of tasks known to have ended.
 
     A task that was never reported takes its bounds from its steps. A task whose name was not
@@ -461,12 +462,12 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
                    max(ended_at) AS last,
                    (array_agg(name ORDER BY (parent_step_id = '') DESC, started_at))[1] AS first_name,
                    (array_agg(agent_name ORDER BY started_at)
-                        FILTER (WHERE agent_name IS NOT NULL AND lower(agent_name) <> ALL(%s)))[1] AS agent_name
+                        FILTER (WHERE agent_name IS NOT NULL AND lower(agent_name) <> ALL(%(generic)s)))[1] AS agent_name
             FROM (SELECT task_id, kind, name, parent_step_id, started_at, ended_at, status, input_tokens,
                          output_tokens, CASE WHEN kind = 'agent' THEN coalesce(
                                 nullif(attributes->>'gen_ai.agent.name', ''), nullif(attributes->>'agent.name', ''),
                                 nullif(attributes->>'agentops.agent.name', ''), nullif(name, '')) END AS agent_name
-                  FROM ingest_step WHERE task_id = ANY(%s)) steps
+                  FROM ingest_step WHERE project_id = %(project)s AND task_id = ANY(%(pks)s)) steps
             GROUP BY task_id
         ), b AS (
             SELECT t.id,
@@ -476,7 +477,7 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
                         ELSE coalesce(s.last, t.ended_at) END AS ended,
                    s.n, s.inp, s.outp, s.errs, s.first_name, s.agent_name
             FROM ingest_task t LEFT JOIN s ON s.task_id = t.id
-            WHERE t.id = ANY(%s)
+            WHERE t.project_id = %(project)s AND t.id = ANY(%(pks)s)
         )
         UPDATE ingest_task t SET
             started_at = b.started,
@@ -492,10 +493,10 @@ def _tasks_refresh(cursor, *, task_pks: list[int]) -> list[int]:
             status = CASE WHEN t.status <> '' THEN t.status
                           WHEN t.reported THEN 'ok'
                           WHEN coalesce(b.errs, 0) > 0 THEN 'error' ELSE 'ok' END
-        FROM b WHERE t.id = b.id
+        FROM b WHERE t.project_id = %(project)s AND t.id = b.id
         RETURNING t.id, t.reported AND t.ended_at IS NOT NULL
         """,
-        [sorted(conventions.GENERIC_ROOT_NAMES), task_pks, task_pks],
+        {"generic": sorted(conventions.GENERIC_ROOT_NAMES), "project": project.pk, "pks": task_pks},
     )
     return [pk for pk, ended in cursor.fetchall() if ended]
 

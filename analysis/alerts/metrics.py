@@ -82,7 +82,7 @@ def _tasks(project: Project, spec: MetricSpec, start: datetime, end: datetime) -
     if step_filters:
         # A task-level metric scoped by a step field: the tasks with at least one such step
         # ("p95 of tasks that ran on groq-lpu-03").
-        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), **step_filters)))
+        qs = qs.filter(Exists(Step.objects.filter(project=project, task=OuterRef("pk"), **step_filters)))
     return qs
 
 

@@ -53,7 +53,7 @@ _STEP_SQL = (
     " (extract(epoch FROM s.started_at - t.started_at) * 1000)::float8,"
     " (extract(epoch FROM s.ended_at - t.started_at) * 1000)::float8,"
     " s.status, s.model, s.device, s.ttft_ms, s.tool_name, ''"
-    " FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id"
+    " FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id"
     " WHERE s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
 
 

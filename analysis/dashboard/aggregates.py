@@ -145,14 +145,14 @@ def budget_by_release(*, project: Project, filters: TaskFilters, limit: int = 8)
                       for r in busiest if found[r][1])
     tasks = task_queryset(project=project, filters=filters)
     analyses = TaskAnalysis.objects.filter(project=project, task__in=tasks.values("pk"))
-    sql, params = analyses.values("task_id", "budget").query.sql_with_params()
+    sql, params = analyses.values("task_id", "project_id", "budget").query.sql_with_params()
     with read_connection().cursor() as cur:
         cur.execute(
             f"WITH a AS ({sql}),"
-            f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id"
+            f" per AS (SELECT t.release, count(*) AS n FROM a JOIN ingest_task t ON t.id = a.task_id AND t.project_id = a.project_id"
             f"         WHERE a.budget <> '{{}}'::jsonb GROUP BY t.release ORDER BY n DESC LIMIT {int(limit)})"
             f" SELECT t.release, b.key, sum((b.value)::float8) / per.n"
-            f" FROM a JOIN ingest_task t ON t.id = a.task_id JOIN per ON per.release = t.release,"
+            f" FROM a JOIN ingest_task t ON t.id = a.task_id AND t.project_id = a.project_id JOIN per ON per.release = t.release,"
             f" jsonb_each(CASE WHEN jsonb_typeof(a.budget) = 'object' THEN a.budget ELSE '{{}}'::jsonb END) b"
             f" WHERE jsonb_typeof(b.value) = 'number'"
             f" GROUP BY t.release, b.key, per.n ORDER BY t.release", params)
@@ -215,22 +215,26 @@ def critical_path_time(*, project: Project, filters: TaskFilters, tasks: int = C
     """The tools, models and devices holding the most critical-path time (the summed durations of
     the steps on each task's critical path, TaskAnalysis.critical_path) over the newest `tasks`
     analysed tasks of the filters: {"tasks": n, "total_ms": …, "tool"|"model"|"device": [{name, ms,
-    share, tasks}]}. The paths are looked up task by task through the (task, step_id) index."""
+    share, tasks}]}. The paths are looked up task by task through the (task, step_id) index, into
+    a CTE that the grouping sets then read (Citus groups by GROUPING SETS only in a statement it
+    runs on one worker, and the paths are rows of a few hundred tasks)."""
     qs = (task_queryset(project=project, filters=filters).filter(analysis__isnull=False)
-          .order_by("-started_at").values("id")[:tasks])
+          .order_by("-started_at").values("id", "project_id")[:tasks])
     sql, params = qs.query.sql_with_params()
     with read_connection().cursor() as cur:
         cur.execute(
-            f"SELECT CASE WHEN GROUPING(s.tool_name) = 0 THEN 'tool' WHEN GROUPING(s.model) = 0 THEN 'model'"
-            f"            WHEN GROUPING(s.device) = 0 THEN 'device' ELSE '' END,"
-            f"       coalesce(s.tool_name, s.model, s.device, ''), sum(s.duration_ms), count(DISTINCT s.task_id)"
-            f" FROM ({sql}) t JOIN analysis_taskanalysis a ON a.task_id = t.id"
+            f"WITH s AS MATERIALIZED (SELECT x.task_id, x.duration_ms, x.tool_name, x.model, x.device"
+            f" FROM ({sql}) t JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id"
             f" CROSS JOIN LATERAL (SELECT x.task_id, x.duration_ms,"
             f"   CASE WHEN x.kind = 'tool' AND x.tool_name <> '' THEN x.tool_name END AS tool_name,"
             f"   CASE WHEN x.kind = 'llm' AND x.model <> '' THEN x.model END AS model,"
             f"   nullif(x.device, '') AS device"
-            f"   FROM ingest_step x WHERE x.task_id = t.id AND x.step_id = ANY(a.critical_path) OFFSET 0) s"
-            f" GROUP BY GROUPING SETS ((s.tool_name), (s.model), (s.device), ())", params)
+            f"   FROM ingest_step x WHERE x.project_id = %s AND x.task_id = t.id"
+            f" AND x.step_id = ANY(a.critical_path) OFFSET 0) x)"
+            f" SELECT CASE WHEN GROUPING(s.tool_name) = 0 THEN 'tool' WHEN GROUPING(s.model) = 0 THEN 'model'"
+            f"            WHEN GROUPING(s.device) = 0 THEN 'device' ELSE '' END,"
+            f"       coalesce(s.tool_name, s.model, s.device, ''), sum(s.duration_ms), count(DISTINCT s.task_id)"
+            f" FROM s GROUP BY GROUPING SETS ((s.tool_name), (s.model), (s.device), ())", [*params, project.pk])
         rows = cur.fetchall()
     total = next((float(ms or 0) for dim, _, ms, _ in rows if dim == ""), 0.0)
     analysed = next((n for dim, _, _, n in rows if dim == ""), 0)
@@ -408,10 +412,10 @@ def _device_rows(found: dict[str, dict]) -> dict[str, dict]:
 def hardware_finding_counts(*, project: Project, filters: TaskFilters) -> dict[str, int]:
     """Hardware findings per device of the step they were raised on."""
     findings = selectors.filtered_findings(project=project, filters=filters).filter(kind__in=HARDWARE_FINDINGS)
-    sql, params = findings.values("task_id", "step_ids").query.sql_with_params()
+    sql, params = findings.values("task_id", "project_id", "step_ids").query.sql_with_params()
     with read_connection().cursor() as cur:
         cur.execute(f"SELECT s.device, count(*) FROM ({sql}) f JOIN ingest_step s"
-                    f" ON s.task_id = f.task_id AND s.step_id = ANY(f.step_ids)"
+                    f" ON s.task_id = f.task_id AND s.project_id = f.project_id AND s.step_id = ANY(f.step_ids)"
                     f" WHERE s.device <> '' GROUP BY s.device", params)
         return dict(cur.fetchall())
 

@@ -218,11 +218,11 @@ def _findings_sql(*, project: Project, filters: TaskFilters, devices: Sequence[s
                    s.started_at, s.ended_at
             FROM analysis_finding f
             CROSS JOIN LATERAL (SELECT s.started_at, s.ended_at, s.device FROM ingest_step s
-                                WHERE s.task_id = f.task_id AND s.step_id = f.step_ids[1]
+                                WHERE s.project_id = %s AND s.task_id = f.task_id AND s.step_id = f.step_ids[1]
                                   AND s.started_at >= f.task_started_at AND s.started_at < f.task_started_at + {_STEP_WITHIN}
                                 LIMIT 1) s
-            WHERE f.id IN ({sql}) AND f.{COUNTED_FINDING_SQL}) x
-        WHERE x.device <> ''{device_clause}""", [*params, *device_params]
+            WHERE f.project_id = %s AND f.id IN ({sql}) AND f.{COUNTED_FINDING_SQL}) x
+        WHERE x.device <> ''{device_clause}""", [project.pk, project.pk, *params, *device_params]
 
 
 def verdict_groups(*, project: Project, filters: TaskFilters, devices: Sequence[str] | None = None,
@@ -252,10 +252,11 @@ def verdict_groups(*, project: Project, filters: TaskFilters, devices: Sequence[
                (SELECT jsonb_object_agg(d, n)::text FROM (
                     SELECT d, count(*) AS n FROM f CROSS JOIN LATERAL unnest(ARRAY[f.device, nullif(f.culprit, f.device)]) d
                     WHERE d IS NOT NULL GROUP BY d) c)
-        FROM g JOIN analysis_finding w ON w.id = g.worst JOIN ingest_task t ON t.id = w.task_id
+        FROM g JOIN analysis_finding w ON w.id = g.worst AND w.project_id = %s
+               JOIN ingest_task t ON t.id = w.task_id AND t.project_id = w.project_id
         ORDER BY g.wasted DESC, g.lo, g.device, g.kind LIMIT %s OFFSET %s"""
     with read_connection().cursor() as cursor:
-        cursor.execute(sql, [*params, INCIDENT_GAP, limit, offset])
+        cursor.execute(sql, [*params, INCIDENT_GAP, project.pk, limit, offset])
         rows = cursor.fetchall()
     groups = [VerdictGroup(kind, device, tuple(sorted(culprits)), calls, tasks, lo, hi, wasted or 0.0,
                            seen or "", worst_task,
@@ -326,7 +327,8 @@ def serving_breakdown(*, project: Project, filters: TaskFilters, servers: Sequen
         params.append(filters.until)
     for column in ("release", "environment"):
         if getattr(filters, column):
-            clauses.append(f"EXISTS (SELECT 1 FROM ingest_task t WHERE t.id = s.task_id AND t.{column} = %s)")
+            clauses.append(f"EXISTS (SELECT 1 FROM ingest_task t WHERE t.project_id = s.project_id AND t.id = s.task_id"
+                           f" AND t.{column} = %s)")
             params.append(getattr(filters, column))
     extra = "".join(f" AND {c}" for c in clauses)
     doc = "w.sv"
@@ -351,13 +353,13 @@ def serving_breakdown(*, project: Project, filters: TaskFilters, servers: Sequen
                    c.duration_ms - {_number(doc, 'e2e_ms')} AS outside_ms, c.duration_ms IS NOT NULL AS paired
             FROM w LEFT JOIN LATERAL (
                 SELECT c.ttft_ms, c.duration_ms, c.output_tokens FROM ingest_step c
-                WHERE c.task_id = w.task_id AND c.step_id = w.parent_step_id AND c.kind = 'llm'
+                WHERE c.project_id = %s AND c.task_id = w.task_id AND c.step_id = w.parent_step_id AND c.kind = 'llm'
                   AND c.started_at <= w.started_at AND c.started_at > w.started_at - interval '1 hour' LIMIT 1) c ON true
             WHERE jsonb_typeof(w.sv) = 'object')
         SELECT server, count(*), count(*) FILTER (WHERE paired), min(started_at), max(started_at), {figures}
         FROM p GROUP BY server"""
     with read_connection().cursor() as cursor:
-        cursor.execute(sql, [list(servers), project.pk, *params, window])
+        cursor.execute(sql, [list(servers), project.pk, *params, window, project.pk])
         rows = cursor.fetchall()
     out = {}
     for server, calls, paired, first, last, *values in rows:

@@ -164,7 +164,7 @@ def _task_ids_sql(export: Export) -> tuple[str, list]:
     # (a step filter that is also a task filter is already in task_queryset)
     step_match = {k: v for k, v in (("kind", export.kind), ("model", export.model)) if v and k in STEP_PARAMS}
     if step_match:
-        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), **step_match)))
+        qs = qs.filter(Exists(Step.objects.filter(project=export.project, task=OuterRef("pk"), **step_match)))
     sql, params = qs.values("id").query.sql_with_params()
     return sql, list(params)
 
@@ -185,22 +185,23 @@ def export_sql(export: Export) -> tuple[str, list]:
     ids, id_params = _task_ids_sql(export)
     if export.entity == "tasks":
         return (f"SELECT {select} FROM ingest_task t"
-                f" LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id"
+                f" LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id"
                 f" LEFT JOIN LATERAL (SELECT count(*) AS llm_steps, sum({costs.step_cost_sql()}) AS cost_usd,"
                 f"   count(*) FILTER (WHERE p.model IS NULL) AS unpriced"
-                f"   FROM ingest_step s{costs.price_join()} WHERE s.task_id = t.id AND s.kind = %s) c ON true"
+                f"   FROM ingest_step s{costs.price_join()} WHERE s.task_id = t.id AND s.project_id = t.project_id"
+                f" AND s.kind = %s) c ON true"
                 f" WHERE t.project_id = %s AND t.id IN ({ids})", [costs.LLM_KIND, pk, *id_params])
     if export.entity == "findings":
         where, params = [f"f.project_id = %s AND f.task_id IN ({ids})"], [pk, *id_params]
         if export.filters.finding:
             where.append("f.kind = %s")
             params.append(export.filters.finding)
-        return (f"SELECT {select} FROM analysis_finding f JOIN ingest_task t ON t.id = f.task_id"
+        return (f"SELECT {select} FROM analysis_finding f JOIN ingest_task t ON t.id = f.task_id AND t.project_id = f.project_id"
                 f" WHERE {' AND '.join(where)}", params)
     where, params = [f"s.project_id = %s AND s.task_id IN ({ids})"], [pk, *id_params]
     for column, value in (("kind", export.kind), ("model", export.model), ("device", export.filters.device)):
         if value:
             where.append(f"s.{column} = %s")
             params.append(value)
-    return (f"SELECT {select} FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id{costs.price_join()}"
+    return (f"SELECT {select} FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id{costs.price_join()}"
             f" WHERE {' AND '.join(where)}", params)

@@ -145,7 +145,7 @@ _STEP_JSON_SQL = (
     "SELECT step_id, parent_step_id, json_build_object('step_id', step_id, 'parent_step_id', parent_step_id)::text,"
     " json_build_object(" + ", ".join(
         f"'{f}', {_iso_sql(f) if f.endswith('_at') else f}" for f in _STEP_JSON_FIELDS) + ")::text"
-    ' FROM "ingest_step" WHERE task_id = %s ORDER BY started_at, ended_at, step_id COLLATE "C"')
+    ' FROM "ingest_step" WHERE project_id = %s AND task_id = %s ORDER BY started_at, ended_at, step_id COLLATE "C"')
 _StepJSON = namedtuple("_StepJSON", "step_id parent_step_id head tail")
 
 
@@ -155,7 +155,7 @@ def task_steps_json(*, task: Task) -> list[str]:
     stored, timestamps formatted as DRF does) and Python only orders the rows: a 50,000-step task
     costs no Python object per field, no datetime and no JSON decode/encode round trip."""
     with read_connection().cursor() as cur:
-        cur.execute(_STEP_JSON_SQL, [task.pk])
+        cur.execute(_STEP_JSON_SQL, [task.project_id, task.pk])
         rows = [_StepJSON._make(row) for row in cur.fetchall()]
     return [f'{step.head[:-1]}, "depth" : {depth}, {step.tail[1:]}'
             for step, depth in tree_order(rows, presorted=True)]
@@ -163,25 +163,25 @@ def task_steps_json(*, task: Task) -> list[str]:
 
 def task_steps_by_id(*, task: Task, step_ids: Sequence[str]) -> list[Step]:
     """These steps of the task (a page of its critical path, say), without their large fields."""
-    return list(Step.objects.filter(task=task, step_id__in=list(step_ids)).only(
+    return list(Step.objects.filter(project_id=task.project_id, task=task, step_id__in=list(step_ids)).only(
         "step_id", "kind", "name", "started_at", "duration_ms", "status", "model", "device", "tool_name", "ttft_ms"))
 
 
 def task_findings(*, task: Task) -> list[Finding]:
     """The task's findings, most wasted time first; the low-confidence ones, which count in no
     total, after the others."""
-    findings = Finding.objects.filter(task=task).order_by("-wasted_ms", "kind")
+    findings = Finding.objects.filter(project_id=task.project_id, task=task).order_by("-wasted_ms", "kind")
     return sorted(findings, key=lambda f: not f.is_counted)
 
 
 def step_labels(*, task: Task, step_ids: set[str]) -> dict[str, str]:
     """step id → what the step is called (tool, else name, else model) for those of the task."""
-    rows = Step.objects.filter(task=task, step_id__in=list(step_ids)).values_list("step_id", "tool_name", "name", "model")
+    rows = Step.objects.filter(project_id=task.project_id, task=task, step_id__in=list(step_ids)).values_list("step_id", "tool_name", "name", "model")
     return {sid: tool or name or model or sid for sid, tool, name, model in rows} if step_ids else {}
 
 
 def task_analysis(*, task: Task) -> TaskAnalysis | None:
-    return TaskAnalysis.objects.filter(task=task).first()
+    return TaskAnalysis.objects.filter(project_id=task.project_id, task=task).first()
 
 
 def finding_queryset(*, project: Project, kind: str = "", task_id: str = "", release: str = "",
@@ -283,8 +283,8 @@ def task_waterfall_rows(*, task: Task) -> list[StepRow]:
             "SELECT step_id, parent_step_id, 0, kind, name,"
             " (extract(epoch FROM started_at - %s) * 1000)::float8, duration_ms, status, model, device,"
             " ttft_ms, input_tokens, output_tokens, tool_name, coalesce(left(tool_args::text, 200), ''),"
-            " left(error, 200) FROM ingest_step WHERE task_id = %s"
-            ' ORDER BY started_at, ended_at, step_id COLLATE "C"', [task.started_at, task.pk])
+            " left(error, 200) FROM ingest_step WHERE project_id = %s AND task_id = %s"
+            ' ORDER BY started_at, ended_at, step_id COLLATE "C"', [task.started_at, task.project_id, task.pk])
         steps = [StepRow._make(row) for row in cur.fetchall()]
     # _make on a spliced tuple: NamedTuple._replace costs several times more at 50,000 rows
     rows = [StepRow._make(step[:2] + (depth,) + step[3:]) if depth else step

@@ -65,7 +65,7 @@ def analysis_lag(*, project: Project, now: datetime | None = None) -> dict:
             SELECT count(*), min(due) FROM (
                 SELECT CASE WHEN t.reported AND t.ended_at IS NOT NULL THEN t.last_event_at + %(quiet_for)s
                             ELSE t.last_event_at + %(abandon_after)s END AS due
-                FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+                FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id
                 WHERE t.project_id = %(project)s AND t.last_event_at > %(horizon)s AND {batch.DUE_SQL}
                 LIMIT {COUNT_CAP}) due""",
                        {"quiet_for": quiet, "abandon_after": abandon, "project": project.pk, **batch.due_params(now),

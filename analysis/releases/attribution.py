@@ -78,9 +78,9 @@ class GroupFigures:
                 f" GROUP BY 1, 2, 3, 4, 5", params):
             self.bins[(release, dimension, kind, key)][index] += n
 
-    def add_raw(self, where: str, params: list | tuple) -> None:
-        """Compute the rows of the tasks matching `where` (alias t) from raw steps, then merge."""
-        rows = rollups.group_rows_sql(where, hour=_ALL_HOURS, lookup=True)
+    def add_raw(self, where: str, params: list | tuple, *, project_id: int) -> None:
+        """Compute the rows of the project's tasks matching `where` (alias t) from raw steps, then merge."""
+        rows = rollups.group_rows_sql(where, project_id=project_id, hour=_ALL_HOURS, lookup=True)
         with read_connection().cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
             cursor.execute(f"CREATE TEMPORARY TABLE {RAW_TABLE} ({', '.join(rollups.GROUP_COLUMNS)}) ON COMMIT DROP AS"
@@ -121,7 +121,7 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
     figures = GroupFigures()
     if span is None:
         figures.sampled = _sample(base, a, b, counts)
-        figures.add_raw(f"t.id IN (SELECT id FROM {SAMPLE_TABLE})", [])
+        figures.add_raw(f"t.id IN (SELECT id FROM {SAMPLE_TABLE})", [], project_id=project.pk)
         return figures
     lo, hi = span
     if lo is None and filters.until is None and _totals_fit(project, a, b, hi):
@@ -137,7 +137,7 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
     edge = compared_tasks(project=project, releases=[a, b], filters=filters).filter(rollups.edge(lo, hi))
     if edge.exists():
         sql, params = edge.values("pk").query.sql_with_params()
-        figures.add_raw(f"t.id IN ({sql})", params)
+        figures.add_raw(f"t.id IN ({sql})", params, project_id=project.pk)
     return figures
 
 

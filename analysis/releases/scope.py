@@ -52,5 +52,5 @@ def compared_tasks(*, project: Project, releases: list[str], filters: CompareFil
         release__in=releases, duration_ms__isnull=False)
     if filters.vendor:
         devices = Device.objects.filter(project=project, vendor__iexact=filters.vendor).values("name")
-        qs = qs.filter(Exists(Step.objects.filter(task=OuterRef("pk"), device__in=devices)))
+        qs = qs.filter(Exists(Step.objects.filter(project=project, task=OuterRef("pk"), device__in=devices)))
     return qs

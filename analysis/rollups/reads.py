@@ -275,8 +275,8 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
                   f" {'max(s.duration_ms)' if not prefix else 'NULL::float8'}"
                   f" FROM ({tasks_sql}) t CROSS JOIN LATERAL"
                   f" (SELECT x.{column}, x.status, x.duration_ms, x.ttft_ms, x.output_tokens FROM ingest_step x"
-                  f"  WHERE x.task_id = t.pk AND {step_where} OFFSET 0) s GROUP BY 1, 2",
-                  list(task_params) + step_params)
+                  f"  WHERE x.project_id = %s AND x.task_id = t.pk AND {step_where} OFFSET 0) s GROUP BY 1, 2",
+                  [*task_params, project.pk, *step_params])
     _collect(out, [(None, r[0], *r[2:], None, None) for r in rows], [(None, r[0], r[1], r[2]) for r in rows])
     return {key[1]: summary for key, summary in out.items()}
 

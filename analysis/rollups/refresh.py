@@ -113,10 +113,10 @@ def _range_recompute(cursor, *, project_id: int, lo: datetime, hi: datetime, day
 def _rows_insert(cursor, *, project_id: int, where: str, params: list) -> None:
     """Insert the hourly rows (task, step, group) of the tasks matching `where` (alias t)."""
     cursor.execute(task_rollup_sql(where), params)
-    cursor.execute(step_rollup_sql(where), params)
-    cursor.execute(budget_rollup_sql(where), [*params, project_id])
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {group_rows_sql(where, lookup=True)}",
-                   params)
+    cursor.execute(step_rollup_sql(where, project_id=project_id), params)
+    cursor.execute(budget_rollup_sql(where, project_id=project_id), [*params, project_id])
+    rows = group_rows_sql(where, project_id=project_id, lookup=True)
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {rows}", params)
 
 
 def _groups_recompute(cursor, *, project_id: int, groups: set[tuple[datetime, str, str]]) -> int:
@@ -151,17 +151,19 @@ def _analysis_recompute(cursor, *, project_id: int, slices: set[tuple[datetime, 
     params = [project_id, lo, hi, *arrays]
     cursor.execute("UPDATE analysis_task_rollup SET analysed = 0, budget_ms = '{}'::jsonb WHERE project_id = %s"
                    f" AND (hour, release, environment, name){_IN_SLICES}", [project_id, *arrays])
-    cursor.execute(budget_rollup_sql(where), [*params, project_id])
+    cursor.execute(budget_rollup_sql(where, project_id=project_id), [*params, project_id])
     cursor.execute("DELETE FROM analysis_group_rollup WHERE project_id = %s AND dimension = ANY(%s)"
                    f" AND (hour, release, environment, task_name){_IN_SLICES}",
                    [project_id, list(ANALYSIS_DIMENSIONS), *arrays])
-    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {analysis_rows_sql(where)}", params)
+    rows = analysis_rows_sql(where, project_id=project_id)
+    cursor.execute(f"INSERT INTO analysis_group_rollup ({', '.join(GROUP_COLUMNS)}) {rows}", params)
     cursor.execute(f"""
         UPDATE analysis_group_rollup r SET analysed = coalesce(n.analysed, 0)
         FROM (SELECT h.hour, h.release, h.environment, h.task_name, n.analysed
               FROM unnest(%s::timestamptz[], %s::text[], %s::text[], %s::text[]) h(hour, release, environment, task_name)
               LEFT JOIN (SELECT {_TASK_HOUR} AS hour, t.release, t.environment, t.name AS task_name, count(*) AS analysed
-                         FROM ingest_task t JOIN analysis_taskanalysis ta ON ta.task_id = t.id
+                         FROM ingest_task t JOIN analysis_taskanalysis ta
+                              ON ta.task_id = t.id AND ta.project_id = t.project_id
                          WHERE {where} AND ta.analyzed_at IS NOT NULL AND t.duration_ms IS NOT NULL
                          GROUP BY 1, 2, 3, 4) n USING (hour, release, environment, task_name)) n
         WHERE r.project_id = %s AND r.dimension = 'task' AND r.hour = n.hour AND r.release = n.release
@@ -369,7 +371,8 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         slices: dict[int, set[tuple[datetime, str, str, str]]] = defaultdict(set)
         cursor.execute(
             f"SELECT t.project_id, {_TASK_HOUR}, t.release, t.environment, t.name FROM analysis_taskanalysis a"
-            " JOIN ingest_task t ON t.id = a.task_id WHERE a.analyzed_at > %s AND t.started_at < %s"
+            " JOIN ingest_task t ON t.id = a.task_id AND t.project_id = a.project_id"
+            " WHERE a.analyzed_at > %s AND t.started_at < %s"
             " GROUP BY 1, 2, 3, 4, 5", [since, hi])
         for project_id, *key in cursor.fetchall():
             if key[0] not in whole[project_id] and tuple(key[:3]) not in groups[project_id]:

@@ -27,6 +27,14 @@ _C = 'COLLATE "C"'
 ARRAY_CAT_AGG = "agentops_array_cat_agg"
 
 
+def _project(project_id: int) -> str:
+    """The project's id as SQL: a number written into the statement (int(), never text from a
+    request). Each table a rollup statement reads names the project, so that on Citus the
+    statement runs on the one worker holding the project (docs/scaling.md, step 6); the
+    statements' other parameters are positional, in the callers' `where`, so it is not one of them."""
+    return str(int(project_id))
+
+
 # A user turn: a task with a session (docs/sessions.md). The task rollup keeps the durations of
 # the row's turns in a histogram of their own (turn_bins, turn_counts), so that the time per turn
 # over months reads rollup rows, not every turn.
@@ -73,12 +81,13 @@ def _counted(values: str, *, nulls: bool = False) -> str:
             f" FROM (SELECT b, count(*) AS n FROM unnest({values}) AS u(b){where} GROUP BY 1) y)")
 
 
-def step_rollup_sql(where: str) -> str:
+def step_rollup_sql(where: str, *, project_id: int) -> str:
     """One pass over the steps: grouped once by the row's keys, each step's duration, TTFT and
     TPOT buckets gathered into arrays and counted within the row (rather than three groupings by
     keys and bucket: each sorted every step again). The steps are fetched task by task through
     the (task, step_id) index: a join would hash every step of every week (the step partitions
     are by the step's own time, which the task's hour does not bound)."""
+    p = _project(project_id)
     dims = ", ".join(f"s.{d} {_C} AS {d}" for d in STEP_DIMENSIONS[2:])
     keys = "project_id, hour, release, environment, kind, name, tool_name, model, device"
     return f"""
@@ -95,7 +104,7 @@ def step_rollup_sql(where: str) -> str:
                            {bin_sql(f"({STEP_HISTOGRAMS['tpot_']})")} AS pb
                     FROM ingest_task t CROSS JOIN LATERAL (
                         SELECT kind, name, tool_name, model, device, status, duration_ms, ttft_ms, output_tokens
-                        FROM ingest_step x WHERE x.task_id = t.id OFFSET 0) s
+                        FROM ingest_step x WHERE x.project_id = {p} AND x.task_id = t.id OFFSET 0) s
                     WHERE {where}) x
               GROUP BY {keys}) g
         CROSS JOIN LATERAL {_counted("g.b", nulls=True)} d
@@ -103,28 +112,33 @@ def step_rollup_sql(where: str) -> str:
         CROSS JOIN LATERAL {_counted("g.pb")} p"""
 
 
-def budget_rollup_sql(where: str) -> str:
+def budget_rollup_sql(where: str, *, project_id: int) -> str:
     """UPDATE of the task rollup rows' budget figures from the analyses of the tasks matching
     `where` (alias t): analysed tasks (a non-empty budget) and the sum per budget category, the
     categories summed within each row (no join of per-category sums back to the rows: planned as
-    a nested loop, that join cost seconds). Parameters: those of `where`, then the project's id."""
+    a nested loop, that join cost seconds). The rows' figures are complete in the CTE `k` before
+    the UPDATE reads them (Citus plans no UPDATE whose FROM holds a LATERAL over a CTE it ran
+    apart: "plan should not reference subplan's variable"). Parameters: those of `where`, then
+    the project's id."""
+    p = _project(project_id)
     dims = "hour, release, environment, name"
     return f"""
         WITH n AS (SELECT {dims}, count(*) AS n, jsonb_agg(x.budget) AS budgets
                    FROM (SELECT date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN}) AS hour, t.release,
                                 t.environment, t.name, x.budget
-                         FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id
+                         FROM ingest_task t JOIN analysis_taskanalysis x ON x.task_id = t.id AND x.project_id = {p}
                          WHERE {where} AND x.budget <> '{{}}'::jsonb) x
-                   GROUP BY 1, 2, 3, 4)
-        UPDATE analysis_task_rollup r SET analysed = n.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
-        FROM n CROSS JOIN LATERAL (
+                   GROUP BY 1, 2, 3, 4),
+        k AS (SELECT n.{dims.replace(", ", ", n.")}, n.n, s.sums FROM n CROSS JOIN LATERAL (
             SELECT jsonb_object_agg(key, total) AS sums
             FROM (SELECT e.key, sum((e.value)::float8) AS total
                   FROM jsonb_array_elements(n.budgets) b,
                        jsonb_each(CASE WHEN jsonb_typeof(b) = 'object' THEN b ELSE '{{}}'::jsonb END) e
-                  WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1) s) k
-        WHERE r.project_id = %s AND r.hour = n.hour AND r.release = n.release
-          AND r.environment = n.environment AND r.name = n.name"""
+                  WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1) c) s)
+        UPDATE analysis_task_rollup r SET analysed = k.n, budget_ms = coalesce(k.sums, '{{}}'::jsonb)
+        FROM k
+        WHERE r.project_id = %s AND r.hour = k.hour AND r.release = k.release
+          AND r.environment = k.environment AND r.name = k.name"""
 
 
 # --- per-group figures of the release comparison ------------------------------------------------
@@ -154,19 +168,23 @@ GROUP_COLUMNS = ("project_id", "hour", *GROUP_DIMENSIONS, *GROUP_SUMS, "max_ms",
 RELEASE_TABLE = "analysis_group_rollup_release"
 # GROUPING(kind, name, tool_name, model) of each step dimension's grouping set.
 _GROUPINGS = {3: "step", 7: "kind", 13: "tool", 14: "model"}
-# What-if documents as analysis/engine/whatif.py writes them: top-level `<scenario>_ms` projections
-# (`actual_ms`, the critical path, and `llm_path_ms` are inputs) and per hardware family
-# {"ms", "with_fixes_ms"}. Savings are against `actual_ms` when present, else the duration.
-_WHATIF_SCENARIOS = r"""
+
+
+def _whatif_scenarios(p: str) -> str:
+    """What-if documents as analysis/engine/whatif.py writes them: top-level `<scenario>_ms`
+    projections (`actual_ms`, the critical path, and `llm_path_ms` are inputs) and per hardware
+    family {"ms", "with_fixes_ms"}. Savings are against `actual_ms` when present, else the
+    duration. One row per task of `tk` and scenario; `p` the project (_project)."""
+    return rf"""
     SELECT tk.id, left(kv.key, -3) AS scenario, (kv.value)::text::float8 AS projected
-    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id, jsonb_each(ta.whatif) kv
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.project_id = {p}, jsonb_each(ta.whatif) kv
     WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(kv.value) = 'number'
       AND kv.key LIKE '%%\_ms' AND kv.key NOT IN ('actual_ms', 'llm_path_ms', 'unknown_hardware_ms')
     UNION ALL
     SELECT tk.id, 'hardware ' || hw.key || suffix.label, (hw.value ->> suffix.field)::float8
-    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+    FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.project_id = {p},
          jsonb_each(CASE jsonb_typeof(ta.whatif -> 'hardware') WHEN 'object'
-                    THEN ta.whatif -> 'hardware' ELSE '{}'::jsonb END) hw,
+                    THEN ta.whatif -> 'hardware' ELSE '{{}}'::jsonb END) hw,
          (VALUES ('ms', ''), ('with_fixes_ms', ' + fixes')) suffix(field, label)
     WHERE jsonb_typeof(ta.whatif) = 'object' AND jsonb_typeof(hw.value -> suffix.field) = 'number'"""
 
@@ -186,13 +204,13 @@ def _row(keys: str, **figures: str) -> str:
     return ", ".join([keys, *(figures.get(name, default) for name, default in _FIGURES.items())])
 
 
-def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
+def _group_ctes(where: str, *, hour: str, lookup: bool, p: str) -> str:
     """tk (the tasks), st (their steps), calls (each step's self time), per_task (sums per task and
     grouping set), moments (sums over tasks per group), hist (self time per call, bucketed), and
     whatif (the what-if projections, one row per task and scenario)."""
     columns = "task_id, step_id, parent_step_id, kind, name, tool_name, model, duration_ms, status, input_tokens, output_tokens"
-    steps = (f"CROSS JOIN LATERAL (SELECT {columns} FROM ingest_step x WHERE x.task_id = tk.id OFFSET 0) s" if lookup
-             else "JOIN ingest_step s ON s.task_id = tk.id")
+    steps = (f"CROSS JOIN LATERAL (SELECT {columns} FROM ingest_step x WHERE x.project_id = {p} AND x.task_id = tk.id"
+             " OFFSET 0) s" if lookup else f"JOIN ingest_step s ON s.task_id = tk.id AND s.project_id = {p}")
     h = "project_id, hour, release, environment, task_name"
     hh = "project_id, hour, release, environment"  # histograms: across task names
     dimension = "CASE g " + " ".join(f"WHEN {g} THEN '{d}'" for g, d in _GROUPINGS.items()) + " END"
@@ -202,7 +220,7 @@ def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
     sets = "({k}, kind, name{b}), ({k}, kind{b}), ({k}, tool_name{b}), ({k}, model{b})"
     C = _C
     return f"""
-        WITH {_tasks_cte(where, hour=hour)}, st AS MATERIALIZED (
+        WITH {_tasks_cte(where, hour=hour, p=p)}, st AS MATERIALIZED (
             SELECT s.task_id, s.step_id {C} AS step_id, s.parent_step_id {C} AS parent_step_id,
                    s.kind {C} AS kind, s.name {C} AS name, s.tool_name {C} AS tool_name, s.model {C} AS model,
                    s.duration_ms AS d, (s.status {FAILED_SQL}) AS failed,
@@ -234,10 +252,10 @@ def _group_ctes(where: str, *, hour: str, lookup: bool) -> str:
                       GROUP BY GROUPING SETS ({sets.format(k=hh, b="")})) x
                   WHERE {wanted}) y
             CROSS JOIN LATERAL {_counted("y.bs", nulls=True)} h
-        ), whatif AS ({_WHATIF_SCENARIOS})"""
+        ), whatif AS ({_whatif_scenarios(p)})"""
 
 
-def _group_rows() -> str:
+def _group_rows(p: str) -> str:
     """The rows themselves, one SELECT per kind of row (docs/releases.md, "Where it changed"): a
     step group's sums over tasks, its histogram of self time per call, a task name's own time
     and counts, then the rows analyses make (_analysis_rows)."""
@@ -258,9 +276,10 @@ def _group_rows() -> str:
         UNION ALL
         SELECT {task}
         FROM tk LEFT JOIN per_task a ON a.task_id = tk.id AND a.g = 15
-                LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.analyzed_at IS NOT NULL
+                LEFT JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.project_id = {p}
+                                                   AND ta.analyzed_at IS NOT NULL
         GROUP BY 1, 2, 3, 4, 5
-        UNION ALL{_analysis_rows()}"""
+        UNION ALL{_analysis_rows(p)}"""
 
 
 # The group rollup rows an analysis alone makes (a late analysis recomputes just these, and the
@@ -268,7 +287,7 @@ def _group_rows() -> str:
 ANALYSIS_DIMENSIONS = ("finding", "budget", "whatif")
 
 
-def _analysis_rows() -> str:
+def _analysis_rows(p: str) -> str:
     """SELECTs of a task name's findings, time budget and what-if projections, over the CTEs `tk`
     (the tasks) and `whatif`."""
     finding = _row(f"{_TASK_KEYS}, 'finding', '', f.kind {_C}", tasks="count(DISTINCT f.task_id)",
@@ -280,43 +299,47 @@ def _analysis_rows() -> str:
                   other_ms=f"sum({actual} - w.projected)")
     return f"""
         SELECT {finding}
-        FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND {COUNTED_FINDING_SQL} GROUP BY 1, 2, 3, 4, 5, 8
+        FROM tk JOIN analysis_finding f ON f.task_id = tk.id AND f.project_id = {p} AND {COUNTED_FINDING_SQL}
+        GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {budget}
-        FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id,
+        FROM tk JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.project_id = {p},
              jsonb_each(CASE WHEN jsonb_typeof(ta.budget) = 'object' THEN ta.budget ELSE '{{}}'::jsonb END) e
         WHERE jsonb_typeof(e.value) = 'number' GROUP BY 1, 2, 3, 4, 5, 8
         UNION ALL
         SELECT {whatif}
-        FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id
+        FROM whatif w JOIN tk ON tk.id = w.id JOIN analysis_taskanalysis ta ON ta.task_id = tk.id AND ta.project_id = {p}
         GROUP BY 1, 2, 3, 4, 5, 8"""
 
 
-def _tasks_cte(where: str, *, hour: str) -> str:
-    """The CTE `tk`: the ended tasks matching `where` (alias t), their row's keys in byte order."""
+def _tasks_cte(where: str, *, hour: str, p: str) -> str:
+    """The CTE `tk`: the project's ended tasks matching `where` (alias t), their row's keys in byte order."""
     return f"""tk AS MATERIALIZED (
             SELECT t.id, t.project_id, {hour} AS hour, t.release {_C} AS release,
                    t.environment {_C} AS environment, t.name {_C} AS task_name, t.duration_ms
-            FROM ingest_task t WHERE {where} AND t.duration_ms IS NOT NULL AND t.started_at IS NOT NULL
+            FROM ingest_task t WHERE t.project_id = {p} AND {where} AND t.duration_ms IS NOT NULL
+                                     AND t.started_at IS NOT NULL
         )"""
 
 
-def analysis_rows_sql(where: str) -> str:
-    """SELECT of the group rollup rows analyses make (ANALYSIS_DIMENSIONS) for the ended tasks
-    matching `where` (alias t): the part of group_rows_sql that reads no step."""
+def analysis_rows_sql(where: str, *, project_id: int) -> str:
+    """SELECT of the group rollup rows analyses make (ANALYSIS_DIMENSIONS) for the project's ended
+    tasks matching `where` (alias t): the part of group_rows_sql that reads no step."""
     hour = f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
+    p = _project(project_id)
     return f"""
-        WITH {_tasks_cte(where, hour=hour)}, whatif AS ({_WHATIF_SCENARIOS}){_analysis_rows()}"""
+        WITH {_tasks_cte(where, hour=hour, p=p)}, whatif AS ({_whatif_scenarios(p)}){_analysis_rows(p)}"""
 
 
-def group_rows_sql(where: str, *, hour: str = "", lookup: bool = False) -> str:
-    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the ended tasks matching
-    `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
+def group_rows_sql(where: str, *, project_id: int, hour: str = "", lookup: bool = False) -> str:
+    """SELECT of analysis_group_rollup rows (columns GROUP_COLUMNS) for the project's ended tasks
+    matching `where` (alias t, placeholders used once). `hour`: the SQL of the row's time bucket (default:
     the hour of the task's start; a constant such as "'-infinity'::timestamptz" merges all hours).
     `lookup`: fetch steps task by task through the index (a few thousand tasks) instead of letting
     the planner join (a refresh's hours)."""
     hour = hour or f"date_bin(INTERVAL '1 hour', t.started_at, {ORIGIN})"
-    return _group_ctes(where, hour=hour, lookup=lookup) + _group_rows()
+    p = _project(project_id)
+    return _group_ctes(where, hour=hour, lookup=lookup, p=p) + _group_rows(p)
 
 
 def _days_sql(table: str, dims: Sequence[str], sums: Sequence[str], *, task: bool,

@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from agentops.db import read_alias, replica_reads
 from analysis.engine import pipeline
 from ingest.models import IngestKey, Task
+from tests.conftest import single_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,6 +183,8 @@ def test_every_dashboard_page_and_read_api_reads_traces_and_rollups_from_the_rep
         assert any(t in _tables(copy.captured_queries) for t in REPLICATED), f"{path} read nothing from the replica"
 
 
+@single_node("the replica is the coordinator's database copied as a template, which on Citus holds the "
+             "shard metadata but no shard: a Citus cluster's replica is a replica of every node")
 def test_a_replica_that_is_a_second_database_serves_the_pages_and_never_receives_a_write(
         transactional_db, settings, project, make_key, django_user_model):
     """The replica is a real second database here: a copy of the primary taken after t-1 was

@@ -1,0 +1,117 @@
+"""The schema Citus distributes by project (ingest 0018, analysis 0015; docs/scaling.md step 6),
+checked on whatever PostgreSQL the suite runs on, and, on a Citus cluster (`make test-citus`),
+that a dashboard read of one project runs on one worker."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from analysis.dashboard.selectors import _STEP_JSON_SQL
+from analysis.filters import TaskFilters, task_queryset
+from ingest import distribution
+from ingest.models import Task
+from tests.conftest import ON_CITUS
+
+DISTRIBUTED = distribution.DISTRIBUTED_INGEST + distribution.DISTRIBUTED_ANALYSIS
+on_citus = pytest.mark.skipif(not ON_CITUS, reason="no Citus cluster configured: DATABASE_URL is a "
+                              "single PostgreSQL (run `make citus && make test-citus`)")
+
+
+def _rows(sql: str, params=None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _key_columns(contype: str) -> list[tuple[str, str, list[str]]]:
+    return [(table, name, columns) for table, name, columns in _rows(
+        """SELECT c.conrelid::regclass::text, c.conname,
+                  array_agg(a.attname::text ORDER BY a.attnum)
+           FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey)
+           WHERE c.contype = %s AND c.conrelid = ANY(%s::regclass[]) GROUP BY 1, 2""",
+        [contype, list(DISTRIBUTED)])]
+
+
+@pytest.mark.django_db
+def test_every_primary_key_and_unique_constraint_of_project_data_includes_the_project():
+    keys = _key_columns("p") + _key_columns("u")
+    assert {table for table, _, _ in _key_columns("p")} >= {
+        "ingest_task", "ingest_step", "ingest_resourcesample", "analysis_finding"}
+    assert [(t, n) for t, n, columns in keys if "project_id" not in columns] == []
+
+
+@pytest.mark.django_db
+def test_steps_findings_and_analyses_refer_to_their_task_by_task_and_project():
+    foreign = _rows(
+        """SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint
+           WHERE contype = 'f' AND confrelid = 'ingest_task'::regclass AND conparentid = 0""")
+    # A task's analysis is still a local table on Citus (distribution.NOT_YET_DISTRIBUTED), which
+    # may not refer to a distributed one.
+    referring = ("analysis_finding", "ingest_step") if ON_CITUS else (
+        "analysis_finding", "analysis_taskanalysis", "ingest_step")
+    assert sorted(foreign) == [
+        (table, "FOREIGN KEY (task_id, project_id) REFERENCES ingest_task(id, project_id) DEFERRABLE INITIALLY DEFERRED")
+        for table in referring]
+
+
+@pytest.mark.django_db
+def test_no_project_data_table_has_an_identity_column_and_ids_still_count_up(project):
+    identity = _rows("SELECT table_name FROM information_schema.columns WHERE is_identity = 'YES' "
+                     "AND table_name = ANY(%s)", [list(DISTRIBUTED + distribution.REFERENCE)])
+    assert identity == []
+    first = Task.objects.create(project=project, task_id="a", last_event_at=timezone.now())
+    second = Task.objects.create(project=project, task_id="b", last_event_at=timezone.now())
+    assert second.pk > first.pk
+
+
+@on_citus
+@pytest.mark.django_db
+def test_tables_have_the_citus_roles_the_docs_give():
+    roles = dict(_rows("SELECT logicalrelid::regclass::text, partmethod FROM pg_dist_partition "
+                       "WHERE logicalrelid = ANY(%s::regclass[])", [list(DISTRIBUTED + distribution.REFERENCE)]))
+    assert {t for t, m in roles.items() if m == "h"} == set(DISTRIBUTED)
+    assert {t for t, m in roles.items() if m == "n"} == set(distribution.REFERENCE)
+    colocated = _rows("SELECT count(DISTINCT colocationid) FROM pg_dist_partition "
+                      "WHERE logicalrelid = ANY(%s::regclass[])", [list(DISTRIBUTED)])
+    assert colocated == [(1,)]
+
+
+def _task_count(plan: str) -> int:
+    counts = [line.split(":", 1)[1].strip() for line in plan.splitlines() if "Task Count:" in line]
+    assert counts, plan
+    return int(counts[0])
+
+
+@on_citus
+@pytest.mark.django_db
+def test_a_dashboard_read_of_one_project_runs_on_one_worker(project, other_project):
+    task = Task.objects.create(project=project, task_id="t1", last_event_at=timezone.now())
+    Task.objects.create(project=other_project, task_id="t1", last_event_at=timezone.now())
+
+    # The task list's base query, and the task page's steps: one shard, one worker.
+    assert _task_count(task_queryset(project=project, filters=TaskFilters()).explain()) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + _STEP_JSON_SQL, [project.pk, task.pk])
+        assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
+    # Without the project, the same read asks every shard.
+    assert _task_count(Task.objects.all().explain()) > 1
+
+
+@pytest.mark.django_db
+def test_a_saved_row_is_updated_within_its_project_and_never_moved(project, other_project):
+    task = Task.objects.create(project=project, task_id="t1", last_event_at=timezone.now())
+    task.name = "renamed"
+    with CaptureQueriesContext(connection) as queries:
+        task.save()
+    [update] = [q["sql"] for q in queries if q["sql"].startswith("UPDATE")]
+    assignments, where = update.split(" WHERE ")
+    assert '"project_id"' not in assignments and '"project_id" = ' in where
+    assert Task.objects.get(pk=task.pk).name == "renamed"
+
+    stored = Task.objects.get(pk=task.pk)
+    stored.project = other_project
+    with pytest.raises(ValueError, match="stays in its project"):
+        stored.save()
