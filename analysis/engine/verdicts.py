@@ -367,7 +367,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
     if step.ttft_ms is not None and stats and stats.ttft_median is not None:
         if stats.prefill_line() is not None and step.input_tokens is not None:
             usual_start = stats.expected_ttft(step.prefill_tokens)
-        else:  # no prefill line: the median start, scaled by a longer prompt
+        else:  # no prefill line that fits: the median start, scaled by a longer prompt
             usual_start = stats.ttft_median * (max(1.0, (step.input_tokens or 0) / stats.input_median)
                                                if stats.input_median else 1.0)
         compute = min(step.ttft_ms, usual_start)

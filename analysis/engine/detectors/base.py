@@ -114,14 +114,18 @@ class StepData:
         return self.tool_name or self.name or self.model or self.kind
 
 
-def fits_better(line_log_mad: float | None, flat_log_mad: float) -> bool:
-    """A line is used only where it fits the key's calls at least as well as their median does:
-    the MAD of its log residuals no wider than the MAD of their logs about the median. Its thirds
+def fitting_line(a: float | None, b: float | None, line_log_mad: float | None,
+                 flat_log_mad: float) -> tuple[float, float] | None:
+    """(a, b) of a baseline's line where it fits the key's calls at least as well as their median
+    does (the MAD of its log residuals no wider than the MAD of their logs about the median),
+    else None. Its thirds
     are taken over the range of x, so a handful of huge prompts (a context grown to 60k tokens,
     prefilled at another rate) can make the upper third alone: the slope is theirs, the
     intercept negative, and a usual prompt's start read from the line is a few ms (simulated
     seed 112358: seven false slow steps). Learned from the key's own calls, no constant."""
-    return line_log_mad is not None and line_log_mad <= flat_log_mad
+    if a is None or b is None or line_log_mad is None or line_log_mad > flat_log_mad:
+        return None
+    return a, b
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,19 +173,13 @@ class BaselineStats:
     releases: dict[str, GroupStats] | None = None
 
     def prefill_line(self) -> tuple[float, float] | None:
-        """(a, b) of the prefill line when it fits the key's starts (fits_better), else None."""
-        if self.prefill_a is None or self.prefill_b is None \
-                or not fits_better(self.prefill_log_mad, self.spread("ttft")):
-            return None
-        return self.prefill_a, self.prefill_b
+        """(a, b) of the prefill line where it fits the key's starts (fitting_line)."""
+        return fitting_line(self.prefill_a, self.prefill_b, self.prefill_log_mad, self.spread("ttft"))
 
     def duration_line(self) -> tuple[float, float] | None:
-        """(a, b) of the line of duration over output tokens when it fits the key's durations
-        (fits_better), else None."""
-        if self.line_a is None or self.line_b is None \
-                or not fits_better(self.line_log_mad, self.spread("duration")):
-            return None
-        return self.line_a, self.line_b
+        """(a, b) of the line of duration over output tokens where it fits the key's durations
+        (fitting_line)."""
+        return fitting_line(self.line_a, self.line_b, self.line_log_mad, self.spread("duration"))
 
     def expected_ttft(self, prefill: int | None) -> float | None:
         """What a call's TTFT usually is for its prompt: the prefill line at its prefill tokens
