@@ -1,8 +1,12 @@
 """Steps as the detectors see them (`StepData`), read from ingest_step: the one loader the batch
-analysis and the learned call pairs share. Rows are read by column name (the aliases), never by
-position: a column added to the query or a field added to StepData cannot shift the others. In
-the binary protocol: integers and floats arrive as machine values, not text to parse (a quarter
-less of a worker's time in decoding the steps)."""
+analysis and the learned call pairs share. Rows are matched to StepData's fields by column name
+(the aliases, checked against the fields once per statement), never by a position written down
+here: a column added to the query or a field added to StepData cannot shift the others. In the
+binary protocol: integers and floats arrive as machine values, not text to parse (a quarter less
+of a worker's time in decoding the steps); and what each row needs is done in the statement (the
+times in ms, an empty array as NULL, which costs nothing to decode), so a StepData is made from its
+row's values as they come, positionally (a third less of the loader's time than by keywords from
+a dict per row, measured on 410,137 simulated steps)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from collections import defaultdict
 from dataclasses import fields
 
 import psycopg
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import tuple_row
 
 from analysis.engine.detectors.base import StepData
 
@@ -21,21 +25,41 @@ _PEER = """CASE WHEN kind = 'other' AND attributes ?| array['server.address', 'u
     nullif(attributes->>'server.address', '') || coalesce(':' || nullif(attributes->>'server.port', ''), ''),
     substring(coalesce(attributes->>'url.full', attributes->>'http.url') FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)'),
     '')) ELSE '' END"""
-# Every StepData field from the ingest_step column of its name, but the times (epoch µs here, ms
-# in StepData), the arguments (JSON text, decoded by json.loads) and the server span's timings
-# (an attribute).
-_SELECT = {"start_ms": "(extract(epoch FROM started_at) * 1000000)::int8",
-           "end_ms": "(extract(epoch FROM ended_at) * 1000000)::int8", "tool_args": "tool_args::text",
-           "serving": "attributes->'agentops.serving'", "peer": _PEER}
-_COLUMNS = ", ".join(f"{_SELECT.get(f.name, f.name)} AS {f.name}" for f in fields(StepData))
-_SQL = f"""SELECT task_id AS task_pk, {_COLUMNS}
+
+
+def ms_of_us_sql(column: str) -> str:
+    """A timestamp column in epoch ms as `ms_of_us` computes them, bit for bit (float8 division
+    and multiplication are IEEE 754 in Postgres as in Python)."""
+    return f"((extract(epoch FROM {column}) * 1000000)::int8::float8 / 1000000 * 1000)"
+
+
+# Every StepData field from the ingest_step column of its name, but the times (ms, as
+# `ms_of_us`), the arrays (NULL when empty: most steps depend on nothing), the arguments (JSON
+# text, decoded by json.loads) and the server span's timings (an attribute). The task's pk comes
+# last, after the fields in their order.
+_SELECT = {"start_ms": ms_of_us_sql("started_at"), "end_ms": ms_of_us_sql("ended_at"),
+           "depends_on": "nullif(depends_on, '{}')", "tool_call_ids": "nullif(tool_call_ids, '{}')",
+           "tool_args": "tool_args::text", "serving": "attributes->'agentops.serving'", "peer": _PEER}
+_FIELDS = tuple(f.name for f in fields(StepData))
+_COLUMNS = ", ".join(f"{_SELECT.get(name, name)} AS {name}" for name in _FIELDS)
+_SQL = f"""SELECT {_COLUMNS}, task_id AS task_pk
 FROM ingest_step WHERE task_id = ANY(%s) AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))
 ORDER BY task_id, started_at, step_id"""
+_DEPENDS, _CALL_IDS, _ARGS = (_FIELDS.index(n) for n in ("depends_on", "tool_call_ids", "tool_args"))
 
 
 def ms_of_us(us: int) -> float:
     """Epoch microseconds in ms as datetime.timestamp() × 1000 gives them, bit for bit."""
     return us / 1_000_000 * 1000.0
+
+
+def _step_rows(cursor):
+    """psycopg row factory: each row as a list, once its columns are known to be StepData's
+    fields in their order and then the task's pk (by name: the aliases)."""
+    names = tuple(c.name for c in cursor.description or ())
+    if names != (*_FIELDS, "task_pk"):
+        raise RuntimeError(f"load_steps: the statement's columns {names} are not StepData's fields and task_pk")
+    return list
 
 
 def binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
@@ -52,12 +76,12 @@ def load_steps(cursor, task_pks: list[int], *, kinds: tuple[str, ...] | None = N
     if not task_pks:
         return by_task
     wanted = list(kinds) if kinds is not None else None
-    loads = json.loads
-    for step in binary_rows(cursor, _SQL, [list(task_pks), wanted, wanted], dict_row):
-        step["start_ms"], step["end_ms"] = ms_of_us(step["start_ms"]), ms_of_us(step["end_ms"])
-        step["depends_on"] = tuple(step["depends_on"] or ())
-        step["tool_call_ids"] = tuple(step["tool_call_ids"] or ())
-        if step["tool_args"] is not None:
-            step["tool_args"] = loads(step["tool_args"])
-        by_task[step.pop("task_pk")].append(StepData(**step))
+    loads, step_data = json.loads, StepData
+    for values in binary_rows(cursor, _SQL, [list(task_pks), wanted, wanted], _step_rows):
+        task_pk = values.pop()
+        values[_DEPENDS] = tuple(values[_DEPENDS]) if values[_DEPENDS] else ()
+        values[_CALL_IDS] = tuple(values[_CALL_IDS]) if values[_CALL_IDS] else ()
+        if values[_ARGS] is not None:
+            values[_ARGS] = loads(values[_ARGS])
+        by_task[task_pk].append(step_data(*values))
     return by_task

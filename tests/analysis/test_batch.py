@@ -71,8 +71,9 @@ def test_a_task_analysed_alone_gets_the_results_it_gets_in_a_batch(project):
 
 def test_every_step_field_is_loaded_from_its_own_column(project):
     # By name, not by position: each StepData field holds the value of the column it is named after.
+    # Times to the µs that float ms cannot hold exactly: the loader's ms equal timestamp() × 1000.
     batch_store(project=project, batch=Batch(steps=[
-        StepRecord("a", "t1", at(0), at(1), kind="tool", name="lookup", tool_name="lookup", tool_args={"id": 7},
+        StepRecord("a", "t1", at(0.000003), at(1.000005), kind="tool", name="lookup", tool_name="lookup", tool_args={"id": 7},
                    tool_result="{\"id\": 7}", tool_call_id="call-a", status="error", error="boom"),
         StepRecord("b", "t1", at(1), at(3), kind="llm", name="chat", parent_step_id="a", depends_on=["a"],
                    model="m-1", device="gpu-1", input_tokens=11, output_tokens=22, ttft_ms=33.5,
