@@ -110,7 +110,8 @@ _CANDIDATES = """SELECT id, project_id, analyzed_through FROM (
 # candidates were chosen in, the order the store locks them in too: two workers claiming
 # overlapping sets in different orders (ties of last_event_at are common: a batch's tasks share
 # one) deadlocked on the unique index, and the loser's message was lost until the sweep
-# (tests/scale/test_two_workers.py, on a loaded machine).
+# (tests/scale/test_two_workers.py, on a loaded machine). The key is (task_id, project_id), the
+# project in it so that Citus can distribute the table by project (docs/scaling.md, step 6).
 # The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
 # a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
 # released) would be claimed again and analysed twice. So, unless forced, a task is taken only if
@@ -120,7 +121,7 @@ INSERT INTO analysis_taskanalysis AS a (task_id, project_id, critical_path, budg
     top_finding, finding_kinds, claim_token, claimed_until, analyzed_through)
 SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s, c.analyzed_through
 FROM ({candidates}) c ORDER BY c.project_id, c.id
-ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
+ON CONFLICT (task_id, project_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
 WHERE {free} AND (%(force)s OR a.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through)
 RETURNING task_id
 """
