@@ -1,5 +1,5 @@
 """The schema facts that let Citus distribute the data by project, for the migrations that apply
-them (ingest 0018, analysis 0015) and the tests that check them. docs/scaling.md, step 6.
+them (ingest 0018, analysis 0015 and 0016) and the tests that check them. docs/scaling.md, step 6.
 
 One schema on both engines: the keys below are valid on plain PostgreSQL too; only the
 `create_*_table` calls are Citus's and run only where the extension is installed.
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 # Tables a copy of which lives on every node: small, read by every shard's joins and foreign keys.
 REFERENCE = ("ingest_project", "ingest_ingestkey", "analysis_modelprice")
-# Distributed by project_id, co-located with ingest_task: one project's rows on one worker.
+# Distributed by project_id, co-located with ingest_task: one project's rows on one worker. Each
+# list is what one migration distributes (analysis 0015 the first two, analysis 0016 the third),
+# so none changes once it has been applied: a table distributed later gets a list, and a
+# migration, of its own; DISTRIBUTED is all of them.
 # The alert tables (rules, their firing history, deliveries) stay local on the coordinator: the
 # history hangs off the rules by foreign key, and Citus allows no foreign key from a distributed
 # table to a local one; a few rows per firing, read with the rule.
@@ -20,11 +23,11 @@ DISTRIBUTED_ANALYSIS = (
     "analysis_callpair", "analysis_task_rollup", "analysis_task_rollup_day",
     "analysis_step_rollup", "analysis_step_rollup_day", "analysis_group_rollup",
     "analysis_group_rollup_day", "analysis_group_rollup_release", "analysis_sample_rollup")
+# A task's analysis came after the others: its key was `task_id` alone while the analysis claim
+# (analysis/engine/batch.py) said ON CONFLICT (task_id), and Citus distributes no such table.
+DISTRIBUTED_TASK_ANALYSIS = ("analysis_taskanalysis",)
+DISTRIBUTED = DISTRIBUTED_INGEST + DISTRIBUTED_ANALYSIS + DISTRIBUTED_TASK_ANALYSIS
 COLOCATE_WITH = "ingest_task"
-# Distributed with the others once the analysis claim (analysis/engine/batch.py) names the project
-# in its ON CONFLICT target: until then the table keeps its key `task_id`, which Citus cannot
-# distribute, and stays local on the coordinator (analysis 0015's docstring).
-NOT_YET_DISTRIBUTED = ("analysis_taskanalysis",)
 
 
 def citus_present(cursor) -> bool:

@@ -217,14 +217,16 @@ def critical_path_time(*, project: Project, filters: TaskFilters, tasks: int = C
     analysed tasks of the filters: {"tasks": n, "total_ms": …, "tool"|"model"|"device": [{name, ms,
     share, tasks}]}. The paths are looked up task by task through the (task, step_id) index, into
     a CTE that the grouping sets then read (Citus groups by GROUPING SETS only in a statement it
-    runs on one worker, and the paths are rows of a few hundred tasks)."""
+    runs on one worker, and the paths are rows of a few hundred tasks). Each table names the
+    project as a value, the task's analysis too: Citus does not see the project through the
+    subquery `t`, and would refuse the join (a task's analysis is distributed since analysis 0016)."""
     qs = (task_queryset(project=project, filters=filters).filter(analysis__isnull=False)
           .order_by("-started_at").values("id", "project_id")[:tasks])
     sql, params = qs.query.sql_with_params()
     with read_connection().cursor() as cur:
         cur.execute(
             f"WITH s AS MATERIALIZED (SELECT x.task_id, x.duration_ms, x.tool_name, x.model, x.device"
-            f" FROM ({sql}) t JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id"
+            f" FROM ({sql}) t JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = %s"
             f" CROSS JOIN LATERAL (SELECT x.task_id, x.duration_ms,"
             f"   CASE WHEN x.kind = 'tool' AND x.tool_name <> '' THEN x.tool_name END AS tool_name,"
             f"   CASE WHEN x.kind = 'llm' AND x.model <> '' THEN x.model END AS model,"
@@ -234,7 +236,8 @@ def critical_path_time(*, project: Project, filters: TaskFilters, tasks: int = C
             f" SELECT CASE WHEN GROUPING(s.tool_name) = 0 THEN 'tool' WHEN GROUPING(s.model) = 0 THEN 'model'"
             f"            WHEN GROUPING(s.device) = 0 THEN 'device' ELSE '' END,"
             f"       coalesce(s.tool_name, s.model, s.device, ''), sum(s.duration_ms), count(DISTINCT s.task_id)"
-            f" FROM s GROUP BY GROUPING SETS ((s.tool_name), (s.model), (s.device), ())", [*params, project.pk])
+            f" FROM s GROUP BY GROUPING SETS ((s.tool_name), (s.model), (s.device), ())",
+            [*params, project.pk, project.pk])
         rows = cur.fetchall()
     total = next((float(ms or 0) for dim, _, ms, _ in rows if dim == ""), 0.0)
     analysed = next((n for dim, _, _, n in rows if dim == ""), 0)

@@ -101,15 +101,17 @@ _FREE = """(a.claimed_until IS NULL OR a.claimed_until < %(now)s
 _CANDIDATES = """SELECT id, project_id, analyzed_through FROM (
     SELECT t.id, t.project_id, a.analyzed_through, row_number() OVER w AS n,
            sum(greatest(t.step_count, 1)) OVER w AS running
-    FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+    FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id
     WHERE {where} WINDOW w AS (ORDER BY t.last_event_at ROWS UNBOUNDED PRECEDING)
     ORDER BY t.last_event_at LIMIT %(limit)s) x
   WHERE n = 1 OR %(max_steps)s::int8 IS NULL OR running <= %(max_steps)s"""
 
-# Rows are inserted (and conflicting rows locked) in task id order, whatever order the candidates
-# were chosen in: two workers claiming overlapping sets in different orders (ties of last_event_at
-# are common: a batch's tasks share one) deadlocked on the unique index, and the loser's message
-# was lost until the sweep (tests/scale/test_two_workers.py, on a loaded machine).
+# Rows are inserted (and conflicting rows locked) in (project, task id) order, whatever order the
+# candidates were chosen in, the order the store locks them in too: two workers claiming
+# overlapping sets in different orders (ties of last_event_at are common: a batch's tasks share
+# one) deadlocked on the unique index, and the loser's message was lost until the sweep
+# (tests/scale/test_two_workers.py, on a loaded machine). The key is (task_id, project_id), the
+# project in it so that Citus can distribute the table by project (docs/scaling.md, step 6).
 # The candidates are chosen in the statement's snapshot, but ON CONFLICT takes the newest version of
 # a row, after waiting for a worker that is storing it: a task that worker has just analysed (and
 # released) would be claimed again and analysed twice. So, unless forced, a task is taken only if
@@ -118,8 +120,8 @@ _CLAIM = """
 INSERT INTO analysis_taskanalysis AS a (task_id, project_id, critical_path, budget, whatif, wasted_ms,
     top_finding, finding_kinds, claim_token, claimed_until, analyzed_through)
 SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(until)s, c.analyzed_through
-FROM ({candidates}) c ORDER BY c.id
-ON CONFLICT (task_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
+FROM ({candidates}) c ORDER BY c.project_id, c.id
+ON CONFLICT (task_id, project_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
 WHERE {free} AND (%(force)s OR a.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through)
 RETURNING task_id
 """
@@ -178,7 +180,8 @@ def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id:
 
 def is_due(task_pk: int) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id"
+        cursor.execute(f"SELECT 1 FROM ingest_task t LEFT JOIN analysis_taskanalysis a"
+                       f" ON a.task_id = t.id AND a.project_id = t.project_id"
                        f" WHERE t.id = %(pk)s AND {DUE_SQL}", {"pk": task_pk, **due_params(timezone.now())})
         return cursor.fetchone() is not None
 
@@ -342,13 +345,13 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
 # The results go to a session-local staging table by COPY (no per-value quoting on the client),
 # then one UPDATE applies those still claimed with our token.
 _STAGE = "analysis_stage_result"
-_STAGE_SQL = f"""CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (task_id int8, through timestamptz, path text[],
-    budget jsonb, whatif jsonb, wasted float8, top text, kinds text[]) ON COMMIT DELETE ROWS"""
+_STAGE_SQL = f"""CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (task_id int8, project_id int8, through timestamptz,
+    path text[], budget jsonb, whatif jsonb, wasted float8, top text, kinds text[]) ON COMMIT DELETE ROWS"""
 _STORE_SQL = f"""
 UPDATE analysis_taskanalysis a SET analyzed_at = %s, analyzed_through = v.through, critical_path = v.path,
     budget = v.budget, whatif = v.whatif, wasted_ms = v.wasted, top_finding = v.top, finding_kinds = v.kinds,
     claimed_until = NULL, claim_token = ''
-FROM {_STAGE} v WHERE a.task_id = v.task_id AND a.claim_token = %s
+FROM {_STAGE} v WHERE a.task_id = v.task_id AND a.project_id = v.project_id AND a.claim_token = %s
 RETURNING a.task_id
 """
 
@@ -374,14 +377,19 @@ def _store_once(tasks: dict[int, _Task], results: dict[int, dict], *, token: str
                 totals: dict[str, float] = defaultdict(float)
                 for f in analyse.counted(result["findings"]):
                     totals[f.kind] += f.wasted_ms
-                copy.write_row((pk, tasks[pk].last_event_at, result["critical_path"], Jsonb(result["budget"]),
-                                Jsonb(result["whatif"]), round(result["wasted_ms"], 3),
+                copy.write_row((pk, tasks[pk].project_id, tasks[pk].last_event_at, result["critical_path"],
+                                Jsonb(result["budget"]), Jsonb(result["whatif"]), round(result["wasted_ms"], 3),
                                 max(totals, key=totals.get) if totals else "", sorted(totals)))
         # The UPDATE locks the rows until commit: the claim check and the writes are atomic. They
-        # are locked first in task id order, the order a claim takes them in, so a store and a
-        # concurrent claim that wants some of the same rows cannot deadlock.
-        cursor.execute(f"SELECT 1 FROM analysis_taskanalysis WHERE task_id IN (SELECT task_id FROM {_STAGE})"
-                       " ORDER BY task_id FOR UPDATE")
+        # are locked first in (project, task id) order, the order a claim takes them in, so a store
+        # and a concurrent claim that wants some of the same rows cannot deadlock. One statement a
+        # project: on Citus a SELECT … FOR UPDATE must stay on one shard.
+        by_project: dict[int, list[int]] = defaultdict(list)
+        for pk in results:
+            by_project[tasks[pk].project_id].append(pk)
+        for project_id, pks in sorted(by_project.items()):
+            cursor.execute("SELECT 1 FROM analysis_taskanalysis WHERE project_id = %s AND task_id = ANY(%s)"
+                           " ORDER BY task_id FOR UPDATE", [project_id, sorted(pks)])
         cursor.execute(_STORE_SQL, [now, token])
         mine = [r[0] for r in cursor.fetchall()]
         if not mine:

@@ -26,6 +26,7 @@ from analysis.models import Finding, TaskAnalysis
 from ingest.models import Step, Task
 from ingest.records import Batch, StepRecord
 from ingest.services import batch_store
+from tests.conftest import ON_CITUS
 
 from .workload import at, history, problem_task, store
 
@@ -172,10 +173,14 @@ def test_a_task_stored_while_another_worker_waits_to_claim_it_is_not_analysed_tw
     b = threading.Thread(target=worker_b)
     b.start()
     deadline = time.monotonic() + 30
+    # On Citus the row, and B's wait for its lock, are on the worker holding the project's shard
+    # (the shard's statement: INSERT INTO public.analysis_taskanalysis_<shard>); citus_stat_activity
+    # shows every node's backends.
+    activity = "citus_stat_activity" if ON_CITUS else "pg_stat_activity"
     with connection.cursor() as cursor:  # B is waiting on A's lock on the task's analysis row
         while time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND query LIKE %s", ["%INSERT INTO analysis_taskanalysis%"])
+            cursor.execute(f"SELECT count(*) FROM {activity} WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE %s", ["%INSERT INTO %analysis_taskanalysis%"])
             if cursor.fetchone()[0]:
                 break
             time.sleep(0.05)

@@ -98,7 +98,7 @@ def test_the_command_line_adds_members_and_revokes_keys_through_the_same_audited
         ("member.add", COMMAND_LINE), ("key.create", COMMAND_LINE), ("key.revoke", COMMAND_LINE)]
 
 
-@single_node("it migrates back to before the roles, past ingest 0018 and analysis 0015, which "
+@single_node("it migrates back to before the roles, past ingest 0018 and analysis 0015-0016, which "
              "distribute the tables on Citus and do not go back there")
 @pytest.mark.django_db(transaction=True)
 def test_members_from_before_roles_are_kept_as_admins():

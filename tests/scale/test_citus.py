@@ -1,6 +1,6 @@
-"""The schema Citus distributes by project (ingest 0018, analysis 0015; docs/scaling.md step 6),
-checked on whatever PostgreSQL the suite runs on, and, on a Citus cluster (`make test-citus`),
-that a dashboard read of one project runs on one worker."""
+"""The schema Citus distributes by project (ingest 0018, analysis 0015 and 0016; docs/scaling.md
+step 6), checked on whatever PostgreSQL the suite runs on, and, on a Citus cluster (`make
+test-citus`), that a dashboard read and the analysis claim of one project run on one worker."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from analysis.dashboard.selectors import _STEP_JSON_SQL
+from analysis.engine import batch
 from analysis.filters import TaskFilters, task_queryset
 from ingest import distribution
 from ingest.models import Task
 from tests.conftest import ON_CITUS
 
-DISTRIBUTED = distribution.DISTRIBUTED_INGEST + distribution.DISTRIBUTED_ANALYSIS
+DISTRIBUTED = distribution.DISTRIBUTED
 on_citus = pytest.mark.skipif(not ON_CITUS, reason="no Citus cluster configured: DATABASE_URL is a "
                               "single PostgreSQL (run `make citus && make test-citus`)")
 
@@ -48,10 +49,7 @@ def test_steps_findings_and_analyses_refer_to_their_task_by_task_and_project():
     foreign = _rows(
         """SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint
            WHERE contype = 'f' AND confrelid = 'ingest_task'::regclass AND conparentid = 0""")
-    # A task's analysis is still a local table on Citus (distribution.NOT_YET_DISTRIBUTED), which
-    # may not refer to a distributed one.
-    referring = ("analysis_finding", "ingest_step") if ON_CITUS else (
-        "analysis_finding", "analysis_taskanalysis", "ingest_step")
+    referring = ("analysis_finding", "analysis_taskanalysis", "ingest_step")
     assert sorted(foreign) == [
         (table, "FOREIGN KEY (task_id, project_id) REFERENCES ingest_task(id, project_id) DEFERRABLE INITIALLY DEFERRED")
         for table in referring]
@@ -115,3 +113,16 @@ def test_a_saved_row_is_updated_within_its_project_and_never_moved(project, othe
     stored.project = other_project
     with pytest.raises(ValueError, match="stays in its project"):
         stored.save()
+
+
+@on_citus
+@pytest.mark.django_db
+def test_the_analysis_claim_of_one_project_runs_on_one_worker(project, other_project):
+    # The claim a worker makes for one project's due tasks, as claim_due sends it: its candidates,
+    # the task's analysis it joins and the rows it inserts or locks are on one shard.
+    with CaptureQueriesContext(connection) as queries:
+        batch.claim_due(project_id=project.pk)
+    [claim] = [q["sql"] for q in queries if "INSERT INTO analysis_taskanalysis" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + claim)
+        assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
