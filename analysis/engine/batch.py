@@ -230,7 +230,8 @@ ORDER BY w.device, r.ts"""
 def _tasks_load(cursor, task_pks: list[int]) -> dict[int, _Task]:
     """The tasks, each with its steps in start order."""
     tasks = {t.pk: t for t in binary_rows(cursor, _TASK_SQL, [list(task_pks)], kwargs_row(_Task))}
-    for pk, steps in load_steps(cursor, list(tasks)).items():
+    projects = {t.project_id for t in tasks.values()}
+    for pk, steps in load_steps(cursor, list(tasks), projects=projects).items():
         tasks[pk].steps = steps
     return tasks
 

@@ -72,10 +72,10 @@ def _digest(text: str) -> str:
 
 # --- learning from runs --------------------------------------------------------------------------
 
-def _runs(task_pks: list[int]):
+def _runs(project_id: int, task_pks: list[int]):
     """Each task's model and tool calls as the detectors see them (the turns and calls pairs are named by)."""
     with connection.cursor() as cursor:
-        return load_steps(cursor, task_pks, kinds=("llm", *CALL_KINDS))
+        return load_steps(cursor, task_pks, projects=[project_id], kinds=("llm", *CALL_KINDS))
 
 
 def common_tokens(runs: list[list]) -> tuple[frozenset[str], int]:
@@ -146,11 +146,11 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
     started = time.perf_counter()
     whole = agent == PROJECT_AGENT
     pks = _recent(project_id, None if whole else agent, None if whole else release, through)
-    by_task = _runs(pks)
+    by_task = _runs(project_id, pks)
     runs = [by_task[pk] for pk in pks]
     common, n = common_tokens(runs)
     pairs = {} if whole else pair_stats(runs, rarity_for(project_id, agent, release, own=(common, n)))
-    newest = (Task.objects.filter(pk__in=pks).aggregate(m=Max("ended_at"))["m"]) if pks else None
+    newest = (Task.objects.filter(project_id=project_id, pk__in=pks).aggregate(m=Max("ended_at"))["m"]) if pks else None
     with transaction.atomic():
         profile, _ = AgentProfile.objects.update_or_create(
             project_id=project_id, agent=agent, release=release,

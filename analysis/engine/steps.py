@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import fields
 
 import psycopg
@@ -42,8 +43,9 @@ _SELECT = {"start_ms": ms_of_us_sql("started_at"), "end_ms": ms_of_us_sql("ended
            "tool_args": "tool_args::text", "serving": "attributes->'agentops.serving'", "peer": _PEER}
 _FIELDS = tuple(f.name for f in fields(StepData))
 _COLUMNS = ", ".join(f"{_SELECT.get(name, name)} AS {name}" for name in _FIELDS)
+# By project too: on Citus a statement that names one project runs on its one worker.
 _SQL = f"""SELECT {_COLUMNS}, task_id AS task_pk
-FROM ingest_step WHERE task_id = ANY(%s) AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))
+FROM ingest_step WHERE project_id = ANY(%s) AND task_id = ANY(%s) AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))
 ORDER BY task_id, started_at, step_id"""
 _DEPENDS, _CALL_IDS, _ARGS = (_FIELDS.index(n) for n in ("depends_on", "tool_call_ids", "tool_args"))
 
@@ -70,14 +72,17 @@ def binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
         return raw.fetchall()
 
 
-def load_steps(cursor, task_pks: list[int], *, kinds: tuple[str, ...] | None = None) -> dict[int, list[StepData]]:
-    """task pk → its steps (of `kinds`, all when None) in start order."""
+def load_steps(cursor, task_pks: list[int], *, projects: Iterable[int],
+               kinds: tuple[str, ...] | None = None) -> dict[int, list[StepData]]:
+    """task pk → its steps (of `kinds`, all when None) in start order; `projects`: those of the
+    tasks (a task of another project is not read)."""
     by_task: dict[int, list[StepData]] = defaultdict(list)
     if not task_pks:
         return by_task
     wanted = list(kinds) if kinds is not None else None
     loads, step_data = json.loads, StepData
-    for values in binary_rows(cursor, _SQL, [list(task_pks), wanted, wanted], _step_rows):
+    params = [sorted(set(projects)), list(task_pks), wanted, wanted]
+    for values in binary_rows(cursor, _SQL, params, _step_rows):
         task_pk = values.pop()
         values[_DEPENDS] = tuple(values[_DEPENDS]) if values[_DEPENDS] else ()
         values[_CALL_IDS] = tuple(values[_CALL_IDS]) if values[_CALL_IDS] else ()

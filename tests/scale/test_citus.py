@@ -1,6 +1,7 @@
 """The schema Citus distributes by project (ingest 0018, analysis 0015 and 0016; docs/scaling.md
 step 6), checked on whatever PostgreSQL the suite runs on, and, on a Citus cluster (`make
-test-citus`), that a dashboard read and the analysis claim of one project run on one worker."""
+test-citus`), that a dashboard read, the analysis claim and a batch's steps load of one project run on
+one worker."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from analysis.dashboard.selectors import _STEP_JSON_SQL
-from analysis.engine import batch
+from analysis.engine import batch, steps
 from analysis.filters import TaskFilters, task_queryset
 from ingest import distribution
 from ingest.models import Task
@@ -125,4 +126,15 @@ def test_the_analysis_claim_of_one_project_runs_on_one_worker(project, other_pro
     [claim] = [q["sql"] for q in queries if "INSERT INTO analysis_taskanalysis" in q["sql"]]
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + claim)
+        assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
+
+
+@on_citus
+@pytest.mark.django_db
+def test_a_batch_loads_the_steps_of_one_projects_tasks_from_one_worker(project, other_project):
+    # The largest read of a batch, as load_steps sends it for one project's tasks: one shard.
+    task = Task.objects.create(project=project, task_id="t1", last_event_at=timezone.now())
+    Task.objects.create(project=other_project, task_id="t1", last_event_at=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + steps._SQL, [[project.pk], [task.pk], None, None])
         assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
