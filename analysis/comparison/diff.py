@@ -111,7 +111,7 @@ def typical_runs(*, project: Project, name: str, release: str) -> tuple[list[Tas
     base = (Task.objects.filter(project=project, name=name, status=Task.STATUS_OK, started_at__isnull=False,
                                 ended_at__isnull=False, duration_ms__isnull=False, step_count__gt=0,
                                 step_count__lte=MAX_RUN_STEPS)
-            .only("pk", "task_id", "started_at", "ended_at", "duration_ms", "step_count", "last_event_at")
+            .only("pk", "project_id", "task_id", "started_at", "ended_at", "duration_ms", "step_count", "last_event_at")
             .order_by("-started_at"))
     runs, scope = list(base.filter(release=release)[:TYPICAL_RUNS]), "release"
     if len(runs) < MIN_RUNS:

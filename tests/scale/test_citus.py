@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from analysis.comparison import diff
 from analysis.dashboard import exports
 from analysis.dashboard.selectors import _STEP_JSON_SQL
 from analysis.engine import batch
@@ -118,8 +119,9 @@ def test_the_pages_of_one_task_and_its_session_read_one_worker(project, other_pr
     # page's costs, a task's findings and steps (page, comparison, coverage, device links, a step,
     # the find box), the session's findings, the API's findings (their task), the tasks export.
     for p in (project, other_project):
-        for i, task_id in enumerate(("t1", "t2")):
-            task = make_task(p, task_id, session_id="s1", duration_ms=1000.0 + i)
+        # enough runs for a typical run (diff.MIN_RUNS), which the comparison builds from their steps
+        for i, task_id in enumerate(["t1", "t2", *(f"r{n}" for n in range(diff.MIN_RUNS))]):
+            task = make_task(p, task_id, session_id="s1" if i < 2 else "", duration_ms=1000.0 + i, step_count=2)
             make_step(task, "llm1", kind="llm", model="llama-70b", device="gpu-0", input_tokens=10, output_tokens=5)
             make_step(task, "tool1", offset_ms=200, tool_name="search", tool_args={"q": "refund"})
             make_finding(task, "hardware_queueing", wasted_ms=50.0, step_ids=["llm1"])
