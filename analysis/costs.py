@@ -177,14 +177,21 @@ def _fetch(sql: str, params: Sequence) -> list[tuple]:
 
 
 def task_costs(*, tasks: Iterable[Task]) -> dict[int, Cost]:
-    """Cost per task (keyed by the task's pk) of the given tasks (one page of the task list)."""
-    pks = [t.pk for t in tasks]
-    if not pks:
+    """Cost per task (keyed by the task's pk) of the given tasks (one page of the task list).
+    One statement per project of the tasks (one, on a page), naming it: steps are distributed by
+    project, and a read of steps by task id alone asks every shard of a Citus cluster."""
+    tasks = list(tasks)
+    if not tasks:
         return {}
-    rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.task_id = ANY(%s) AND s.kind = '{LLM_KIND}'",
-                                    groups=["s.task_id"]), [pks])
-    found = {row[0]: _cost(row[1:]) for row in rows}
-    return {pk: found.get(pk, Cost()) for pk in pks}
+    by_project: dict[int, list[int]] = {}
+    for t in tasks:
+        by_project.setdefault(t.project_id, []).append(t.pk)
+    found = {}
+    for project_id, pks in by_project.items():
+        rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.project_id = %s AND s.task_id = ANY(%s)"
+                                        f" AND s.kind = '{LLM_KIND}'", groups=["s.task_id"]), [project_id, pks])
+        found.update((row[0], _cost(row[1:])) for row in rows)
+    return {t.pk: found.get(t.pk, Cost()) for t in tasks}
 
 
 def task_cost(*, task: Task) -> Cost:
@@ -196,23 +203,25 @@ def _tasks_sql(tasks: QuerySet[Task]) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def tasks_cost(*, tasks: QuerySet[Task]) -> Cost:
-    """The cost of every LLM step of the given tasks."""
+def tasks_cost(*, project: Project, tasks: QuerySet[Task]) -> Cost:
+    """The cost of every LLM step of the given tasks, all of `project`: the steps are named by
+    their project as well as by the tasks' query, so a Citus cluster reads them on the project's
+    worker (by `IN (tasks)` alone it asks every shard)."""
     sql, params = _tasks_sql(tasks)
-    rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.task_id IN ({sql}) AND s.kind = '{LLM_KIND}'",
-                                    groups=[]), params)
+    rows = _fetch(grouped_costs_sql(tables="ingest_step s", where=f"s.project_id = %s AND s.task_id IN ({sql})"
+                                    f" AND s.kind = '{LLM_KIND}'", groups=[]), [project.pk, *params])
     return _cost(rows[0])
 
 
 def filtered_cost(*, project: Project, filters: TaskFilters) -> Cost:
     """The cost of the tasks the filters select (the overview)."""
-    return tasks_cost(tasks=task_queryset(project=project, filters=filters))
+    return tasks_cost(project=project, tasks=task_queryset(project=project, filters=filters))
 
 
 def session_cost(*, project: Project, session_id: str) -> tuple[int, Cost]:
     """(tasks, cost) of one session: every task of the project with this session id."""
     tasks = Task.objects.filter(project=project, session_id=session_id)
-    return tasks.count(), tasks_cost(tasks=tasks)
+    return tasks.count(), tasks_cost(project=project, tasks=tasks)
 
 
 def cost_by_release(*, project: Project, filters: TaskFilters) -> dict[str, dict]:

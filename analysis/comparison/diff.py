@@ -54,11 +54,13 @@ _STEP_SQL = (
     " (extract(epoch FROM s.ended_at - t.started_at) * 1000)::float8,"
     " s.status, s.model, s.device, s.ttft_ms, s.tool_name, ''"
     " FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id"
-    " WHERE s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
+    " WHERE s.project_id = %s AND s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
 
 
 def _runs(tasks: list[Task]) -> dict[int, Run]:
-    """The steps of these tasks (times since each task's start) as runs, in one query."""
+    """The steps of these tasks (times since each task's start) as runs, in one query per project
+    (one: the runs compared are of one project), which names it so that a Citus cluster reads
+    them on the project's worker."""
     tasks = [t for t in tasks if t.started_at is not None]
     if not tasks:
         return {}
@@ -66,9 +68,10 @@ def _runs(tasks: list[Task]) -> dict[int, Run]:
     high = max(t.ended_at or t.last_event_at or t.started_at for t in tasks) + STEP_SLACK
     steps: dict[int, list[DStep]] = {t.pk: [] for t in tasks}
     with read_connection().cursor() as cur:
-        cur.execute(_STEP_SQL, [[t.pk for t in tasks], low, high])
-        for row in cur.fetchall():
-            steps[row[0]].append(DStep._make(row[1:]))
+        for project_id in sorted({t.project_id for t in tasks}):
+            cur.execute(_STEP_SQL, [project_id, [t.pk for t in tasks if t.project_id == project_id], low, high])
+            for row in cur.fetchall():
+                steps[row[0]].append(DStep._make(row[1:]))
     out = {}
     for t in tasks:
         rows = steps[t.pk]
@@ -89,7 +92,7 @@ def step_verdicts(*, task: Task) -> tuple[dict[str, str], set[str]]:
     out: dict[str, str] = {}
     repeats: set[str] = set()
     order = {"hardware_queueing": 0, "hardware_throttling": 0, "hardware_kv_cache_pressure": 0, "slow_step": 1, "context_growth": 2}
-    findings = sorted(Finding.objects.filter(task=task).only("kind", "step_ids", "evidence"),
+    findings = sorted(Finding.objects.filter(project_id=task.project_id, task=task).only("kind", "step_ids", "evidence"),
                       key=lambda f: order.get(f.kind, 3))
     for f in findings:
         if f.kind == "repeated_tool_call":
@@ -108,7 +111,7 @@ def typical_runs(*, project: Project, name: str, release: str) -> tuple[list[Tas
     base = (Task.objects.filter(project=project, name=name, status=Task.STATUS_OK, started_at__isnull=False,
                                 ended_at__isnull=False, duration_ms__isnull=False, step_count__gt=0,
                                 step_count__lte=MAX_RUN_STEPS)
-            .only("pk", "task_id", "started_at", "ended_at", "duration_ms", "step_count", "last_event_at")
+            .only("pk", "project_id", "task_id", "started_at", "ended_at", "duration_ms", "step_count", "last_event_at")
             .order_by("-started_at"))
     runs, scope = list(base.filter(release=release)[:TYPICAL_RUNS]), "release"
     if len(runs) < MIN_RUNS:

@@ -124,7 +124,7 @@ def task_step_search(request, task_id: str):
     pattern = f"%{_like(text)}%"
     needle |= Q(RawSQL("(attributes::text ILIKE %s OR coalesce(tool_args::text, '') ILIKE %s)", [pattern, pattern],
                        output_field=BooleanField()))
-    found = list(Step.objects.filter(task=task).filter(needle).order_by("started_at", "step_id")
+    found = list(Step.objects.filter(project_id=task.project_id, task=task).filter(needle).order_by("started_at", "step_id")
                  .values_list("step_id", flat=True)[: STEP_MATCHES + 1])
     return {"q": text, "step_ids": found[:STEP_MATCHES], "truncated": len(found) > STEP_MATCHES}
 

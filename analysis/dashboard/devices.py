@@ -25,7 +25,7 @@ from analysis.measures import percentile_cont_sql, tpot_expr
 from analysis.models import COUNTED_FINDING_SQL
 from analysis.units import fmt_ms
 from ingest.conventions import ROLE_GPU, host_of_server
-from ingest.models import Device, Project
+from ingest.models import Device, Project, Step
 
 # Ten distinct colours first (the dashboard's palette: the servers, which share the ECDFs and
 # the breakdown, get these), then ten more for GPUs, none close to the first ten; past twenty they
@@ -438,7 +438,7 @@ def finding_device_urls(params: dict[str, str], *, task, findings) -> dict[int, 
     wanted = {f.step_ids[0]: f for f in findings if f.kind in HARDWARE_FINDINGS and f.step_ids}
     if not wanted:
         return {}
-    steps = {s.step_id: s for s in task.steps.filter(step_id__in=list(wanted))
+    steps = {s.step_id: s for s in Step.objects.filter(project_id=task.project_id, task=task, step_id__in=list(wanted))
              .only("step_id", "started_at", "ended_at", "device")}
     out = {}
     for step_id, f in wanted.items():

@@ -188,9 +188,9 @@ def export_sql(export: Export) -> tuple[str, list]:
                 f" LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id"
                 f" LEFT JOIN LATERAL (SELECT count(*) AS llm_steps, sum({costs.step_cost_sql()}) AS cost_usd,"
                 f"   count(*) FILTER (WHERE p.model IS NULL) AS unpriced"
-                f"   FROM ingest_step s{costs.price_join()} WHERE s.task_id = t.id AND s.project_id = t.project_id"
+                f"   FROM ingest_step s{costs.price_join()} WHERE s.task_id = t.id AND s.project_id = %s"
                 f" AND s.kind = %s) c ON true"
-                f" WHERE t.project_id = %s AND t.id IN ({ids})", [costs.LLM_KIND, pk, *id_params])
+                f" WHERE t.project_id = %s AND t.id IN ({ids})", [pk, costs.LLM_KIND, pk, *id_params])
     if export.entity == "findings":
         where, params = [f"f.project_id = %s AND f.task_id IN ({ids})"], [pk, *id_params]
         if export.filters.finding:

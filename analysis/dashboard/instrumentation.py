@@ -332,7 +332,7 @@ def task_coverage(*, task: Task) -> list[Note]:
     more tool calls, independent calls likewise, TTFT and hardware when it called a model."""
     tool = Q(kind="tool")
     llm = Q(kind="llm")
-    c = Step.objects.filter(task=task).aggregate(
+    c = Step.objects.filter(project_id=task.project_id, task=task).aggregate(
         tools=Count("id", filter=tool),
         args=Count("id", filter=tool & Q(tool_args__isnull=False)),
         redacted=Count("id", filter=tool & Q(tool_args__isnull=True) & _HIDDEN_ARGS),

@@ -170,7 +170,9 @@ def task_steps_by_id(*, task: Task, step_ids: Sequence[str]) -> list[Step]:
 def task_findings(*, task: Task) -> list[Finding]:
     """The task's findings, most wasted time first; the low-confidence ones, which count in no
     total, after the others."""
-    findings = Finding.objects.filter(project_id=task.project_id, task=task).order_by("-wasted_ms", "kind")
+    findings = list(Finding.objects.filter(project_id=task.project_id, task=task).order_by("-wasted_ms", "kind"))
+    for f in findings:  # the API's task_id reads f.task: no lookup of the task by its id alone
+        f.task = task
     return sorted(findings, key=lambda f: not f.is_counted)
 
 
@@ -325,7 +327,7 @@ def task_findings_by_step(findings: Iterable[Finding]) -> tuple[dict[str, list[s
 
 
 def step_detail(*, task: Task, step_id: str) -> Step | None:
-    return Step.objects.filter(task=task, step_id=step_id).first()
+    return Step.objects.filter(project_id=task.project_id, task=task, step_id=step_id).first()
 
 
 # --- findings of the filtered tasks, exports --------------------------------------------------

@@ -196,7 +196,9 @@ def session_detail(*, project: Project, session_id: str, filters: TaskFilters | 
     if not tasks:
         return []
     by_task: dict[int, list[Finding]] = {t.pk: [] for t in tasks}
-    for f in Finding.objects.filter(task__in=[t.pk for t in tasks]).order_by("-wasted_ms", "kind"):
+    known = {t.pk: t for t in tasks}
+    for f in Finding.objects.filter(project=project, task__in=list(known)).order_by("-wasted_ms", "kind"):
+        f.task = known[f.task_id]  # the API's task_id reads f.task: no lookup of the task by its id alone
         by_task[f.task_id].append(f)
     now = datetime.now(tz=UTC)
     out = []

@@ -6,15 +6,20 @@ one worker."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from analysis.comparison import diff
+from analysis.dashboard import exports
 from analysis.dashboard.selectors import _STEP_JSON_SQL
 from analysis.engine import batch, steps
 from analysis.filters import TaskFilters, task_queryset
 from ingest import distribution
 from ingest.models import Task
+from tests.analysis.factories import analyse, make_finding, make_step, make_task
 from tests.conftest import ON_CITUS
 
 DISTRIBUTED = distribution.DISTRIBUTED
@@ -97,6 +102,46 @@ def test_a_dashboard_read_of_one_project_runs_on_one_worker(project, other_proje
         assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
     # Without the project, the same read asks every shard.
     assert _task_count(Task.objects.all().explain()) > 1
+
+
+def _shards_asked(sql: str) -> list[int]:
+    """The Task Count of every distributed scan in the statement's plan (none: it reads only
+    local or no tables)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    return [int(line.split(":", 1)[1]) for line in plan.splitlines() if "Task Count:" in line]
+
+
+@on_citus
+@pytest.mark.django_db
+def test_the_pages_of_one_task_and_its_session_read_one_worker(project, other_project):
+    # What the browser check of issue 26 found asking every shard: the task list's and the task
+    # page's costs, a task's findings and steps (page, comparison, coverage, device links, a step,
+    # the find box), the session's findings, the API's findings (their task), the tasks export.
+    for p in (project, other_project):
+        # enough runs for a typical run (diff.MIN_RUNS), which the comparison builds from their steps
+        for i, task_id in enumerate(["t1", "t2", *(f"r{n}" for n in range(diff.MIN_RUNS))]):
+            task = make_task(p, task_id, session_id="s1" if i < 2 else "", duration_ms=1000.0 + i, step_count=2)
+            make_step(task, "llm1", kind="llm", model="llama-70b", device="gpu-0", input_tokens=10, output_tokens=5)
+            make_step(task, "tool1", offset_ms=200, tool_name="search", tool_args={"q": "refund"})
+            make_finding(task, "hardware_queueing", wasted_ms=50.0, step_ids=["llm1"])
+            analyse(task, kinds=["hardware_queueing"], wasted_ms=50.0)
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw"))
+    urls = ["/tasks?project=acme", "/tasks/t1?project=acme", "/tasks/t1/compare?project=acme&against=t2",
+            "/tasks/t1/compare?project=acme&against=typical", "/tasks/t1/steps/llm1.json?project=acme",
+            "/tasks/t1/search.json?project=acme&q=search", "/sessions/s1?project=acme",
+            "/api/v1/tasks?project=acme", "/api/v1/tasks/t1?project=acme", "/api/v1/sessions/s1?project=acme"]
+    with CaptureQueriesContext(connection) as queries:
+        for url in urls:
+            assert client.get(url).status_code == 200, url
+    statements = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))]
+    export, params = exports.export_sql(exports.parse_export(project=project, entity="tasks", params={"format": "csv"}))
+    with connection.cursor() as cursor:
+        statements.append(cursor.mogrify(export, params))
+    wide = [sql for sql in statements if any(n > 1 for n in _shards_asked(sql))]
+    assert not wide, "\n\n".join(wide)
 
 
 @pytest.mark.django_db
