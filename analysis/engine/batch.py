@@ -33,7 +33,7 @@ import secrets
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
@@ -123,7 +123,7 @@ SELECT c.id, c.project_id, '{{}}', '{{}}', '{{}}', 0, '', '{{}}', %(token)s, %(u
 FROM ({candidates}) c ORDER BY c.project_id, c.id
 ON CONFLICT (task_id, project_id) DO UPDATE SET claim_token = EXCLUDED.claim_token, claimed_until = EXCLUDED.claimed_until
 WHERE {free} AND (%(force)s OR a.analyzed_through IS NOT DISTINCT FROM EXCLUDED.analyzed_through)
-RETURNING task_id
+RETURNING task_id, project_id
 """
 
 
@@ -133,41 +133,60 @@ def due_params(now: datetime) -> dict:
             "abandon": now - timedelta(seconds=settings.ANALYSIS_ABANDON_SECONDS)}
 
 
+# What a claim returns: each claimed task's id and its project, in (project, id) order. The loads,
+# the release and the store of a batch name the projects, so that on Citus each reads or writes the
+# shards of the batch's projects, not every shard (docs/scaling.md, step 6). A bare list of task ids
+# is accepted wherever a claim is (the evaluation's and the tests' loads): its reads ask every shard.
+Claimed = dict[int, int]
+
+
+def projects_of(task_pks: Mapping[int, int] | list[int]) -> list[int] | None:
+    """The projects of a claim's tasks, None for bare task ids (read without their project)."""
+    return sorted(set(task_pks.values())) if isinstance(task_pks, Mapping) else None
+
+
 def _claim(where: str, *, token: str, limit: int, seconds: int | None = None, max_steps: int | None = None,
-           force: bool = False, **params) -> list[int]:
-    """Claim, with `token` for `seconds`, the tasks (`t`, `a`) matching `where`: the ids claimed."""
+           force: bool = False, **params) -> Claimed:
+    """Claim, with `token` for `seconds`, the tasks (`t`, `a`) matching `where`: {id: project}."""
     now = timezone.now()
     params.update(due_params(now), token=token, until=now + timedelta(seconds=seconds or CLAIM_SECONDS),
                   now=now, queued=QUEUED, limit=limit, max_steps=max_steps, force=force)
     sql = _CLAIM.format(candidates=_CANDIDATES.format(where=where), free=_FREE)
 
-    def claim() -> list[int]:
+    def claim() -> Claimed:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return [r[0] for r in cursor.fetchall()]
+            return dict(sorted(cursor.fetchall(), key=lambda row: (row[1], row[0])))
 
     return deadlock_retried(claim, what="analysis.claim")
 
 
-def claim_ids(task_pks: list[int], *, force: bool = False) -> tuple[str, list[int]]:
-    """Claim these tasks (only the due ones unless `force`) in one statement: (token, the ids
-    claimed). A task another worker holds is left out."""
+def claim_ids(task_pks: list[int], *, projects: list[int] | None = None,
+              force: bool = False) -> tuple[str, Claimed]:
+    """Claim these tasks (only the due ones unless `force`) in one statement: (token, the tasks
+    claimed). A task another worker holds is left out. `projects`: the tasks' projects, when the
+    caller knows them (the ingest trigger, `analyze`): on Citus the claim then runs on their shards
+    only; a task of another project is not claimed."""
     token = secrets.token_hex(8)
     if not task_pks:
-        return token, []
+        return token, {}
     where = "t.id = ANY(%(ids)s)" + ("" if force else f" AND {DUE_SQL}")
-    return token, _claim(where, token=token, limit=len(set(task_pks)), force=force, ids=list(task_pks))
+    params = {"ids": list(task_pks)}
+    if projects is not None:
+        where += " AND t.project_id = ANY(%(projects)s)"
+        params["projects"] = sorted(set(projects))
+    return token, _claim(where, token=token, limit=len(set(task_pks)), force=force, **params)
 
 
 def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id: int | None = None,
               horizon_seconds: int | None = None, seconds: int | None = None,
-              bounded: bool = True) -> tuple[str, list[int]]:
+              bounded: bool = True) -> tuple[str, Claimed]:
     """Claim up to `limit` due tasks nobody holds (and, if `bounded`, up to BATCH_STEPS steps),
     oldest last event first, within `horizon_seconds` of now (the sweep's horizon by default), for
     `seconds` (CLAIM_SECONDS by default): (token, ids claimed)."""
     token = token or secrets.token_hex(8)
     if limit <= 0:
-        return token, []
+        return token, {}
     horizon = SWEEP_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds
     where = f"{DUE_SQL} AND t.last_event_at > %(horizon)s AND {_FREE}"
     params = {"horizon": timezone.now() - timedelta(seconds=horizon)}
@@ -178,19 +197,24 @@ def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id:
                          max_steps=BATCH_STEPS if bounded else None, **params)
 
 
-def is_due(task_pk: int) -> bool:
+def is_due(task_pk: int, *, project_id: int | None = None) -> bool:
+    where = "t.id = %(pk)s" + ("" if project_id is None else " AND t.project_id = %(project)s")
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM ingest_task t LEFT JOIN analysis_taskanalysis a"
                        f" ON a.task_id = t.id AND a.project_id = t.project_id"
-                       f" WHERE t.id = %(pk)s AND {DUE_SQL}", {"pk": task_pk, **due_params(timezone.now())})
+                       f" WHERE {where} AND {DUE_SQL}",
+                       {"pk": task_pk, "project": project_id, **due_params(timezone.now())})
         return cursor.fetchone() is not None
 
 
-def release(task_pks: list[int], token: str) -> None:
+def release(task_pks: Mapping[int, int] | list[int], token: str) -> None:
     if task_pks:
+        projects = projects_of(task_pks)
         with connection.cursor() as cursor:
             cursor.execute("UPDATE analysis_taskanalysis SET claimed_until = NULL, claim_token = ''"
-                           " WHERE task_id = ANY(%s) AND claim_token = %s", [list(task_pks), token])
+                           " WHERE task_id = ANY(%s) AND claim_token = %s"
+                           + ("" if projects is None else " AND project_id = ANY(%s)"),
+                           [list(task_pks), token, *([] if projects is None else [projects])])
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -227,9 +251,17 @@ CROSS JOIN LATERAL (SELECT * FROM ingest_resourcesample x WHERE x.project_id = %
 ORDER BY w.device, r.ts"""
 
 
-def _tasks_load(cursor, task_pks: list[int]) -> dict[int, _Task]:
+def task_query(task_pks: Mapping[int, int] | list[int]) -> tuple[str, list]:
+    """The statement and parameters that read these tasks' rows: by their projects too, for a claim."""
+    projects = projects_of(task_pks)
+    if projects is None:
+        return _TASK_SQL, [list(task_pks)]
+    return _TASK_SQL + " AND project_id = ANY(%s)", [list(task_pks), projects]
+
+
+def _tasks_load(cursor, task_pks: Mapping[int, int] | list[int]) -> dict[int, _Task]:
     """The tasks, each with its steps in start order."""
-    tasks = {t.pk: t for t in binary_rows(cursor, _TASK_SQL, [list(task_pks)], kwargs_row(_Task))}
+    tasks = {t.pk: t for t in binary_rows(cursor, *task_query(task_pks), kwargs_row(_Task))}
     projects = {t.project_id for t in tasks.values()}
     for pk, steps in load_steps(cursor, list(tasks), projects=projects).items():
         tasks[pk].steps = steps
@@ -353,6 +385,7 @@ UPDATE analysis_taskanalysis a SET analyzed_at = %s, analyzed_through = v.throug
     budget = v.budget, whatif = v.whatif, wasted_ms = v.wasted, top_finding = v.top, finding_kinds = v.kinds,
     claimed_until = NULL, claim_token = ''
 FROM {_STAGE} v WHERE a.task_id = v.task_id AND a.project_id = v.project_id AND a.claim_token = %s
+  AND a.project_id = ANY(%s)
 RETURNING a.task_id
 """
 
@@ -391,11 +424,12 @@ def _store_once(tasks: dict[int, _Task], results: dict[int, dict], *, token: str
         for project_id, pks in sorted(by_project.items()):
             cursor.execute("SELECT 1 FROM analysis_taskanalysis WHERE project_id = %s AND task_id = ANY(%s)"
                            " ORDER BY task_id FOR UPDATE", [project_id, sorted(pks)])
-        cursor.execute(_STORE_SQL, [now, token])
+        cursor.execute(_STORE_SQL, [now, token, sorted(by_project)])
         mine = [r[0] for r in cursor.fetchall()]
         if not mine:
             return []
-        cursor.execute("DELETE FROM analysis_finding WHERE task_id = ANY(%s)", [mine])
+        cursor.execute("DELETE FROM analysis_finding WHERE project_id = ANY(%s) AND task_id = ANY(%s)",
+                       [sorted(by_project), mine])
         with cursor.cursor.copy(f"COPY analysis_finding ({', '.join(_FINDING_COLUMNS)}) FROM STDIN") as copy:
             for pk in mine:
                 task = tasks[pk]
@@ -409,7 +443,7 @@ def _store_once(tasks: dict[int, _Task], results: dict[int, dict], *, token: str
 # --- a batch -------------------------------------------------------------------------------------
 
 
-def _load(task_pks: list[int], token: str) -> tuple[dict[int, _Task], dict[int, TaskContext]]:
+def _load(task_pks: Mapping[int, int] | list[int], token: str) -> tuple[dict[int, _Task], dict[int, TaskContext]]:
     try:
         with connection.cursor() as cursor:
             tasks = _tasks_load(cursor, task_pks)
@@ -450,7 +484,7 @@ def _forget_lag(project_ids: set[int]) -> None:
         log.warning("analysis.lag_cache_unavailable error=%s", exc)
 
 
-def _finish(task_pks: list[int], token: str, tasks: dict, results: dict, failed: list[int],
+def _finish(task_pks: Mapping[int, int] | list[int], token: str, tasks: dict, results: dict, failed: list[int],
             timings: tuple[float, float]) -> dict[str, int]:
     """Store a batch's results; the outcome counts."""
     started = time.monotonic()
@@ -471,7 +505,7 @@ def _finish(task_pks: list[int], token: str, tasks: dict, results: dict, failed:
     return outcome
 
 
-def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
+def analyse_claimed(task_pks: Mapping[int, int] | list[int], *, token: str) -> dict[str, int]:
     """Analyse tasks this worker claimed with `token` and store their results. Returns counts
     of outcomes: analysed, claim_lost, failed (a task whose analysis raised keeps its claim until
     it expires, then the sweep hands it out again: no retry loop within a drain), plus `steps`."""
@@ -484,7 +518,7 @@ def analyse_claimed(task_pks: list[int], *, token: str) -> dict[str, int]:
     return _finish(task_pks, token, tasks, results, failed, (loaded - started, time.monotonic() - loaded))
 
 
-def analyse_pipelined(claims: Iterator[tuple[str, list[int]]]) -> dict[str, int]:
+def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]]) -> dict[str, int]:
     """analyse_claimed over a stream of claims, with the database work of the batches before and
     after overlapping the analysis of the current one: one thread claims and loads the next batch,
     another stores the previous one (each on its own connection), while this thread runs the
@@ -557,24 +591,25 @@ def _add(total: dict[str, int], part: dict[str, int]) -> None:
         total[k] = total.get(k, 0) + v
 
 
-def run_ids(task_pks: list[int], *, force: bool = False, top_up: bool = True,
-            drain_seconds: float | None = None) -> dict[str, int]:
+def run_ids(task_pks: list[int], *, projects: list[int] | None = None, force: bool = False,
+            top_up: bool = True, drain_seconds: float | None = None) -> dict[str, int]:
     """The batch path behind the ingest trigger, the sweep and `analyze`: claim these tasks
     (the due ones unless `force`); with `top_up`, fill the batch up with other due tasks and keep
     claiming full batches of due tasks for up to `drain_seconds`, whether or not these tasks
     were still there to claim (the ingest trigger sends one message per window, so the tasks of
     the window another worker did not reach have no message of their own). When the time is up
     while batches were still being claimed, the outcome says `more_due`: the caller sends the
-    drain on, so due tasks never wait for the sweep behind a busy worker."""
+    drain on, so due tasks never wait for the sweep behind a busy worker. `projects`: the tasks'
+    projects, when known (claim_ids)."""
     deadline = time.monotonic() + (DRAIN_SECONDS if drain_seconds is None else drain_seconds)
     wanted = len(set(task_pks))
     state = {"skipped": 0, "more_due": 0}
 
     def claims():
-        token, claimed = claim_ids(task_pks, force=force)
+        token, claimed = claim_ids(task_pks, projects=projects, force=force)
         state["skipped"] = wanted - len(claimed)
         if top_up and len(claimed) < BATCH_TASKS:
-            claimed += _claim_more(token=token, limit=BATCH_TASKS - len(claimed))
+            claimed |= _claim_more(token=token, limit=BATCH_TASKS - len(claimed))
         yield token, claimed
         while top_up and claimed:
             if time.monotonic() >= deadline:
@@ -590,11 +625,11 @@ def run_ids(task_pks: list[int], *, force: bool = False, top_up: bool = True,
     return outcome
 
 
-def _claim_more(*, token: str, limit: int) -> list[int]:
+def _claim_more(*, token: str, limit: int) -> Claimed:
     """Due tasks nobody holds: the recent ones first (cheap), then the sweep's whole horizon."""
     _, more = claim_due(limit=limit, token=token, horizon_seconds=RECENT_SECONDS)
     if len(more) < limit:
-        more += claim_due(limit=limit - len(more), token=token)[1]
+        more |= claim_due(limit=limit - len(more), token=token)[1]
     return more
 
 

@@ -17,17 +17,20 @@ QUEUED_LEASE_SECONDS = 120
 SWEEP_BATCH = 500
 
 
-def run(task_pk: int, *, force: bool = False) -> str:
+def run(task_pk: int, *, project_id: int | None = None, force: bool = False) -> str:
     """Analyse a task if it is due (or `force`) and nobody else is on it. Returns what happened:
     analysed, not_due, claimed_elsewhere, claim_lost or failed (logged; the claim then runs out
-    and the sweep hands the task out again)."""
-    token, claimed = batch.claim_ids([task_pk], force=force)
+    and the sweep hands the task out again). `project_id`: the task's, when known (its claim
+    then reads one shard on Citus)."""
+    projects = None if project_id is None else [project_id]
+    token, claimed = batch.claim_ids([task_pk], projects=projects, force=force)
     if not claimed:
-        return "claimed_elsewhere" if force or batch.is_due(task_pk) else "not_due"
+        return "claimed_elsewhere" if force or batch.is_due(task_pk, project_id=project_id) else "not_due"
     outcome = batch.analyse_claimed(claimed, token=token)
     return next((k for k in ("analysed", "failed") if outcome[k]), "claim_lost")
 
 
-def sweep(*, limit: int = SWEEP_BATCH) -> list[int]:
-    """Mark due, unclaimed tasks as queued and return their ids (the caller enqueues them)."""
+def sweep(*, limit: int = SWEEP_BATCH) -> batch.Claimed:
+    """Mark due, unclaimed tasks as queued and return them, {id: project} (the caller enqueues
+    them, a message per project)."""
     return batch.claim_due(limit=limit, token=batch.QUEUED, seconds=QUEUED_LEASE_SECONDS, bounded=False)[1]

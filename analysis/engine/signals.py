@@ -43,7 +43,7 @@ def on_tasks_ended(sender, *, project_id: int, task_ids: list[int], **kwargs) ->
     if not cache.add(f"analysis:trigger:{project_id}:{window_end}", 1, timeout=60):
         return  # this window's message is out: it is due after these tasks are and claims them too
     try:
-        enqueue(list(task_ids), countdown=settings.ANALYSIS_QUIET_SECONDS + window_end - now)
+        enqueue(list(task_ids), project_id=project_id, countdown=settings.ANALYSIS_QUIET_SECONDS + window_end - now)
     except Exception as exc:  # broker down or unreachable: the sweep catches up
         _paused_until = time.monotonic() + BROKER_PAUSE_SECONDS
         log.warning("analysis.enqueue_failed project=%s tasks=%d error=%s", project_id, len(task_ids), exc)

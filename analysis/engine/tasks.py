@@ -21,18 +21,19 @@ ENQUEUE_CHUNK = 100
 
 
 @shared_task(name="analysis.analyse_task")
-def analyse_task(task_pk: int) -> str:
-    return pipeline.run(task_pk)
+def analyse_task(task_pk: int, project_id: int | None = None) -> str:
+    return pipeline.run(task_pk, project_id=project_id)
 
 
 @shared_task(name="analysis.analyse_tasks")
-def analyse_tasks(task_pks: list[int]) -> dict[str, int]:
+def analyse_tasks(task_pks: list[int], project_id: int | None = None) -> dict[str, int]:
     """The batch path (analysis/engine/batch.py): claim these tasks if due, fill the batch up with other
     due tasks and keep going while tasks are due (bounded in time). A task whose analysis fails
     is logged and left to the sweep; it never stops the rest of the batch. A drain whose time ran
     out while tasks were still due sends itself on as a new message (behind the worker's other
-    messages), so a backlog is worked off without waiting for the sweep."""
-    outcome = batch.run_ids(list(task_pks))
+    messages), so a backlog is worked off without waiting for the sweep. `project_id`: the
+    tasks' project (every message sent now names it; one without it claims by task id alone)."""
+    outcome = batch.run_ids(list(task_pks), projects=None if project_id is None else [project_id])
     if outcome.get("more_due"):
         try:
             analyse_tasks.apply_async(args=[[]])
@@ -41,9 +42,11 @@ def analyse_tasks(task_pks: list[int]) -> dict[str, int]:
     return outcome
 
 
-def enqueue(task_pks: list[int], *, countdown: float = 0) -> None:
+def enqueue(task_pks: list[int], *, project_id: int, countdown: float = 0) -> None:
+    """Messages for these tasks of one project (the project keeps each claim on its shards)."""
     for first in range(0, len(task_pks), ENQUEUE_CHUNK):
-        analyse_tasks.apply_async(args=[task_pks[first:first + ENQUEUE_CHUNK]], countdown=countdown)
+        analyse_tasks.apply_async(args=[task_pks[first:first + ENQUEUE_CHUNK]], kwargs={"project_id": project_id},
+                                  countdown=countdown)
 
 
 @shared_task(name="analysis.sweep")
@@ -51,7 +54,11 @@ def sweep() -> int:
     """Enqueue every due task nobody is analysing (catches up after a broker outage, a
     crashed worker, a task whose end was never reported)."""
     ids = pipeline.sweep()
-    enqueue(ids)
+    by_project: dict[int, list[int]] = {}
+    for pk, project_id in ids.items():
+        by_project.setdefault(project_id, []).append(pk)
+    for project_id, pks in by_project.items():
+        enqueue(pks, project_id=project_id)
     if ids:
         log.info("analysis.sweep enqueued=%d", len(ids))
     return len(ids)

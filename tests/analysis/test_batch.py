@@ -120,16 +120,34 @@ def test_analysing_a_batch_twice_replaces_its_findings(project, quiet):
 def test_a_batch_claim_leaves_out_tasks_another_worker_holds(project, quiet):
     history(project, tasks=5)
     held = Task.objects.get(project=project, task_id="n0")
-    assert batch.claim_ids([held.pk])[1] == [held.pk]
+    assert batch.claim_ids([held.pk])[1] == {held.pk: project.pk}  # each claimed task with its project
     pks = list(Task.objects.filter(project=project).values_list("pk", flat=True))
     token, claimed = batch.claim_ids(pks)
     assert held.pk not in claimed and len(claimed) == len(pks) - 1
     # A second batch claim gets nothing: every task is held now.
-    assert batch.claim_ids(pks)[1] == []
-    assert batch.claim_due()[1] == []
+    assert batch.claim_ids(pks)[1] == {}
+    assert batch.claim_due()[1] == {}
     batch.analyse_claimed(claimed, token=token)
     assert not Finding.objects.filter(task=held).exists()
     assert TaskAnalysis.objects.get(task=held).analyzed_at is None
+
+
+def test_a_claim_that_names_the_projects_takes_only_their_tasks_and_a_batch_of_them_is_analysed(
+        project, other_project, quiet):
+    # The ingest trigger and `analyze` name the tasks' projects (on Citus each claim and load then
+    # runs on those projects' shards): a task id of another project is neither claimed nor read.
+    history(project, tasks=3)
+    history(other_project, tasks=2)
+    ours = list(Task.objects.filter(project=project).values_list("pk", flat=True))
+    theirs = list(Task.objects.filter(project=other_project).values_list("pk", flat=True))
+    token, claimed = batch.claim_ids(ours + theirs, projects=[project.pk])
+    assert claimed == {pk: project.pk for pk in sorted(ours)}
+    outcome = batch.analyse_claimed(claimed, token=token)
+    assert outcome["analysed"] == len(ours)
+    assert TaskAnalysis.objects.filter(task_id__in=ours, analyzed_at__isnull=False).count() == len(ours)
+    assert not TaskAnalysis.objects.filter(task_id__in=theirs, analyzed_at__isnull=False).exists()
+    # …and the other project's tasks are still free for a claim that names their project.
+    assert set(batch.run_ids(theirs, projects=[other_project.pk], top_up=False).items()) >= {("analysed", 2)}
 
 
 def test_two_due_claims_never_share_a_task(project, quiet):
@@ -149,7 +167,7 @@ def test_a_task_stored_while_another_worker_waits_to_claim_it_is_not_analysed_tw
     history(project, tasks=3)
     pk = Task.objects.filter(project=project).values_list("pk", flat=True).first()
     token_a, claimed_a = batch.claim_ids([pk])
-    assert claimed_a == [pk]
+    assert list(claimed_a) == [pk]
     storing, commit, b_result = threading.Event(), threading.Event(), {}
 
     def worker_a():
@@ -189,7 +207,7 @@ def test_a_task_stored_while_another_worker_waits_to_claim_it_is_not_analysed_tw
     commit.set()
     a.join(30)
     b.join(30)
-    assert b_result["claimed"] == []
+    assert b_result["claimed"] == {}
     analysis = TaskAnalysis.objects.get(task_id=pk)
     assert analysis.claim_token == "" and analysis.analyzed_through == analysis.task.last_event_at
 
@@ -202,7 +220,7 @@ def test_a_batch_whose_claim_on_one_task_expired_stores_only_the_rest(project, q
     token, claimed = batch.claim_ids(pks)
     stolen = Task.objects.get(project=project, task_id="p0")
     TaskAnalysis.objects.filter(task=stolen).update(claimed_until=timezone.now() - timedelta(seconds=1))
-    assert batch.claim_ids([stolen.pk])[1] == [stolen.pk]  # the new owner
+    assert list(batch.claim_ids([stolen.pk])[1]) == [stolen.pk]  # the new owner
     outcome = batch.analyse_claimed(claimed, token=token)
     assert outcome["claim_lost"] == 1 and outcome["analysed"] == len(pks) - 1
     assert not Finding.objects.filter(task=stolen).exists()
@@ -213,7 +231,7 @@ def test_late_data_makes_a_batch_analysed_task_due_again(project, quiet):
     store(project, *problem_task("p1", 0))
     task = Task.objects.get(project=project, task_id="p1")
     assert batch.run_due()["analysed"] == 1
-    assert batch.claim_due()[1] == []
+    assert batch.claim_due()[1] == {}
     batch_store(project=project, batch=Batch(steps=[StepRecord("late", "p1", at(2.6), at(4.4), kind="tool",
                                                                name="notify")]))
     assert batch.run_due()["analysed"] == 1

@@ -176,6 +176,33 @@ def test_the_analysis_claim_of_one_project_runs_on_one_worker(project, other_pro
 
 @on_citus
 @pytest.mark.django_db
+def test_a_batch_of_one_projects_tasks_claims_reads_and_stores_on_one_worker(project, other_project, settings):
+    # The ingest trigger's message names its project: the claim by task ids, the read of the task
+    # rows, the store's locks, its update and the delete of old findings, each on one shard.
+    settings.ANALYSIS_QUIET_SECONDS = 0
+    for p in (project, other_project):
+        task = make_task(p, "t1", duration_ms=1000.0, step_count=2)
+        make_step(task, "llm1", kind="llm", model="llama-70b", input_tokens=10, output_tokens=5)
+        make_step(task, "tool1", offset_ms=200, tool_name="search", tool_args={"q": "refund"})
+    pk = Task.objects.get(project=project, task_id="t1").pk
+    with CaptureQueriesContext(connection) as queries:
+        token, claimed = batch.claim_ids([pk], projects=[project.pk], force=True)
+        assert claimed == {pk: project.pk}
+        assert batch.analyse_claimed(claimed, token=token)["analysed"] == 1
+    statements = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(
+        ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))]
+    assert any("INSERT INTO analysis_taskanalysis" in sql for sql in statements)
+    assert any(sql.lstrip().startswith("UPDATE analysis_taskanalysis") for sql in statements)
+    assert any("DELETE FROM analysis_finding" in sql for sql in statements)
+    with connection.cursor() as cursor:  # the task rows, read in the binary protocol (not captured)
+        sql, params = batch.task_query(claimed)
+        statements.append(cursor.mogrify(sql, params))
+    wide = [sql for sql in statements if any(n > 1 for n in _shards_asked(sql))]
+    assert not wide, "\n\n".join(wide)
+
+
+@on_citus
+@pytest.mark.django_db
 def test_a_batch_loads_the_steps_of_one_projects_tasks_from_one_worker(project, other_project):
     # The largest read of a batch, as load_steps sends it for one project's tasks: one shard.
     task = Task.objects.create(project=project, task_id="t1", last_event_at=timezone.now())

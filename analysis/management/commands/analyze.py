@@ -35,8 +35,8 @@ class Command(BaseCommand):
             tasks = tasks.filter(task_id=opts["task"])
             if not tasks.exists():
                 raise CommandError(f"no task {opts['task']!r}")
-        rows = list(tasks.order_by("started_at", "pk").values_list("pk", "step_count"))
-        pks = [pk for pk, _ in rows]
+        rows = list(tasks.order_by("started_at", "pk").values_list("pk", "step_count", "project_id"))
+        pks = [pk for pk, *_ in rows]
         if not opts["task"]:  # one task computes what it lacks on demand
             for project in projects.filter(pk__in=tasks.values("project_id")):
                 baselines.baselines_refresh(project=project, full=True)
@@ -49,8 +49,8 @@ class Command(BaseCommand):
             # The batch path the workers run (analysis/engine/batch.py): one claim, a few set-based
             # loads and one write per chunk, the next chunk loaded while this one is analysed.
             done = 0
-            for chunk in _chunks(rows):
-                token, claimed = batch.claim_ids(chunk, force=not opts["due"])
+            for chunk, chunk_projects in _chunks(rows):
+                token, claimed = batch.claim_ids(chunk, projects=chunk_projects, force=not opts["due"])
                 skipped["n"] += len(chunk) - len(claimed)
                 yield token, claimed
                 done += len(chunk)
@@ -66,22 +66,25 @@ class Command(BaseCommand):
                 counts[key] = counts.get(key, 0) + value
         if pks:
             self.stderr.write("")
-            steps = sum(count for _, count in rows)
+            steps = sum(count for _, count, _ in rows)
         elapsed = time.monotonic() - started
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing to do"
         self.stdout.write(f"{len(pks)} tasks, {steps} steps in {elapsed:.1f}s "
                           f"({steps / elapsed if elapsed else 0:.0f} steps/s): {summary}")
 
 
-def _chunks(rows: list[tuple[int, int]]):
-    """Task ids in batches of at most BATCH_TASKS tasks and BATCH_STEPS steps (at least one)."""
+def _chunks(rows: list[tuple[int, int, int]]):
+    """(task ids, their projects) in batches of at most BATCH_TASKS tasks and BATCH_STEPS steps
+    (at least one task)."""
     chunk: list[int] = []
+    projects: set[int] = set()
     steps = 0
-    for pk, count in rows:
+    for pk, count, project_id in rows:
         if chunk and (len(chunk) >= batch.BATCH_TASKS or steps + count > batch.BATCH_STEPS):
-            yield chunk
-            chunk, steps = [], 0
+            yield chunk, sorted(projects)
+            chunk, projects, steps = [], set(), 0
         chunk.append(pk)
+        projects.add(project_id)
         steps += count
     if chunk:
-        yield chunk
+        yield chunk, sorted(projects)

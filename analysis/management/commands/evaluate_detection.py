@@ -293,12 +293,12 @@ def replay_in_time_order(project: Project, *, refresh_minutes: float = REFRESH_M
         last = boundary
         for start in range(0, len(pks), batch.BATCH_TASKS):
             chunk = pks[start:start + batch.BATCH_TASKS]
-            steps = Step.objects.filter(task_id__in=chunk).exclude(kind="agent")
+            steps = Step.objects.filter(project=project, task_id__in=chunk).exclude(kind="agent")
             keys = {(kind, baseline_key(SimpleNamespace(kind=kind, name=name, model=model, tool_name=tool)))
                     for kind, name, model, tool in steps.values_list("kind", "name", "model", "tool_name").distinct()}
             devices = set(steps.exclude(device="").values_list("device", flat=True).distinct())
             baselines.baselines_ensure(project=project, keys=keys, devices=devices, until=boundary)
-            token, claimed = batch.claim_ids(chunk, force=True)
+            token, claimed = batch.claim_ids(chunk, projects=[project.pk], force=True)
             batch.analyse_claimed(claimed, token=token)
     return len(tasks)
 
