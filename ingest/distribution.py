@@ -1,5 +1,5 @@
 """The schema facts that let Citus distribute the data by project, for the migrations that apply
-them (ingest 0018, analysis 0015 and 0016) and the tests that check them. docs/scaling.md, step 6.
+them (ingest 0018, analysis 0015 to 0017) and the tests that check them. docs/scaling.md, step 6.
 
 One schema on both engines: the keys below are valid on plain PostgreSQL too; only the
 `create_*_table` calls are Citus's and run only where the extension is installed.
@@ -112,3 +112,13 @@ def distribute(cursor, *, reference=(), distributed=()) -> None:
                            [table, COLOCATE_WITH])
     for table, name, definition in between:
         cursor.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
+    drop_local_copies(cursor, [*reference, *distributed])
+
+
+def drop_local_copies(cursor, tables) -> None:
+    """Citus only: empty the coordinator's own copy of these tables' rows. Distributing a table
+    that holds rows copies them to its shards and leaves the originals in the coordinator's table,
+    never read again (every query goes to the shards) but on its disk for good; Citus's
+    `truncate_local_data_after_distributing_table` removes them (the shards keep every row)."""
+    for table in tables:
+        cursor.execute("SELECT truncate_local_data_after_distributing_table(%s)", [table])

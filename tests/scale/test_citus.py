@@ -1,4 +1,4 @@
-"""The schema Citus distributes by project (ingest 0018, analysis 0015 and 0016; docs/scaling.md
+"""The schema Citus distributes by project (ingest 0018, analysis 0015 to 0017; docs/scaling.md
 step 6), checked on whatever PostgreSQL the suite runs on, and, on a Citus cluster (`make
 test-citus`), that a dashboard read, the analysis claim and a batch's steps load of one project run on
 one worker."""
@@ -142,6 +142,27 @@ def test_the_pages_of_one_task_and_its_session_read_one_worker(project, other_pr
         statements.append(cursor.mogrify(export, params))
     wide = [sql for sql in statements if any(n > 1 for n in _shards_asked(sql))]
     assert not wide, "\n\n".join(wide)
+
+
+@on_citus
+@pytest.mark.django_db
+def test_distributing_a_table_that_holds_rows_leaves_no_copy_of_them_on_the_coordinator(project):
+    # A table that already holds rows when a migration distributes it (analysis 0016's task
+    # analyses did): Citus copies them to the shards and, unless told, keeps the originals in the
+    # coordinator's own table, on its disk for good.
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE probe_rows (id bigint, project_id bigint REFERENCES ingest_project (id),"
+                       " payload text, PRIMARY KEY (id, project_id))")
+        cursor.execute("INSERT INTO probe_rows SELECT g, %s, repeat('x', 200) FROM generate_series(1, 2000) g",
+                       [project.pk])
+        try:
+            distribution.distribute(cursor, distributed=["probe_rows"])
+            cursor.execute("SELECT count(*) FROM probe_rows WHERE project_id = %s", [project.pk])
+            assert cursor.fetchone()[0] == 2000  # every row on its shard
+            cursor.execute("SELECT pg_relation_size('probe_rows')")
+            assert cursor.fetchone()[0] == 0  # none left behind on the coordinator
+        finally:
+            cursor.execute("DROP TABLE probe_rows")
 
 
 @pytest.mark.django_db
