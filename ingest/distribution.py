@@ -115,6 +115,21 @@ def distribute(cursor, *, reference=(), distributed=()) -> None:
     drop_local_copies(cursor, [*reference, *distributed])
 
 
+def workers(cursor) -> int:
+    """The primary workers registered on this coordinator."""
+    cursor.execute("SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0")
+    return cursor.fetchone()[0]
+
+
+def undistributed(cursor) -> tuple[list[str], list[str]]:
+    """(reference, distributed): the tables of those roles that Citus does not hold yet, in the
+    order `distribute` takes them."""
+    cursor.execute("SELECT logicalrelid::regclass::text FROM pg_dist_partition WHERE partmethod <> 'n' "
+                   "OR repmodel = 't'")
+    held = {row[0] for row in cursor.fetchall()}
+    return [t for t in REFERENCE if t not in held], [t for t in DISTRIBUTED if t not in held]
+
+
 def drop_local_copies(cursor, tables) -> None:
     """Citus only: empty the coordinator's own copy of these tables' rows. Distributing a table
     that holds rows copies them to its shards and leaves the originals in the coordinator's table,

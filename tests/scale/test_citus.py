@@ -5,6 +5,8 @@ one worker."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -231,3 +233,64 @@ def test_a_batch_loads_the_steps_of_one_projects_tasks_from_one_worker(project, 
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + steps._SQL, [[project.pk], [task.pk], None, None])
         assert _task_count("\n".join(row[0] for row in cursor.fetchall())) == 1
+
+
+@on_citus
+@pytest.mark.django_db
+def test_a_database_that_grew_on_one_postgres_is_distributed_by_citus_distribute():
+    # A user who outgrows one PostgreSQL: the database was migrated (and filled) without Citus, so
+    # no migration distributed it; Citus is installed and the workers added afterwards.
+    import subprocess
+    import sys
+
+    import psycopg
+    from django.conf import settings
+
+    from agentops import citus
+
+    db = connection.settings_dict
+    coordinator = (db["HOST"], int(db["PORT"]))
+    workers = citus.workers_of(connection)
+    name = f"{db['NAME']}_grown"
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}"
+    env = {**os.environ, "DATABASE_URL": url, "CELERY_BROKER_URL": "memory://", "DEBUG": "1"}
+
+    def manage(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=settings.BASE_DIR,
+                              capture_output=True, text=True, timeout=600)
+
+    def rows(sql: str) -> list[tuple]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()
+
+    def one(sql: str):
+        return rows(sql)[0][0]
+
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        assert manage("migrate", "-v0").returncode == 0
+        assert manage("simulate", "--project", "grown", "--tasks", "30", "--seed", "3").returncode == 0
+        counts = {t: one(f"SELECT count(*) FROM {t}") for t in ("ingest_task", "ingest_step", "ingest_resourcesample")}
+        assert counts["ingest_step"] > 0
+
+        refused = manage("citus_distribute")  # Citus is not in this database yet: said so, nothing done
+        assert refused.returncode == 1 and "CREATE EXTENSION citus" in refused.stderr
+
+        citus.join_database(coordinator, workers, name)
+        done = manage("citus_distribute")
+        assert done.returncode == 0, done.stderr
+        distributed = {table for (table,) in rows(
+            "SELECT logicalrelid::regclass::text FROM pg_dist_partition WHERE partmethod = 'h'")}
+        assert set(distribution.DISTRIBUTED) <= distributed
+        assert {t: one(f"SELECT count(*) FROM {t}") for t in counts} == counts  # every row kept
+        project = one("SELECT id FROM ingest_project WHERE name = 'grown'")
+        plan = "\n".join(r[0] for r in rows(f"EXPLAIN SELECT count(*) FROM ingest_step WHERE project_id = {project}"))
+        assert _task_count(plan) == 1
+        # The coordinator keeps no copy of the rows it handed to the workers (partitions included).
+        assert one("SELECT sum(pg_relation_size(c.oid)) FROM pg_class c WHERE c.relkind = 'r' AND "
+                   "(c.relname = 'ingest_task' OR c.relname LIKE 'ingest_step%' OR c.relname LIKE "
+                   "'ingest_resourcesample%') AND c.relnamespace = 'public'::regnamespace") == 0
+        assert "nothing to do" in manage("citus_distribute").stdout
+    finally:
+        citus.drop_database([*workers, coordinator], name)
