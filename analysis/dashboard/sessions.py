@@ -240,6 +240,8 @@ def session_percentiles(*, project: Project, filters: TaskFilters, limit: int = 
     """The Latency page grouped by session: the sessions with most turns, then the percentiles
     of the time per turn of those only (binned like the rollups, as every percentile of the page)."""
     top = busiest_sessions(project=project, filters=filters, limit=limit)
+    if not top:  # no task carries a session id: `session_id IN ()` would be no statement at all
+        return []
     found = _binned(_turns(project=project, filters=filters).filter(session_id__in=top), key="session_id")
     return [{"group": s, "count": found[s].timed, "max": found[s].max_ms,
              **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, found[s].quantiles(PERCENTILES), strict=True)}}

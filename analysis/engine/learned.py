@@ -170,7 +170,7 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
             CallPair.objects.bulk_create(rows, batch_size=1000)
     # What the whole refresh cost, pairs included: written once they are.
     profile.refresh_ms = (time.perf_counter() - started) * 1000
-    AgentProfile.objects.filter(pk=profile.pk).update(refresh_ms=profile.refresh_ms)
+    AgentProfile.objects.filter(project_id=project_id, pk=profile.pk).update(refresh_ms=profile.refresh_ms)
     return profile
 
 

@@ -14,6 +14,7 @@ from django.test import Client
 from analysis import rollups
 from analysis.dashboard import sessions
 from analysis.filters import TaskFilters
+from analysis.mcp import tools as mcp_tools
 from tests.analysis.factories import T0, make_finding, make_task
 
 pytestmark = pytest.mark.django_db
@@ -212,3 +213,14 @@ def test_latency_and_overview_group_by_session(project, sessions_data, browser_c
                                                         "p50": "≈1.02 s", "p95": "≈7.09 s", "p99": "≈7.9 s"}
     assert "±1.9 %" in found["approximate"]
     assert browser_client.get("/charts/turn-time.json", {"since": "yesterday"}).status_code == 400
+
+
+def test_latency_by_session_of_a_project_without_sessions_is_empty_not_an_error(project, browser_client):
+    # A project whose tasks carry no session id (OTLP without session attributes): the page and
+    # the MCP tool grouped by session answered 500 (EmptyResultSet from `session_id IN ()`).
+    make_task(project, "t1", duration_ms=1000.0)
+    assert sessions.session_percentiles(project=project, filters=TaskFilters()) == []
+    assert browser_client.get("/latency", {"group_by": "session"}).status_code == 200
+    assert browser_client.get("/charts/latency.json", {"group_by": "session"}).status_code == 200
+    answer = json.loads(mcp_tools.latency_percentiles(project=project, group_by="session"))
+    assert answer["tasks"]["count"] == 1 and answer["groups"] == []

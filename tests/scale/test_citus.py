@@ -17,7 +17,7 @@ from django.utils import timezone
 from analysis.comparison import diff
 from analysis.dashboard import exports
 from analysis.dashboard.selectors import _STEP_JSON_SQL
-from analysis.engine import batch, steps
+from analysis.engine import batch, learned, steps
 from analysis.filters import TaskFilters, task_queryset
 from ingest import distribution
 from ingest.models import Task
@@ -220,6 +220,26 @@ def test_a_batch_of_one_projects_tasks_claims_reads_and_stores_on_one_worker(pro
     with connection.cursor() as cursor:  # the task rows, read in the binary protocol (not captured)
         sql, params = batch.task_query(claimed)
         statements.append(cursor.mogrify(sql, params))
+    wide = [sql for sql in statements if any(n > 1 for n in _shards_asked(sql))]
+    assert not wide, "\n\n".join(wide)
+
+
+@on_citus
+@pytest.mark.django_db
+def test_a_learned_profile_of_one_project_is_refreshed_on_one_worker(project, other_project):
+    # The browser check of issue 26 on 4 projects found the refresh's last write, what it cost,
+    # updating the profile by its id alone: every shard asked, from every refresh of every agent.
+    for p in (project, other_project):
+        for n in range(3):
+            task = make_task(p, f"t{n}", name="checkout-agent", release="v1", duration_ms=1000.0, step_count=2)
+            make_step(task, "llm1", kind="llm", model="llama-70b", input_tokens=10, output_tokens=5)
+            make_step(task, "tool1", offset_ms=200, tool_name="search", tool_args={"q": "refund"})
+    with CaptureQueriesContext(connection) as queries:
+        learned.refresh(project.pk, "checkout-agent", "v1")
+        learned.refresh(project.pk, learned.PROJECT_AGENT, "")
+    statements = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(
+        ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))]
+    assert any(sql.lstrip().startswith('UPDATE "analysis_agentprofile"') for sql in statements)
     wide = [sql for sql in statements if any(n > 1 for n in _shards_asked(sql))]
     assert not wide, "\n\n".join(wide)
 
