@@ -72,8 +72,11 @@ def load(cursor, *, project_id: int, tasks: int, steps_per_task: int, big_task_s
                 SELECT CASE i %% 4 WHEN 0 THEN 'llm' WHEN 1 THEN 'tool' WHEN 2 THEN 'llm'
                                    ELSE (CASE WHEN i %% 8 = 3 THEN 'retrieval' ELSE 'framework' END) END AS kind,
                        CASE i %% 4 WHEN 1 THEN ({tools})[1 + (t.id + i) %% 6]
-                                   WHEN 3 THEN 'step-' || (i %% 8) ELSE 'chat' END AS name,
-                       (t.duration_ms / %(spt)s) * (0.3 + random()) AS d
+                                   WHEN 3 THEN 'step-' || (i %% 8)::text ELSE 'chat' END AS name,
+                       -- Immutable functions only, so that Citus can run this on each shard: a
+                       -- uniform draw from a hash of (task, step) for random(), and the cast above
+                       -- (text || int is only stable).
+                       (t.duration_ms / %(spt)s) * (0.8 + hashint8(t.id * %(spt)s + i) / 4294967296.0) AS d
             ) k
             WHERE t.project_id = %(p)s AND t.task_id IN (
                 SELECT 'task-' || g FROM generate_series(%(a)s, %(b)s - 1) g)
