@@ -160,8 +160,10 @@ def _admin_url() -> tuple[str, object]:
 
 def db_name(name: str) -> str:
     """A scratch database's name: AGENTOPS_BENCH_DB_PREFIX (unset: none) before it, so a smoke run
-    of the bench (the test suite's) never touches the datasets of a real one."""
-    return os.environ.get("AGENTOPS_BENCH_DB_PREFIX", "") + name
+    of the bench (the test suite's) never touches the datasets of a real one; `citus_` too on the
+    cluster, so that the two sides never share a database when the single node is the
+    coordinator's server (DATABASE_URL at it, as under `make test-citus`)."""
+    return os.environ.get("AGENTOPS_BENCH_DB_PREFIX", "") + ("citus_" if on_citus() else "") + name
 
 
 def bench_database_url(*, fresh: bool = True, name: str | None = None) -> str:
