@@ -29,9 +29,22 @@ scratch database beside the product's; the product's database is never touched):
 Targets (issue 9): stored OTLP ingest ≥ 15,000 spans/s, ≥ 100× Phoenix, ≥ 25% of raw COPY;
 each dashboard query ≤ 500 ms median on 10M steps; the 50,000-step task detail ≤ 1 s.
 
+Single node vs Citus (`--citus`; ingest, analysis and queries/storage only): each section runs
+twice, on the single node as above and then on the local Citus cluster (agentops/citus.py, under
+the same data folder: started unless it is running, and then stopped at the end), in scratch
+databases of its own there (`citus_agentops_bench_*`, joined to the workers). One table gives
+each figure on both sides and the ratio Citus / single, the queries' answers on both (counts),
+where each project's data lives and where the queries' reads ran. Ingest and the analysis spread
+their data over `--projects` (4) projects on both sides, 2 per worker on Citus; the queries'
+project is on the first worker (docs/scaling.md, step 6).
+
+    .venv/bin/python bench/run.py --citus --only ingest,analysis,queries --scale 1 \
+        --analysis-steps 1000000 --skip-peer
+
 Everything a run starts stops when it ends, by an error, Ctrl-C or SIGTERM too: web servers,
 sections, the soak and the embedded PostgreSQL and Redis, which this process starts before any
-section (unless they were running already: a `make demo` on the same folder keeps its own).
+section (unless they were running already: a `make demo` on the same folder keeps its own), and
+the Citus cluster likewise.
 """
 
 from __future__ import annotations
