@@ -93,15 +93,22 @@ def _free_port() -> int:
 
 
 def _port(pgdata: Path) -> int | None:
+    """The node's port: the last `port` line, as Postgres reads the file."""
     conf = pgdata / "postgresql.auto.conf"
+    found = None
     for line in conf.read_text().splitlines() if conf.exists() else []:
         if line.startswith("port = "):
-            return int(line.split("=", 1)[1].strip().strip("'"))
-    return None
+            found = int(line.split("=", 1)[1].strip().strip("'"))
+    return found
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on `port`. With SO_REUSEADDR, as Postgres binds: right after
+    a node stops, its port's closed connections (TIME_WAIT) must not count as in use, or a restart
+    would move the worker to another port while the cluster's metadata (pg_dist_node) keeps the
+    old one."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:

@@ -5,7 +5,8 @@ vLLM send it (1.55M samples at 30 s over 30 days), hardware findings in bursts (
 consecutive tasks in every 2,000: incidents, as real queue floods and throttling come), and
 vLLM request spans under the LLM calls of the last day (the framework step after each call
 becomes its server span). Added once, in place, without changing the step count that decides a
-reload (docs/scaling.md, "Servers and devices at 10M steps")."""
+reload (docs/scaling.md, "Servers and devices at 10M steps"). Its joins equate the project, as Citus
+needs (`bench/run.py --citus`)."""
 
 from __future__ import annotations
 
@@ -74,22 +75,25 @@ def load(cursor, *, project_id: int, every_s: int = 30) -> bool:
                                                                 'clock_reasons', jsonb_build_object('value', 136, 'source', s.device || '-gpu0'))),
                'high', '', t.started_at, t.release, now()
         FROM ingest_task t
-        JOIN ingest_step s ON s.task_id = t.id AND s.step_id = 's0'
+        JOIN ingest_step s ON s.task_id = t.id AND s.project_id = t.project_id AND s.step_id = 's0'
         CROSS JOIN LATERAL (SELECT (ARRAY['hardware_queueing', 'hardware_throttling', 'hardware_kv_cache_pressure'])
                                    [1 + (t.id / %(every)s) %% 3] AS kind) k
         WHERE t.project_id = %(p)s AND t.id %% %(every)s < %(burst)s""",
                    {"p": project_id, "every": BURST_EVERY, "burst": BURST_TASKS})
-    # vLLM request spans under the last day's LLM calls: step s(i) after the call s(i-1).
-    cursor.execute("""
+    # vLLM request spans under the last day's LLM calls: step s(i) after the call s(i-1). Their
+    # attributes are written as JSON text: Citus refuses jsonb_build_object (STABLE) of columns in
+    # an UPDATE of a distributed table.
+    figures = {"queue_ms": "c.duration_ms * 0.1", "prefill_ms": "c.ttft_ms * 0.8", "ttft_ms": "c.ttft_ms * 0.9",
+               "decode_ms": "c.duration_ms - c.ttft_ms", "e2e_ms": "c.duration_ms * 0.97"}
+    serving = " || ', ' || ".join(f"""'"{key}": ' || coalesce(round(({expr})::numeric, 3)::text, 'null')"""
+                                  for key, expr in figures.items())
+    cursor.execute(f"""
         UPDATE ingest_step x SET kind = 'other', name = 'llm_request', parent_step_id = c.step_id, device = c.device,
-               attributes = jsonb_build_object('agentops.serving', jsonb_build_object(
-                   'queue_ms', round((c.duration_ms * 0.1)::numeric, 3), 'prefill_ms', round((c.ttft_ms * 0.8)::numeric, 3),
-                   'ttft_ms', round((c.ttft_ms * 0.9)::numeric, 3), 'decode_ms', round((c.duration_ms - c.ttft_ms)::numeric, 3),
-                   'e2e_ms', round((c.duration_ms * 0.97)::numeric, 3)))
+               attributes = ('{{"agentops.serving": {{' || {serving} || '}}}}')::jsonb
         FROM ingest_step c
         WHERE x.project_id = %(p)s AND x.kind = 'framework' AND x.started_at >= %(since)s
-          AND c.task_id = x.task_id AND c.kind = 'llm' AND c.started_at >= %(since)s
-          AND c.step_id = 's' || (substr(x.step_id, 2)::int - 1)""",
+          AND c.task_id = x.task_id AND c.project_id = x.project_id AND c.kind = 'llm' AND c.started_at >= %(since)s
+          AND c.step_id = 's' || (substr(x.step_id, 2)::int - 1)::text""",
                    {"p": project_id, "since": last - timedelta(days=1)})
     cursor.execute("ANALYZE ingest_resourcesample")
     cursor.execute("ANALYZE analysis_finding")

@@ -27,7 +27,28 @@ def data_dir() -> Path:
     return Path(os.environ.get("AGENTOPS_DATA_DIR", ROOT / ".data")).resolve()
 
 
+# Set in a section's environment (`bench/run.py --citus`): its scratch databases are made on the
+# local Citus cluster (agentops/citus.py, under the same data folder) and joined to its workers.
+CITUS_ENV = "AGENTOPS_BENCH_CITUS"
+
+
+def on_citus() -> bool:
+    return os.environ.get(CITUS_ENV) == "1"
+
+
+def _citus_workers() -> list[tuple[str, int]]:
+    from agentops import citus
+
+    found = citus.ports(data_dir())
+    return [(citus.HOST, found[node]) for node in citus.NODES[1:] if node in found]
+
+
 def _base_url() -> str:
+    if on_citus():
+        sys.path.insert(0, str(ROOT))
+        from agentops import citus
+
+        return citus.url(data_dir())
     if os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
     sys.path.insert(0, str(ROOT))
@@ -72,6 +93,26 @@ def embedded_services():
         yield
     finally:
         embedded.stop_started(folder)
+
+
+@contextmanager
+def citus_cluster():
+    """The local Citus cluster under the data folder (a coordinator and two workers), started here
+    unless it was running, and then stopped when the run ends, however it ends. The cluster's own
+    product database is not migrated: the bench makes scratch databases of its own there."""
+    sys.path.insert(0, str(ROOT))
+    from agentops import citus
+
+    folder = data_dir()
+    was_running = set(citus.ports(folder)) == set(citus.NODES)
+    try:
+        if not was_running:
+            print("   starting the local Citus cluster (agentops.citus)", file=sys.stderr, flush=True)
+            citus.start(folder, migrate=False)
+        yield citus.url(folder)
+    finally:
+        if not was_running:
+            citus.stop(folder)
 
 
 def stop_process(proc: subprocess.Popen, *, grace: float = 120, group: bool = False) -> None:
@@ -119,8 +160,10 @@ def _admin_url() -> tuple[str, object]:
 
 def db_name(name: str) -> str:
     """A scratch database's name: AGENTOPS_BENCH_DB_PREFIX (unset: none) before it, so a smoke run
-    of the bench (the test suite's) never touches the datasets of a real one."""
-    return os.environ.get("AGENTOPS_BENCH_DB_PREFIX", "") + name
+    of the bench (the test suite's) never touches the datasets of a real one; `citus_` too on the
+    cluster, so that the two sides never share a database when the single node is the
+    coordinator's server (DATABASE_URL at it, as under `make test-citus`)."""
+    return os.environ.get("AGENTOPS_BENCH_DB_PREFIX", "") + ("citus_" if on_citus() else "") + name
 
 
 def bench_database_url(*, fresh: bool = True, name: str | None = None) -> str:
@@ -130,11 +173,19 @@ def bench_database_url(*, fresh: bool = True, name: str | None = None) -> str:
 
     name = db_name(name or BENCH_DB)
     admin, parsed = _admin_url()
+    if fresh and on_citus():
+        from agentops import citus
+
+        citus.drop_database(_citus_workers(), name)  # the workers' shards of the last one
     with psycopg.connect(admin, autocommit=True) as conn:
         if fresh:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
+    if on_citus():  # the extension on every node, the workers added: `migrate` distributes the tables
+        from agentops import citus
+
+        citus.join_database((parsed.hostname, parsed.port), _citus_workers(), name)
     return urlunparse(parsed._replace(path=f"/{name}"))
 
 
@@ -146,6 +197,58 @@ def drop_database(name: str) -> None:
     connections.close_all()
     with psycopg.connect(_admin_url()[0], autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db_name(name)}" WITH (FORCE)')
+    if on_citus():
+        from agentops import citus
+
+        citus.drop_database(_citus_workers(), db_name(name))
+
+
+def projects_create(names: list[str]) -> list[tuple]:
+    """Projects by the product's `project_create`, (project, ingest key) each. On Citus they are
+    spread over the workers in turn (the first on the first worker, the second on the second...):
+    each one's id is chosen by moving the id sequence on to the next id whose shard lives on the
+    worker wanted. On one node they are made as they come."""
+    from django.db import connection
+
+    from ingest.services import project_create
+
+    made = []
+    ports = [port for _host, port in _citus_workers()] if on_citus() else []
+    for n, name in enumerate(names):
+        if ports:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_get_serial_sequence('ingest_project', 'id')")
+                sequence = cursor.fetchone()[0]
+                cursor.execute(f"SELECT last_value, is_called FROM {sequence}")
+                last, called = cursor.fetchone()
+                first = last + 1 if called else last
+                pk = first
+                while worker_of(pk) != ports[n % len(ports)]:
+                    pk += 1
+                if pk != first:
+                    cursor.execute("SELECT setval(%s, %s)", [sequence, pk - 1])
+        made.append(project_create(name=name))
+    return made
+
+
+def worker_of(project_id: int) -> int | None:
+    """The port of the Citus worker holding the project's shard of the tasks (and, co-located,
+    of every distributed table); None on one node."""
+    from django.db import connection
+
+    if not on_citus():
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("""SELECT nodeport FROM citus_shards WHERE table_name = 'ingest_task'::regclass
+                          AND shardid = get_shard_id_for_distribution_column('ingest_task', %s)""",
+                       [project_id])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def placement(projects) -> dict[str, str]:
+    """Where each project's data lives: 'worker <port>' on Citus, 'single node' otherwise."""
+    return {p.name: (f"worker {worker_of(p.pk)}" if on_citus() else "single node") for p in projects}
 
 
 def bench_env(database_url: str) -> dict[str, str]:

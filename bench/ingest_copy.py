@@ -91,40 +91,50 @@ def _copy_in(cursor, table: str, columns: list[str], rows: list[list[bytes]]) ->
     return time.perf_counter() - started
 
 
-def copy_stored(*, project_name: str) -> dict:
-    """Time COPY of the rows a benchmark stored for `project_name` (in the current database):
-    they are read out, the tables emptied (partitions kept), and copied back as a new project."""
+def copy_stored(*, project_name: str, projects: int = 1) -> dict:
+    """Time COPY of the rows a benchmark stored for `project_name` (in the current database), or
+    for each of its `projects` (bench.otlp_ingest.project_names): they are read out, the tables
+    emptied (partitions kept), and copied back as as many new projects (on Citus spread over the
+    workers as the benchmark's were), each table in one COPY."""
     from django.db import connection
 
+    from bench.otlp_ingest import project_names
     from ingest.models import Project
 
-    source = Project.objects.filter(name=project_name).order_by("-pk").first()
-    if source is None:
-        raise RuntimeError(f"no project {project_name!r} to copy rows from")
+    sources = []
+    for name in project_names(project_name, projects):
+        source = Project.objects.filter(name=name).order_by("-pk").first()
+        if source is None:
+            raise RuntimeError(f"no project {name!r} to copy rows from")
+        sources.append(source)
+    source_ids = [p.pk for p in sources]
     raw = connection.cursor().connection  # psycopg's own connection: COPY needs it
     with raw.cursor() as cursor:
         task_cols, step_cols = _columns(cursor, "ingest_task"), _columns(cursor, "ingest_step")
-        tasks = _copy_out(cursor, f"SELECT {', '.join(task_cols)} FROM ingest_task WHERE project_id = %s",
-                          [source.pk])
-        steps = _copy_out(cursor, f"SELECT {', '.join(step_cols)} FROM ingest_step WHERE project_id = %s",
-                          [source.pk])
-        cursor.execute("SELECT id, task_id FROM ingest_task WHERE project_id = %s", [source.pk])
-        old_task_id = {pk: task_id for pk, task_id in cursor.fetchall()}
+        tasks = _copy_out(cursor, f"SELECT {', '.join(task_cols)} FROM ingest_task WHERE project_id = ANY(%s)",
+                          [source_ids])
+        steps = _copy_out(cursor, f"SELECT {', '.join(step_cols)} FROM ingest_step WHERE project_id = ANY(%s)",
+                          [source_ids])
+        cursor.execute("SELECT id, project_id, task_id FROM ingest_task WHERE project_id = ANY(%s)", [source_ids])
+        old_task_id = {pk: (project_id, task_id) for pk, project_id, task_id in cursor.fetchall()}
         cursor.execute("TRUNCATE ingest_task, ingest_step CASCADE")
     raw.commit()
-    target = Project.objects.create(name=f"{project_name}-copy-{time.time_ns()}")
-    pid = str(target.pk).encode()
+    stamp = time.time_ns()
+    targets = harness.projects_create([f"{p.name}-copy-{stamp}" for p in sources])
+    new_project = {str(old.pk).encode(): str(new.pk).encode() for old, (new, _key) in zip(sources, targets, strict=True)}
+    target_ids = [new.pk for new, _key in targets]
     with raw.cursor() as cursor:
         project_at = task_cols.index("project_id")
         for row in tasks:
-            row[project_at] = pid
+            row[project_at] = new_project[row[project_at]]
         seconds = _copy_in(cursor, "ingest_task", task_cols, tasks)
-        cursor.execute("SELECT task_id, id FROM ingest_task WHERE project_id = %s", [target.pk])
-        new_pk = {task_id: str(pk).encode() for task_id, pk in cursor.fetchall()}
+        cursor.execute("SELECT project_id, task_id, id FROM ingest_task WHERE project_id = ANY(%s)", [target_ids])
+        new_pk = {(project_id, task_id): str(pk).encode() for project_id, task_id, pk in cursor.fetchall()}
         project_at, task_at = step_cols.index("project_id"), step_cols.index("task_id")
         for row in steps:
-            row[project_at] = pid
-            row[task_at] = new_pk[old_task_id[int(row[task_at])]]
+            source_project, task_id = old_task_id[int(row[task_at])]
+            row[project_at] = new_project[row[project_at]]
+            row[task_at] = new_pk[(int(new_project[str(source_project).encode()]), task_id)]
         seconds += _copy_in(cursor, "ingest_step", step_cols, steps)
     raw.commit()
     return {"tasks": len(tasks), "steps": len(steps), "seconds": round(seconds, 2),

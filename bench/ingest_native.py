@@ -45,23 +45,27 @@ def make_batches(total: int, batch_size: int) -> list[bytes]:
             for i in range(0, len(events), batch_size)]
 
 
-def run(*, steps: int, batch: int, senders: int) -> dict:
+def run(*, steps: int, batch: int, senders: int, projects: int = 1) -> dict:
+    """`projects` > 1: the batches go to that many projects in turn, each with its own key (on
+    Citus, spread over the workers: harness.projects_create)."""
     import requests
+
+    from bench.otlp_ingest import project_names
 
     url = harness.bench_database_url()
     harness.setup_django(url)
     harness.migrate()
     from ingest.models import Step
-    from ingest.services import project_create
 
-    project, key = project_create(name="bench-native")
+    made = harness.projects_create(project_names("bench-native", projects))
     bodies = make_batches(steps, batch)
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     with harness.web_server(url) as base:
         session_per_thread = {}
 
-        def send(body: bytes) -> int:
+        def send(n: int) -> int:
             import threading
+            body = bodies[n]
+            headers = {"Authorization": f"Bearer {made[n % len(made)][1]}", "Content-Type": "application/json"}
             s = session_per_thread.setdefault(threading.get_ident(), requests.Session())
             for _ in range(10):
                 r = s.post(f"{base}/api/v1/ingest", data=body, headers=headers, timeout=120)
@@ -75,14 +79,14 @@ def run(*, steps: int, batch: int, senders: int) -> dict:
         started = time.perf_counter()
         done = 0
         with ThreadPoolExecutor(senders) as pool:
-            for n, _ in enumerate(pool.map(send, bodies), 1):
+            for n, _ in enumerate(pool.map(send, range(len(bodies))), 1):
                 done = n
                 harness.progress("native ingest", done, len(bodies))
-        while Step.objects.filter(project=project).count() < steps:
+        while Step.objects.filter(project__in=[p for p, _ in made]).count() < steps:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
     return {"steps": steps, "batch": batch, "senders": senders, "seconds": round(elapsed, 2),
-            "steps_per_s": round(steps / elapsed)}
+            "steps_per_s": round(steps / elapsed), "placement": harness.placement([p for p, _ in made])}
 
 
 if __name__ == "__main__":

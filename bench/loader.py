@@ -3,8 +3,9 @@ generate_series (not through HTTP), so 10M steps load in minutes, in chunks with
 
 Shape: `tasks` tasks of `steps_per_task` steps over the last 30 days, 3 releases, 5 task names,
 step kinds llm/tool/retrieval/framework with models, devices and tool names; durations are
-lognormal-ish (exp of a normal from two uniforms) so percentiles are not trivial. One extra task
-has `big_task_steps` steps (the 50,000-step waterfall)."""
+skewed (the product of two uniforms, hashed from the ids: the same on every run and engine) so
+percentiles are not trivial. One extra task has `big_task_steps` steps (the 50,000-step
+waterfall)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ DEVICES = ["gpu-0", "gpu-1", "dmatrix-0", "dmatrix-1", "groq-0", "groq-1"]
 
 def _sql_array(values: list[str]) -> str:
     return "ARRAY[" + ",".join(f"'{v}'" for v in values) + "]"
+
+
+def _uniform(expr: str) -> str:
+    """SQL for a number in [0, 1) hashed from `expr`: random() in effect, but the same on every
+    run and engine (so two loads answer the same counts), and immutable, which Citus needs to push
+    a statement down to the shard (it refuses to push a volatile random() in a subquery)."""
+    return f"((hashint8(({expr})::bigint)::bigint + 2147483648) / 4294967296.0)::float8"
 
 
 def load(cursor, *, project_id: int, tasks: int, steps_per_task: int, big_task_steps: int = 50_000,
@@ -46,7 +54,7 @@ def load(cursor, *, project_id: int, tasks: int, steps_per_task: int, big_task_s
                        + (d || ' milliseconds')::interval,
                    d, CASE WHEN g %% 50 = 0 THEN 'error' ELSE 'ok' END, '{{}}', true, %(spt)s,
                    %(spt)s * 600, %(spt)s * 60, (g %% 50 = 0)::int, now() - interval '1 hour'
-            FROM (SELECT g, (2000 + 8000 * random() * random())::float8 AS d
+            FROM (SELECT g, (2000 + 8000 * {_uniform("g")} * {_uniform("-1 - g")})::float8 AS d
                   FROM generate_series(%(a)s, %(b)s - 1) g) s
         """, {"p": project_id, "n": tasks, "spt": steps_per_task, "a": first, "b": last})
         cursor.execute(f"""
@@ -73,10 +81,7 @@ def load(cursor, *, project_id: int, tasks: int, steps_per_task: int, big_task_s
                                    ELSE (CASE WHEN i %% 8 = 3 THEN 'retrieval' ELSE 'framework' END) END AS kind,
                        CASE i %% 4 WHEN 1 THEN ({tools})[1 + (t.id + i) %% 6]
                                    WHEN 3 THEN 'step-' || (i %% 8)::text ELSE 'chat' END AS name,
-                       -- Immutable functions only, so that Citus can run this on each shard: a
-                       -- uniform draw from a hash of (task, step) for random(), and the cast above
-                       -- (text || int is only stable).
-                       (t.duration_ms / %(spt)s) * (0.8 + hashint8(t.id * %(spt)s + i) / 4294967296.0) AS d
+                       (t.duration_ms / %(spt)s) * (0.3 + {_uniform("t.id * 64 + i")}) AS d
             ) k
             WHERE t.project_id = %(p)s AND t.task_id IN (
                 SELECT 'task-' || g FROM generate_series(%(a)s, %(b)s - 1) g)

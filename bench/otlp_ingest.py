@@ -124,29 +124,38 @@ def decode_only(*, spans: int, batch: int) -> dict:
     return {"spans": spans, "decode_seconds": round(elapsed, 2), "decoded_spans_per_s": round(spans / elapsed)}
 
 
-def run(*, spans: int, batch: int, senders: int, workers: int, encode_in_loop: bool = False) -> dict:
+def project_names(prefix: str, projects: int) -> list[str]:
+    """`prefix` alone for one project; `prefix-1` … `prefix-N` for several."""
+    return [prefix] if projects == 1 else [f"{prefix}-{n}" for n in range(1, projects + 1)]
+
+
+def run(*, spans: int, batch: int, senders: int, workers: int, encode_in_loop: bool = False,
+        projects: int = 1) -> dict:
+    """`projects` > 1: the batches go to that many projects in turn, each with its own key (on
+    Citus, spread over the workers: harness.projects_create)."""
     url = harness.bench_database_url()
     harness.setup_django(url)
     harness.migrate()
     from ingest.models import Step
-    from ingest.services import project_create
 
-    project, key = project_create(name="bench-otlp")
+    made = harness.projects_create(project_names("bench-otlp", projects))
     batches = make_batches(spans, batch)
     items = batches if encode_in_loop else encode(batches)
     with harness.web_server(url, workers=workers) as base:
-        send = sender(f"{base}/v1/traces", headers={"Authorization": f"Bearer {key}"},
-                      encode_in_loop=encode_in_loop)
+        sends = [sender(f"{base}/v1/traces", headers={"Authorization": f"Bearer {key}"},
+                        encode_in_loop=encode_in_loop) for _project, key in made]
         started = time.perf_counter()
         with ThreadPoolExecutor(senders) as pool:
-            for n, ok in enumerate(pool.map(send, items), 1):
+            results = pool.map(lambda n: sends[n % len(sends)](items[n]), range(len(items)))
+            for n, ok in enumerate(results, 1):
                 if not ok:
                     raise RuntimeError("the exporter gave up on a batch agentops refused (see its log above)")
                 harness.progress("otlp ingest", n, len(items))
-        while Step.objects.filter(project=project).count() < spans:
+        while Step.objects.filter(project__in=[p for p, _ in made]).count() < spans:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
     return {"spans": spans, "batch": batch, "senders": senders, "web_workers": workers,
+            "placement": harness.placement([p for p, _ in made]),
             "sender": sdk_version() + (": export() timed whole, encoding included" if encode_in_loop
                                        else ": bodies encoded by its encoder beforehand, sent by its HTTP client"),
             "seconds": round(elapsed, 2), "spans_per_s": round(spans / elapsed)}

@@ -332,7 +332,7 @@ def _search_rows(project) -> None:
                     [project.pk])
         if cur.fetchone():
             return
-        cur.execute("""UPDATE ingest_step SET error = 'HTTP 503 from upstream: order ord_' || task_id || 'x'
+        cur.execute("""UPDATE ingest_step SET error = 'HTTP 503 from upstream: order ord_' || task_id::text || 'x'
                        WHERE project_id = %s AND step_id = 's1' AND task_id %% 1000 = 0""", [project.pk])
         cur.execute("""UPDATE ingest_step SET attributes = '{"gen_ai.system": "openai", "user_tier": "pro"}'
                        WHERE project_id = %s AND step_id = 's0' AND task_id %% 100 = 0""", [project.pk])

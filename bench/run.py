@@ -29,9 +29,22 @@ scratch database beside the product's; the product's database is never touched):
 Targets (issue 9): stored OTLP ingest ≥ 15,000 spans/s, ≥ 100× Phoenix, ≥ 25% of raw COPY;
 each dashboard query ≤ 500 ms median on 10M steps; the 50,000-step task detail ≤ 1 s.
 
+Single node vs Citus (`--citus`; ingest, analysis and queries/storage only): each section runs
+twice, on the single node as above and then on the local Citus cluster (agentops/citus.py, under
+the same data folder: started unless it is running, and then stopped at the end), in scratch
+databases of its own there (`citus_agentops_bench_*`, joined to the workers). One table gives
+each figure on both sides and the ratio Citus / single, the queries' answers on both (counts),
+where each project's data lives and where the queries' reads ran. Ingest and the analysis spread
+their data over `--projects` (4) projects on both sides, 2 per worker on Citus; the queries'
+project is on the first worker (docs/scaling.md, step 6).
+
+    .venv/bin/python bench/run.py --citus --only ingest,analysis,queries --scale 1 \
+        --analysis-steps 1000000 --skip-peer
+
 Everything a run starts stops when it ends, by an error, Ctrl-C or SIGTERM too: web servers,
 sections, the soak and the embedded PostgreSQL and Redis, which this process starts before any
-section (unless they were running already: a `make demo` on the same folder keeps its own).
+section (unless they were running already: a `make demo` on the same folder keeps its own), and
+the Citus cluster likewise.
 """
 
 from __future__ import annotations
@@ -55,6 +68,8 @@ RESULTS = ROOT / "bench" / "results" / "latest.json"
 SECTIONS = ("ingest", "analysis", "queries", "storage", "export")
 # Run only when named (`--only soak`, `make soak`): the whole stack for ~25 minutes (bench/soak.py).
 ON_REQUEST = ("soak",)
+# What `--citus` runs on both sides.
+CITUS_SECTIONS = ("ingest", "analysis", "queries", "storage")
 
 FULL_TASKS = 500_000  # --scale 1: 500k tasks of 20 steps = 10M steps
 STEPS_PER_TASK = 20
@@ -72,14 +87,16 @@ def child_otlp(p: dict) -> dict:
     from bench import harness, ingest_copy, otlp_ingest
 
     harness.BENCH_DB = "agentops_bench_otlp"
-    out = otlp_ingest.run(spans=p["spans"], batch=p["batch"], senders=p["senders"], workers=p["web_workers"])
+    projects = p.get("projects", 1)
+    out = otlp_ingest.run(spans=p["spans"], batch=p["batch"], senders=p["senders"], workers=p["web_workers"],
+                          projects=projects)
     out["storage"] = storage_bytes()
-    out["copy"] = ingest_copy.copy_stored(project_name="bench-otlp")
+    out["copy"] = ingest_copy.copy_stored(project_name="bench-otlp", projects=projects)
     from django.db import connections
 
     connections.close_all()  # the next run drops and remakes the scratch database
     out["encode_in_loop"] = otlp_ingest.run(spans=p["spans"], batch=p["batch"], senders=p["senders"],
-                                            workers=p["web_workers"], encode_in_loop=True)
+                                            workers=p["web_workers"], encode_in_loop=True, projects=projects)
     return out
 
 
@@ -87,8 +104,9 @@ def child_native(p: dict) -> dict:
     from bench import harness, ingest_copy, ingest_native
 
     harness.BENCH_DB = "agentops_bench_native"
-    out = ingest_native.run(steps=p["spans"], batch=p["native_batch"], senders=p["senders"])
-    out["copy"] = ingest_copy.copy_stored(project_name="bench-native")
+    projects = p.get("projects", 1)
+    out = ingest_native.run(steps=p["spans"], batch=p["native_batch"], senders=p["senders"], projects=projects)
+    out["copy"] = ingest_copy.copy_stored(project_name="bench-native", projects=projects)
     return out
 
 
@@ -100,17 +118,23 @@ def child_analysis(p: dict) -> dict:
     harness.BENCH_DB = "agentops_bench_analysis"
     harness.setup_django(harness.bench_database_url())
     harness.migrate()
+    from bench.otlp_ingest import project_names
     from ingest.models import Step, Task
 
     # The simulator averages ~11 steps per task. It runs in chunks with seeds of their own (ids
     # differ by seed); a chunk the simulator fails on is left out and another seed takes its turn.
+    # Several projects (`projects`, on Citus spread over the workers) take the chunks in turn.
+    names = project_names("bench-analysis", p.get("projects", 1))
+    made = harness.projects_create(names)
     tasks = max(50, p["analysis_steps"] // 11)
-    chunk, seed, failures = 10_000, 9, []
+    rounds = -(-tasks // (10_000 * len(names)))  # chunks of at most 10,000, as many per project
+    chunk = -(-tasks // (rounds * len(names)))
+    seed, failures = 9, []
     started = time.perf_counter()
     while Task.objects.count() < tasks and len(failures) < 5:
         try:
-            call_command("simulate", project="bench-analysis", tasks=min(chunk, tasks - Task.objects.count()),
-                         seed=seed, since="7d", stdout=sys.stderr)
+            call_command("simulate", project=names[(seed - 9) % len(names)],
+                         tasks=min(chunk, tasks - Task.objects.count()), seed=seed, since="7d", stdout=sys.stderr)
         except Exception as exc:
             failures.append(f"seed {seed}: {type(exc).__name__}: {exc}"[:200])
             print(f"   simulate failed on {failures[-1]}; trying another seed", file=sys.stderr, flush=True)
@@ -127,7 +151,7 @@ def child_analysis(p: dict) -> dict:
     refreshed = learned.refresh_due(limit=100_000)
     learn_s = time.perf_counter() - started
     started = time.perf_counter()
-    call_command("analyze", all=True, project="bench-analysis", stdout=sys.stderr)
+    call_command("analyze", all=True, **({"project": names[0]} if len(names) == 1 else {}), stdout=sys.stderr)
     analyse_s = time.perf_counter() - started
     return {"tasks": n_tasks, "steps": steps, "simulate_seconds": round(simulate_s, 1),
             "simulate_steps_per_s": round(steps / simulate_s), "analyse_seconds": round(analyse_s, 1),
@@ -136,7 +160,8 @@ def child_analysis(p: dict) -> dict:
             "learned_pairs": CallPair.objects.count(),
             "learned_refresh_ms_max": round(max(AgentProfile.objects.values_list("refresh_ms", flat=True),
                                                 default=0.0), 1),
-            "simulate_failures": failures}
+            "simulate_failures": failures, "placement": harness.placement([project for project, _ in made]),
+            "steps_per_project": {project.name: Step.objects.filter(project=project).count() for project, _ in made}}
 
 
 def query_dataset(p: dict):
@@ -167,7 +192,7 @@ def query_dataset(p: dict):
         harness.bench_database_url(fresh=True)  # the same name, dropped and made again
         partitions.forget_cache()
         harness.migrate()
-        project = Project.objects.create(name="bench-queries")
+        project = harness.projects_create(["bench-queries"])[0][0]  # on Citus: on the first worker
         started = time.perf_counter()
         with connection.cursor() as cursor:
             loader.load(cursor, project_id=project.pk, tasks=tasks, steps_per_task=STEPS_PER_TASK)
@@ -229,9 +254,64 @@ def child_queries(p: dict) -> dict:
         except Exception as exc:  # a selector that changed under us is reported, not fatal
             results[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     harness.progress("queries", len(suite), len(suite))
+    from ingest.models import Project
+
     return {"tasks": tasks + 1, "steps": wanted_steps, "load_seconds": load_s, "rollup_seconds": rollup_s,
             "rollups_watermark": mark.isoformat() if mark else None, "runs": p["runs"],
-            "queries": results, "storage": storage_bytes()}
+            "queries": results, "storage": storage_bytes(), "answers": answers(project),
+            "placement": harness.placement(Project.objects.filter(name__in=["bench-queries", "bench-diff"])),
+            "routing": routing(project)}
+
+
+# Task list filters whose count the loader fixes (no random duration in them): the same on any engine.
+ANSWER_FILTERS = {"release v2, checkout-agent": {"release": "v2", "name": "checkout-agent"},
+                  "tool search_inventory": {"tool": "search_inventory"},
+                  'error "HTTP 503"': {"error": '"HTTP 503"'}, "attr gen_ai.system:openai": {"attr": "gen_ai.system:openai"}}
+
+
+def answers(project) -> dict[str, int]:
+    """Counts the queries' dataset must give whatever the engine: the project's rows per table and
+    the task list's count for filters the loader decides, through the product's selector."""
+    from analysis.dashboard import selectors
+    from analysis.filters import TaskFilters
+    from analysis.models import Finding, TaskAnalysis
+    from ingest.models import Step, Task
+
+    out = {"tasks": Task.objects.filter(project=project).count(),
+           "steps": Step.objects.filter(project=project).count(),
+           "analyses": TaskAnalysis.objects.filter(project=project).count(),
+           "findings": Finding.objects.filter(project=project).count()}
+    for label, filters in ANSWER_FILTERS.items():
+        out[f"task list count: {label}"] = selectors.task_count(project=project, filters=TaskFilters(**filters),
+                                                                cap=1_000_000)[0]
+    return out
+
+
+def routing(project) -> dict[str, str]:
+    """On Citus, where two of the dashboard's reads run, from Citus's EXPLAIN: the task list's first
+    page and a count of the project's steps ('1 task, on worker <port>' when routed to one)."""
+    import re
+
+    from django.db import connection
+
+    from analysis.filters import TaskFilters, task_queryset
+    from ingest.models import Step
+
+    if not harness.on_citus():
+        return {}
+    statements = {"task list (first page)": task_queryset(project=project, filters=TaskFilters())
+                  .select_related("analysis").order_by("-started_at")[:50],
+                  "the project's steps (count)": Step.objects.filter(project=project).values("pk")}
+    out = {}
+    for label, queryset in statements.items():
+        sql, params = queryset.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        count = re.search(r"Task Count: (\d+)", plan)
+        ports = sorted(set(re.findall(r"port=(\d+)", plan)))
+        out[label] = (f"{count.group(1) if count else '?'} task(s), on worker {', '.join(ports) or '?'}")
+    return out
 
 
 class _SkipRebuild(Exception):
@@ -252,14 +332,18 @@ def child_export(p: dict) -> dict:
 
 
 def storage_bytes() -> dict:
-    """Bytes on disk per step: every partition of ingest_step (heap, TOAST, indexes)."""
+    """Bytes on disk per step: every partition of ingest_step (heap, TOAST, indexes); on Citus,
+    of every shard of them on the workers (citus_total_relation_size)."""
     from django.db import connection
 
+    from bench import harness
+
+    size = "citus_total_relation_size" if harness.on_citus() else "pg_total_relation_size"
     with connection.cursor() as cursor:
-        cursor.execute("""SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits
-                          WHERE inhparent = 'ingest_step'::regclass""")
+        cursor.execute(f"""SELECT coalesce(sum({size}(inhrelid)), 0) FROM pg_inherits
+                           WHERE inhparent = 'ingest_step'::regclass""")
         total = int(cursor.fetchone()[0])
-        cursor.execute("SELECT pg_total_relation_size('ingest_step'::regclass)")
+        cursor.execute(f"SELECT {size}('ingest_step'::regclass)")
         total += cursor.fetchone()[0]
         cursor.execute("SELECT count(*) FROM ingest_step")
         rows = cursor.fetchone()[0]
@@ -277,13 +361,15 @@ CHILDREN = {"otlp": child_otlp, "native": child_native, "analysis": child_analys
             "queries": child_queries, "export": child_export, "purge": child_purge}
 
 
-def run_child(name: str, params: dict) -> dict:
-    """Run one section in a child process; its progress goes straight to our stderr."""
-    label = f"== {name} "
+def run_child(name: str, params: dict, *, citus: bool = False) -> dict:
+    """Run one section in a child process; its progress goes straight to our stderr. `citus`: its
+    scratch databases on the local Citus cluster (harness.CITUS_ENV)."""
+    label = f"== {name}{' on Citus' if citus else ''} "
     print(f"{label}{'=' * (60 - len(label))}", file=sys.stderr, flush=True)
     started = time.perf_counter()
+    env = {**os.environ, harness.CITUS_ENV: "1" if citus else ""}
     proc = harness.run_process([sys.executable, __file__, "--child", name, "--params", json.dumps(params)],
-                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         print(f"   {name} failed (exit {proc.returncode}); continuing", file=sys.stderr, flush=True)
@@ -378,6 +464,90 @@ def print_table(rows) -> None:
               f"{row[4]:<{widths[4]}}")
 
 
+def _ratio(single, citus) -> str:
+    return f"{citus / single:.2f}" if single and citus is not None else "—"
+
+
+def citus_rows(single: dict, citus: dict) -> list[tuple[str, str, str, str]]:
+    """(figure, single node, Citus, Citus / single) rows: rates (/s, higher is better) and times
+    (ms, s: lower is better) side by side; the counts the queries' dataset gives on each."""
+    rows = []
+
+    def add(label, path, fmt=_fmt):
+        def get(side):
+            value = side
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            return value
+        a, b = get(single), get(citus)
+        if a is not None or b is not None:
+            rows.append((label, fmt(a), fmt(b), _ratio(a, b) if isinstance(a, int | float) else "—"))
+
+    otlp = single.get("ingest", {}).get("otlp", {})
+    if otlp.get("spans"):
+        rows.append((f"ingest: {otlp['spans']:,} spans / steps each, {len(otlp.get('placement', {}))} projects, "
+                     f"{otlp['senders']} senders", "", "", ""))
+    add("  OTLP /v1/traces, spans/s stored", ("ingest", "otlp", "spans_per_s"))
+    add("  OTLP, export() timed whole (encoding on these cores), spans/s", ("ingest", "otlp", "encode_in_loop",
+                                                                          "spans_per_s"))
+    add("  raw COPY of the OTLP rows, rows/s", ("ingest", "otlp", "copy", "steps_per_s"))
+    add("  native /api/v1/ingest, steps/s stored", ("ingest", "native", "steps_per_s"))
+    add("  raw COPY of the native rows, rows/s", ("ingest", "native", "copy", "steps_per_s"))
+    add("  storage, bytes per OTLP step", ("ingest", "otlp", "storage", "bytes_per_step"))
+    analysis = single.get("analysis", {})
+    if analysis.get("steps"):
+        rows.append((f"analysis: {analysis['steps']:,} simulated steps, {len(analysis.get('placement', {}))} "
+                     "projects (Citus: as simulated there)", "", "", ""))
+    add("  simulate (in process), steps/s", ("analysis", "simulate_steps_per_s"))
+    add("  learned call pairs refresh, s", ("analysis", "learned_refresh_seconds"))
+    add("  analyze --all, steps/s per worker", ("analysis", "steps_per_s_per_worker"))
+    add("  analyze --all, tasks/s per worker", ("analysis", "tasks_per_s_per_worker"))
+    q, qc = single.get("queries", {}), citus.get("queries", {})
+    if q.get("steps"):
+        rows.append((f"queries: {q['steps']:,} steps / {q['tasks']:,} tasks, median ms of {q['runs']} runs",
+                     "", "", ""))
+    add("  bulk load (loader.load + decorate), s", ("queries", "load_seconds"))
+    add("  rollups rebuild, s", ("queries", "rollup_seconds"))
+    ratios = []
+    for name, r in (q.get("queries") or {}).items():
+        rc = (qc.get("queries") or {}).get(name, {})
+        a, b = r.get("median_ms"), rc.get("median_ms")
+        rows.append((f"  {name}", _fmt(a) if a is not None else "error", _fmt(b) if b is not None else
+                     f"error: {rc.get('error', 'not run')[:60]}", _ratio(a, b)))
+        if a and b is not None:
+            ratios.append(b / a)
+    if ratios:
+        import statistics
+
+        rows.append((f"  median of the {len(ratios)} queries' ratios", "", "", f"{statistics.median(ratios):.2f}"))
+    add("  storage, bytes per loaded step", ("queries", "storage", "bytes_per_step"))
+    for name, value in (q.get("answers") or {}).items():
+        other = (qc.get("answers") or {}).get(name)
+        rows.append((f"  answer: {name}", _fmt(value), _fmt(other), "same" if value == other else "DIFFERS"))
+    return rows
+
+
+def print_citus_table(rows) -> None:
+    header = ("figure", "single node", "Citus", "Citus / single")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}")
+
+
+def placement_lines(citus: dict) -> list[str]:
+    """Where each section's projects live on Citus, and where the queries' reads ran."""
+    lines = []
+    for label, found in (("ingest (OTLP)", citus.get("ingest", {}).get("otlp", {}).get("placement")),
+                         ("ingest (native)", citus.get("ingest", {}).get("native", {}).get("placement")),
+                         ("analysis", citus.get("analysis", {}).get("placement")),
+                         ("queries", citus.get("queries", {}).get("placement"))):
+        if found:
+            lines.append(f"{label}: " + ", ".join(f"{name} on {where}" for name, where in found.items()))
+    for label, where in (citus.get("queries", {}).get("routing") or {}).items():
+        lines.append(f"queries, {label}: {where}")
+    return lines
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -402,6 +572,12 @@ def main() -> None:
     parser.add_argument("--export-subset", action="store_true",
                         help="export: also export release v1 alone (a third of the steps) to compare peak RSS")
     parser.add_argument("--soak-args", default="", help="arguments for bench/soak.py (--only soak), e.g. '--short'")
+    parser.add_argument("--citus", action="store_true",
+                        help="each of ingest, analysis and queries on the single node, then on the local "
+                             "Citus cluster (agentops.citus, started if needed): both sides and the ratio")
+    parser.add_argument("--projects", type=int, default=None,
+                        help="projects ingest and the analysis spread their data over (default: 4 with "
+                             "--citus, spread 2 per worker there; 1 otherwise)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--params", help=argparse.SUPPRESS)
@@ -420,11 +596,54 @@ def main() -> None:
     if unknown:
         parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; choose from "
                      f"{', '.join(SECTIONS + ON_REQUEST)}")
+    if args.citus and only - set(CITUS_SECTIONS):
+        parser.error(f"--citus: only {', '.join(CITUS_SECTIONS)} run on both sides (not "
+                     f"{', '.join(sorted(only - set(CITUS_SECTIONS)))})")
+    if args.projects is None:
+        args.projects = 4 if args.citus else 1
     try:
         with harness.embedded_services():
-            bench(args, only)
+            if args.citus:
+                with harness.citus_cluster() as coordinator:
+                    bench_citus(args, only, coordinator)
+            else:
+                bench(args, only)
     except KeyboardInterrupt as exc:
         harness.exit_interrupted("bench", exc)
+
+
+def bench_citus(args, only: set[str], coordinator: str) -> None:
+    """`--citus`: each section on the single node, then at once on the Citus cluster, in scratch
+    databases of their own on each (the product's database on neither is touched); one table of
+    both sides and their ratio, and where each project's data lived on Citus."""
+    params = {k: v for k, v in vars(args).items() if k not in {"child", "params", "only", "out"}}
+    results: dict = {"started_at": datetime.now(tz=UTC).isoformat(timespec="seconds"),
+                     "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                 "load_average": os.getloadavg()},
+                     "params": params, "citus_coordinator": coordinator.rsplit("/", 1)[0],
+                     "single": {}, "citus": {}}
+    started = time.perf_counter()
+    children = {"ingest": ("otlp", "native"), "analysis": ("analysis",), "queries": ("queries",)}
+    if "storage" in only:
+        only = only | {"queries"}
+    for section, names in children.items():
+        if section not in only:
+            continue
+        for side in ("single", "citus"):
+            figures = {name: run_child(name, params, citus=side == "citus") for name in names}
+            results[side][section] = figures if section == "ingest" else figures[section]
+    run_child("purge", params)
+    results["seconds"] = round(time.perf_counter() - started)
+    results["machine"]["load_average_end"] = os.getloadavg()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print()
+    print_citus_table(citus_rows(results["single"], results["citus"]))
+    print("\nOn Citus (" + results["citus_coordinator"] + ", 2 workers):")
+    for line in placement_lines(results["citus"]):
+        print(f"  {line}")
+    print(f"\n{results['seconds']} s in all; load average {os.getloadavg()[0]:.1f}; results in {out}")
 
 
 def bench(args, only: set[str]) -> None:

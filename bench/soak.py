@@ -512,7 +512,8 @@ class Watch:
                 SELECT count(*) FILTER (WHERE a.analyzed_at IS NOT NULL),
                        count(*) FILTER (WHERE a.analyzed_at IS NULL AND t.ended_at IS NOT NULL),
                        extract(epoch FROM %s - min(t.ended_at) FILTER (WHERE a.analyzed_at IS NULL))
-                FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+                FROM ingest_task t LEFT JOIN analysis_taskanalysis a
+                     ON a.task_id = t.id AND a.project_id = t.project_id
                 WHERE t.project_id = %s""", [now, self.project_id])
             analysed, backlog, oldest = cursor.fetchone()
             p95s = ", ".join(f"percentile_cont(0.95) WITHIN GROUP (ORDER BY {s})" for s in STAGES)
@@ -596,7 +597,7 @@ _TASK_LAGS = """SELECT extract(epoch FROM {analysed} - t.ended_at) AS lag,
        extract(epoch FROM c.claimed_at - t.last_event_at) AS wait,
        extract(epoch FROM a.analyzed_at - c.claimed_at) AS analysis,
        c.after_sweep, a.analyzed_at, t.ended_at
-FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id
 LEFT JOIN soak_sent s ON s.task_id = t.task_id LEFT JOIN soak_claim c ON c.task_id = t.id"""
 
 
@@ -665,7 +666,8 @@ def wait_drained(project_id: int, *, timeout: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         with connection.cursor() as cursor:
-            cursor.execute("""SELECT count(*) FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id
+            cursor.execute("""SELECT count(*) FROM ingest_task t LEFT JOIN analysis_taskanalysis a
+                                   ON a.task_id = t.id AND a.project_id = t.project_id
                               WHERE t.project_id = %s AND (a.analyzed_at IS NULL
                                     OR a.analyzed_through < t.last_event_at)""", [project_id])
             if cursor.fetchone()[0] == 0:
