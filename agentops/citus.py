@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -198,6 +199,11 @@ def _ensure_database(port: int, database: str) -> None:
     with _connect(port, "postgres") as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
             conn.execute(f'CREATE DATABASE "{database}"')
+        # No JIT for the database's sessions, the workers' too (Citus opens its own connections
+        # to them, which no coordinator session setting reaches): the dashboard's statements run
+        # in milliseconds, and a plan whose estimate passes jit_above_cost was compiled for
+        # ~650 ms on a worker (the critical path 43 ms → 720 ms; docs/scaling.md, step 6).
+        conn.execute(f'ALTER DATABASE "{database}" SET jit = off')
     with _connect(port, database) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
 
@@ -223,11 +229,22 @@ def join_database(coordinator, workers: list[tuple[str, int]], database: str) ->
                 conn.execute("SELECT citus_add_node(%s, %s)", list(worker))
 
 
-def drop_database(workers: list[tuple[str, int]], database: str) -> None:
-    """Drop a database (the suite's test database) from these nodes, whoever is connected to it."""
+def drop_database(workers: list[tuple[str, int]], database: str, *, attempts: int = 20) -> None:
+    """Drop a database (the suite's test database) from these nodes, whoever is connected to it.
+    FORCE ends the sessions of clients, not Citus's maintenance daemon, a background worker that
+    connects to each Citus database now and then: while it is in, the drop is retried."""
+    import psycopg
+
     for _host, port in workers:
         with _connect(port, "postgres") as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            for attempt in range(attempts):
+                try:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+                    break
+                except psycopg.errors.ObjectInUse:
+                    if attempt == attempts - 1:
+                        raise
+                    time.sleep(0.25)
 
 
 def workers_of(conn) -> list[tuple[str, int]]:

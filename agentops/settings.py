@@ -60,7 +60,11 @@ def database_from_url(url: str) -> dict:
         "PORT": str(parsed.port or ""),
         "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": query,
+        # No JIT unless the URL says otherwise (`?options=...`): the product's statements run in
+        # milliseconds, and on a PostgreSQL built with LLVM those whose estimate passes
+        # jit_above_cost were compiled for ~650 ms each (the overview's critical path 43 → 720 ms;
+        # docs/scaling.md, step 6). The embedded PostgreSQL has no JIT at all.
+        "OPTIONS": {"options": "-c jit=off", **query},
     }
 
 

@@ -76,3 +76,18 @@ def test_importing_the_package_does_not_load_the_settings():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.django_db
+def test_the_products_connections_run_without_jit_unless_the_url_asks():
+    # On a PostgreSQL built with LLVM a dashboard statement whose estimate passed jit_above_cost was
+    # compiled for ~650 ms (the overview's critical path, 43 → 720 ms): the product's sessions say no.
+    from django.db import connection
+
+    from agentops.settings import database_from_url
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "off"
+    asked = database_from_url("postgres://u@db:5432/agentops?options=-c%20jit%3Don&sslmode=require")
+    assert asked["OPTIONS"] == {"options": "-c jit=on", "sslmode": "require"}

@@ -167,6 +167,17 @@ def test_distributing_a_table_that_holds_rows_leaves_no_copy_of_them_on_the_coor
             cursor.execute("DROP TABLE probe_rows")
 
 
+@on_citus
+@pytest.mark.django_db
+def test_the_workers_run_the_products_statements_without_jit():
+    # Citus reaches the workers on connections of its own, which no coordinator session setting
+    # reaches; the local cluster turns JIT off for the database on every node (a worker compiled the
+    # overview's critical path for ~650 ms: 43 → 720 ms).
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT result FROM run_command_on_workers('SHOW jit')")
+        assert cursor.fetchall() == [("off",)]
+
+
 @pytest.mark.django_db
 def test_a_saved_row_is_updated_within_its_project_and_never_moved(project, other_project):
     task = Task.objects.create(project=project, task_id="t1", last_event_at=timezone.now())
