@@ -633,16 +633,26 @@ def bench_citus(args, only: set[str], coordinator: str) -> None:
             figures = {name: run_child(name, params, citus=side == "citus") for name in names}
             results[side][section] = figures if section == "ingest" else figures[section]
     run_child("purge", params)
-    results["seconds"] = round(time.perf_counter() - started)
-    results["machine"]["load_average_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str))
+    out = _write(results, started, args.out)
     print()
     print_citus_table(citus_rows(results["single"], results["citus"]))
     print("\nOn Citus (" + results["citus_coordinator"] + ", 2 workers):")
     for line in placement_lines(results["citus"]):
         print(f"  {line}")
+    _ended(results, out)
+
+
+def _write(results: dict, started: float, path: str) -> Path:
+    """The run's JSON, with its duration and the load average at its end."""
+    results["seconds"] = round(time.perf_counter() - started)
+    results["machine"]["load_average_end"] = os.getloadavg()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    return out
+
+
+def _ended(results: dict, out: Path) -> None:
     print(f"\n{results['seconds']} s in all; load average {os.getloadavg()[0]:.1f}; results in {out}")
 
 
@@ -690,14 +700,10 @@ def bench(args, only: set[str]) -> None:
                                     "--out", str(soak_out)], cwd=ROOT).returncode
         results["soak"] = {"exit": code, "results": str(soak_out), "chart": str(soak_out.with_suffix(".html"))}
     run_child("purge", params)
-    results["seconds"] = round(time.perf_counter() - started)
-    results["machine"]["load_average_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str))
+    out = _write(results, started, args.out)
     print()
     print_table(table_rows(results))
-    print(f"\n{results['seconds']} s in all; load average {os.getloadavg()[0]:.1f}; results in {out}")
+    _ended(results, out)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
@@ -227,6 +228,24 @@ def subprocess_database_url() -> str:
     if host.startswith("/"):
         return f"postgresql://{auth}@/{connection.settings_dict['NAME']}?host={host}"
     return f"postgresql://{auth}@{host}:{db['PORT'] or 5432}/{connection.settings_dict['NAME']}"
+
+
+@contextmanager
+def bench_scratch(prefix: str):
+    """The environment of a bench run in a subprocess: this run's database server, scratch
+    databases named with `prefix` (a real bench's kept dataset is never touched), dropped after."""
+    import psycopg
+
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url(), "AGENTOPS_BENCH_DB_PREFIX": prefix,
+           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "AGENTOPS_DATA_DIR": str(settings.DATA_DIR)}
+    yield env
+    admin = subprocess_database_url().rsplit("/", 1)
+    admin = admin[0] + "/postgres" + (("?" + admin[1].split("?", 1)[1]) if "?" in admin[1] else "")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                            [prefix + "%"]).fetchall()]
+        for name in names:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

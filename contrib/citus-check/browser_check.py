@@ -41,6 +41,16 @@ SHOTS = {("sim-a", "overview"), ("sim-a", "task"), ("sim-a", "step panel"), ("co
          ("corpus-a", "compare typical"), ("sim-b", "latency")}
 
 
+
+def until(page, js: str) -> None:
+    """Poll an expression from here (Playwright's wait_for_function evaluates its string in the
+    page, which the pages' CSP, script-src 'self', refuses at times)."""
+    deadline = time.time() + WAIT_MS / 1000
+    while not page.evaluate(js):
+        if time.time() > deadline:
+            raise TimeoutError(f"never true: {js}")
+        page.wait_for_timeout(100)
+
 def env() -> dict[str, str]:
     values = {}
     for line in (ROOT / ".data" / "citus-check" / "env").read_text().splitlines():
@@ -248,15 +258,6 @@ def project_pages(c: Checker, name: str, f: dict, e: dict, var: str) -> None:
         page.wait_for_function("document.getElementById('step-title').textContent.length > 0", timeout=WAIT_MS)
         page.wait_for_selector("#step-fields tr", timeout=WAIT_MS)
 
-    def until(page, js: str) -> None:
-        """Poll an expression from here (Playwright's wait_for_function evaluates its string in
-        the page, which the pages' CSP, script-src 'self', refuses at times)."""
-        deadline = time.time() + WAIT_MS / 1000
-        while not page.evaluate(js):
-            if time.time() > deadline:
-                raise TimeoutError(f"never true: {js}")
-            page.wait_for_timeout(100)
-
     def find_box(page):
         status = "document.getElementById('find-status').textContent"
         page.fill("#find-steps", f["tool"] or "chat")
@@ -420,22 +421,15 @@ def live_check(c: Checker, e: dict) -> None:
             e["RECORDED_INGEST"], task, start]
     subprocess.run([*feed, "4"], check=True)
 
-    def poll(page, js: str) -> None:
-        deadline = time.time() + WAIT_MS / 1000
-        while not page.evaluate(js):
-            if time.time() > deadline:
-                raise TimeoutError(f"never true: {js}")
-            page.wait_for_timeout(200)
-
     def grows(page):
         page.wait_for_selector("#running-marker", timeout=WAIT_MS)
-        poll(page, "document.body.dataset.taskRunning === '1'")
+        until(page, "document.body.dataset.taskRunning === '1'")
         subprocess.run([*feed, "8"], check=True)
-        poll(page, "document.getElementById('waterfall-status').textContent.includes('of 8 steps')")
+        until(page, "document.getElementById('waterfall-status').textContent.includes('of 8 steps')")
         c.fetch(name, "live json running", f"/tasks/{task}/live.json?project={name}",
                 check=lambda b: None if json.loads(b)["running"] and json.loads(b)["steps"] == 8 else f"{b[:200]!r}")
         subprocess.run([*feed, "8", "end"], check=True)
-        poll(page, "document.body.dataset.taskRunning === '0'")
+        until(page, "document.body.dataset.taskRunning === '0'")
 
     c.visit(name, "live task", f"/tasks/{task}?project={name}", ready="body[data-waterfall-ready='1']", then=grows)
     c.fetch(name, "live json ended", f"/tasks/{task}/live.json?project={name}",

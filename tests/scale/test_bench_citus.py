@@ -18,7 +18,7 @@ from django.conf import settings
 
 from agentops import citus
 from bench.run import ANSWER_FILTERS, citus_rows
-from tests.conftest import subprocess_database_url
+from tests.conftest import bench_scratch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,14 +35,8 @@ needs_cluster = pytest.mark.skipif(not _cluster_running(),
 @pytest.fixture
 def bench_env(transactional_db):
     prefix = f"citusbench{os.getpid()}_"
-    env = {**os.environ, "DATABASE_URL": subprocess_database_url(), "AGENTOPS_BENCH_DB_PREFIX": prefix,
-           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "AGENTOPS_DATA_DIR": str(settings.DATA_DIR)}
-    yield env
-    admin = subprocess_database_url().rsplit("/", 1)
-    admin = admin[0] + "/postgres" + (("?" + admin[1].split("?", 1)[1]) if "?" in admin[1] else "")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for (name,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [prefix + "%"]):
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with bench_scratch(prefix) as env:
+        yield env
     nodes = [(citus.HOST, port) for port in citus.ports(Path(settings.DATA_DIR)).values()]
     for _host, port in nodes:
         with psycopg.connect(host=citus.HOST, port=port, user="postgres", dbname="postgres") as conn:

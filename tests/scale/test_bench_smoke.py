@@ -10,12 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
-from django.conf import settings
 
 from bench.queries import PAIR_PER_TURN, PAIR_TURNS
-from tests.conftest import faults_pass, subprocess_database_url
+from tests.conftest import bench_scratch, faults_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, faults_pass]
@@ -23,17 +21,8 @@ pytestmark = [pytest.mark.slow, faults_pass]
 
 @pytest.fixture
 def bench_env(transactional_db):
-    prefix = f"smoke{os.getpid()}_"
-    env = {**os.environ, "DATABASE_URL": subprocess_database_url(), "AGENTOPS_BENCH_DB_PREFIX": prefix,
-           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "AGENTOPS_DATA_DIR": str(settings.DATA_DIR)}
-    yield env
-    admin = subprocess_database_url().rsplit("/", 1)
-    admin = admin[0] + "/postgres" + (("?" + admin[1].split("?", 1)[1]) if "?" in admin[1] else "")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                                            [prefix + "%"]).fetchall()]
-        for name in names:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with bench_scratch(f"smoke{os.getpid()}_") as env:
+        yield env
 
 
 def test_make_bench_runs_every_section_and_reports_every_figure(bench_env, tmp_path):
