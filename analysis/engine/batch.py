@@ -183,7 +183,7 @@ def claim_due(*, limit: int = BATCH_TASKS, token: str | None = None, project_id:
               bounded: bool = True) -> tuple[str, Claimed]:
     """Claim up to `limit` due tasks nobody holds (and, if `bounded`, up to BATCH_STEPS steps),
     oldest last event first, within `horizon_seconds` of now (the sweep's horizon by default), for
-    `seconds` (CLAIM_SECONDS by default): (token, ids claimed)."""
+    `seconds` (CLAIM_SECONDS by default): (token, the tasks claimed with their projects)."""
     token = token or secrets.token_hex(8)
     if limit <= 0:
         return token, {}
