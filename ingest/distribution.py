@@ -115,12 +115,6 @@ def distribute(cursor, *, reference=(), distributed=()) -> None:
     drop_local_copies(cursor, [*reference, *distributed])
 
 
-def workers(cursor) -> int:
-    """The primary workers registered on this coordinator."""
-    cursor.execute("SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0")
-    return cursor.fetchone()[0]
-
-
 def undistributed(cursor) -> tuple[list[str], list[str]]:
     """(reference, distributed): the tables of those roles that Citus does not hold yet, in the
     order `distribute` takes them."""

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
+from agentops import citus
 from ingest import distribution as d
 
 
@@ -34,7 +35,7 @@ class Command(BaseCommand):
                 raise CommandError(f"Citus is not installed in database {connection.settings_dict['NAME']!r}: "
                                    "run CREATE EXTENSION citus there (and on every worker), then "
                                    "SELECT citus_add_node('<host>', <port>) for each worker")
-            if not d.workers(cursor):
+            if not citus.workers_of(connection):
                 raise CommandError("no worker is registered on this coordinator: "
                                    "SELECT citus_add_node('<host>', <port>) for each worker first")
             reference, distributed = d.undistributed(cursor)
