@@ -32,6 +32,7 @@ docs/analysis.md, "Dependencies" and "Evidence bases".
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -176,10 +177,13 @@ class Profile:
 
     def history(self, names: tuple[str, str]) -> tuple[str, str]:
         """(verdict, basis) of a pair from the agent's runs, ("", "") when they say nothing yet."""
-        own = self.pairs.get(names)
-        verdict, basis = pair_verdict(own, self.pairs.get(names[::-1])) if own is not None else ("", "")
+        own, reverse = self.pairs.get(names), self.pairs.get(names[::-1])
+        verdict, basis = pair_verdict(own, reverse) if own is not None else ("", "")
         if verdict in ("", UNKNOWN_VERDICT) and (own is None or quiet(own)):
-            if any(p.concurrent_runs and quiet(p) for p in self.elsewhere.get(names, ())):
+            # Run concurrently, the two may have started in either order (and so be named the
+            # other way round), in this release or another.
+            seen = [reverse, *self.elsewhere.get(names, ()), *self.elsewhere.get(names[::-1], ())]
+            if any(p is not None and p.concurrent_runs and quiet(p) for p in seen):
                 return INDEPENDENT, LEARNED_TOGETHER
         return verdict, basis
 
@@ -274,13 +278,36 @@ class Evidence:
         # Follow-ups can be told from requested calls only where both sides record call ids.
         self.ids_both_sides = bool(self.requested_by) and any(c.tool_call_id for c in self.calls)
         self._index = {s.step_id: i for i, s in enumerate(self.calls)}
+        self._implied = self._requested_without_ids(steps)
         self._args: dict[str, set[str]] = {}
         self._results: dict[str, set[str]] = {}
         self._outputs: dict[str, set[str]] = {}
 
     def issuer(self, call: StepData) -> StepData | None:
         """The LLM step whose response requested this call, if call ids say so."""
-        return self.requested_by.get(call.tool_call_id) if call.tool_call_id else None
+        if call.tool_call_id:
+            return self.requested_by.get(call.tool_call_id)
+        return self._implied.get(call.step_id)
+
+    def _requested_without_ids(self, steps: list[StepData]) -> dict[str, StepData]:
+        """step_id → the LLM step that requested it, where the tool spans carry no call id (Agno,
+        smolagents, the Agents SDK under OpenInference record the ids on the model call only): a
+        response that requested n calls (n ≥ 2) followed by exactly n calls before the next model
+        call ended requested those. A count that differs (agent code added a call) says nothing."""
+        if not self.requested_by or any(c.tool_call_id for c in self.calls):
+            return {}
+        llms = sorted((s for s in steps if s.kind == "llm"), key=lambda s: s.end_ms)
+        ends = [s.end_ms for s in llms]
+        turns: dict[int, list[StepData]] = {}
+        for call in self.calls:
+            i = bisect.bisect_right(ends, call.start_ms + 1e-6)
+            if i:
+                turns.setdefault(i - 1, []).append(call)
+        implied = {}
+        for i, calls in turns.items():
+            if len(calls) >= 2 and len(set(llms[i].tool_call_ids)) == len(calls):
+                implied.update((c.step_id, llms[i]) for c in calls)
+        return implied
 
     def args(self, call: StepData) -> set[str]:
         if call.step_id not in self._args:

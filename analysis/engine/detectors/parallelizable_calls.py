@@ -16,7 +16,8 @@ actually occupied (union of its intervals) − that projection: for fully indepe
 calls, sum − max.
 
 The finding's confidence, and its `evidence["basis"]`, are those of its weakest assumption of
-independence: high when this trace shows it (call ids of tools that do not act, overlap, declared
+independence (pairs nothing shows independent are kept in order first: the waste that positive
+evidence alone supports, where there is some, is asserted; else the whole is possible): high when this trace shows it (call ids of tools that do not act, overlap, declared
 dependencies), medium when the agent's other runs do, low ("possible") when nothing positive does
 (no flow seen is not evidence); a low one is shown but counts in no total.
 
@@ -122,23 +123,29 @@ def turn_groups(steps: list[StepData], evidence: Evidence) -> list[list[StepData
     return [calls for calls in turns.values() if len(calls) >= 2]
 
 
-def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float:
+def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]],
+                ordered: set[tuple[str, str]] = frozenset()) -> float:
     """Duration of the group run as parallel as its dependencies allow: independent calls start
     with the group, a dependent one after what it needs plus the hand-off it really took (the
     agent's dispatch time between a call and its follow-up is not parallelism to win), and a call
     that ran together with an earlier one (`ran_together`) keeps its lag behind it: the agent
     already runs the two in parallel, so what held the later one back (its dispatch, a model still
-    streaming the call) is not something running them in parallel would remove."""
+    streaming the call) is not something running them in parallel would remove. An `ordered` pair
+    (nothing shows it independent) only keeps its order: the later one starts once the earlier ended."""
     needs: dict[str, list[StepData]] = defaultdict(list)
+    after: dict[str, list[str]] = defaultdict(list)
     by_id = {s.step_id: s for s in group}
     for earlier, later in dependent:
         needs[later].append(by_id[earlier])
+    for earlier, later in ordered:
+        after[later].append(earlier)
     ordered = sorted(group, key=lambda c: (c.start_ms, c.step_id))
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     for j, s in enumerate(ordered):
         ready = max((finish[e.step_id] + max(0.0, s.start_ms - e.end_ms) for e in needs[s.step_id]
                      if e.step_id in finish), default=0.0)
+        ready = max([ready, *(finish[e] for e in after[s.step_id] if e in finish)])
         for e in ordered[max(0, j - LINK_WINDOW):j]:
             if ran_together(e, s):
                 ready = max(ready, start[e.step_id] + s.start_ms - e.start_ms)
@@ -217,12 +224,23 @@ def detect(ctx: TaskContext):
         total = sum(s.duration_ms for s in group)
         if wasted < MIN_WASTED_MS or serial_stages(group) < 2:
             continue
-        basis = _weakest(serial)
+        # What positive evidence alone supports: the pairs nothing shows independent kept in
+        # order. Where that still wastes time, the finding asserts that much (a fan-out beside a
+        # framework's own zero-length span, three reads beside a click); else the whole is possible.
+        unknown = {(link.earlier, link.later) for link in links if link.dependent is None}
+        shown = [link for link in serial if link.dependent is False]
+        sure = parallel_ms(group, dependent, unknown) if unknown else projected
+        if shown and actual - sure >= MIN_WASTED_MS:
+            projected, wasted, basis = sure, actual - sure, _weakest(shown)
+        else:
+            basis = _weakest(serial)
         confidence = STRENGTH[basis]
         end = max(s.end_ms for s in group)
         names = ", ".join(dict.fromkeys(s.label for s in group))
         linked = sorted({sid for pair in dependent for sid in pair})
         claim = ("though none depends on another" if not dependent else "though only some depend on others")
+        if confidence != CONFIDENCE_LOW and unknown:
+            claim = "though some of them needed none of the others"
         if confidence == CONFIDENCE_LOW:
             claim = "and nothing in the trace shows whether one needed another's output"
         took, would = fmt_ms(actual), fmt_ms(projected)
@@ -233,6 +251,7 @@ def detect(ctx: TaskContext):
         evidence_out = {
             "calls": len(group), "actual_ms": round(actual, 1), "parallel_ms": round(projected, 1),
             "sum_ms": round(total, 1), "dependent_step_ids": linked, "basis": basis,
+            "unknown_step_ids": sorted({sid for pair in unknown for sid in pair}),
             "links": [{"earlier": link.earlier, "later": link.later, "dependent": link.dependent,
                        "basis": link.basis} for link in links[:MAX_EVIDENCE_LINKS]],
         }
