@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from analysis.access import request_project
 from analysis.dashboard.views import _page, _project
+from analysis.engine.detectors.bases import BASES
 from analysis.engine.detectors.dependencies import (
     DEPENDENT,
     INDEPENDENT,
@@ -65,7 +66,7 @@ def agent_graph(*, project: Project, agent: str, release: str | None = None) -> 
         for name in (p.earlier, p.later):
             calls[name] = max(calls.get(name, 0), p.runs)
         verdict, basis = pair_verdict(p)
-        verdict, basis = verdict or UNKNOWN_VERDICT, basis or LEARNED_UNKNOWN
+        verdict, basis = verdict or UNKNOWN_VERDICT, BASES[basis or LEARNED_UNKNOWN].meaning
         edges.append({
             "earlier": p.earlier, "later": p.later, "relation": relation(p), "verdict": verdict, "basis": basis,
             "runs": p.runs, "flow_runs": p.flow_runs, "blind_runs": p.blind_runs, "concurrent_runs": p.concurrent_runs,
