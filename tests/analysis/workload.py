@@ -73,9 +73,10 @@ def problem_task(task_id: str, start: float) -> tuple[TaskRecord, list[StepRecor
     steps = [
         StepRecord(f"{task_id}-l1", task_id, at(start), at(start + 1.2), kind="llm", name="chat", model="llama-3-70b",
                    device="gpu-1", input_tokens=2000, output_tokens=50, ttft_ms=200),
-        tool("a", 1.23, 1.63, tool_args={"order_id": "A-1"}),
-        tool("b", 1.66, 2.06, tool_args={" order_id": "A-1"}),
-        tool("c", 2.09, 2.49, tool_args={"order_id": "A-1"}),
+        # The same answer each time, recorded as instrumentations record it: nothing changed it.
+        tool("a", 1.23, 1.63, tool_args={"order_id": "A-1"}, tool_result='{"status": "shipped"}'),
+        tool("b", 1.66, 2.06, tool_args={" order_id": "A-1"}, tool_result='{"status": "shipped"}'),
+        tool("c", 2.09, 2.49, tool_args={"order_id": "A-1"}, tool_result='{"status": "shipped"}'),
         StepRecord(f"{task_id}-l2", task_id, at(start + 4.5), at(start + 5.7), kind="llm", name="chat",
                    model="llama-3-70b", device="gpu-1", input_tokens=2000, output_tokens=50, ttft_ms=200),
         tool("d", 5.73, 8.73, tool_name="search_order", tool_args={"order_id": "B-2"}),
