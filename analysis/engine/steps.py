@@ -73,16 +73,22 @@ def binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
 
 
 def load_steps(cursor, task_pks: list[int], *, projects: Iterable[int],
-               kinds: tuple[str, ...] | None = None) -> dict[int, list[StepData]]:
+               kinds: tuple[str, ...] | None = None, limit: int | None = None) -> dict[int, list[StepData]]:
     """task pk → its steps (of `kinds`, all when None) in start order; `projects`: those of the
-    tasks (a task of another project is not read)."""
+    tasks (a task of another project is not read). `limit`: the first this many steps only, of
+    one task (a huge task's analysed part: analysis/engine/batch.py, HUGE_TASK_STEPS)."""
     by_task: dict[int, list[StepData]] = defaultdict(list)
     if not task_pks:
         return by_task
+    if limit is not None and len(set(task_pks)) != 1:
+        raise ValueError("load_steps: a limit applies to the steps of one task")
     wanted = list(kinds) if kinds is not None else None
     loads, step_data = json.loads, StepData
     params = [sorted(set(projects)), list(task_pks), wanted, wanted]
-    for values in binary_rows(cursor, _SQL, params, _step_rows):
+    sql = _SQL if limit is None else _SQL + " LIMIT %s"
+    if limit is not None:
+        params.append(limit)
+    for values in binary_rows(cursor, sql, params, _step_rows):
         task_pk = values.pop()
         values[_DEPENDS] = tuple(values[_DEPENDS]) if values[_DEPENDS] else ()
         values[_CALL_IDS] = tuple(values[_CALL_IDS]) if values[_CALL_IDS] else ()
