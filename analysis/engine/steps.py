@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
 import psycopg
@@ -64,12 +64,25 @@ def _step_rows(cursor):
     return list
 
 
+# Rows are decoded this many at a time: decoding is C code that holds the GIL throughout, and a
+# worker's other threads (the claim heartbeat: analysis/engine/batch.py) must get a turn while the
+# 50,000 steps of a huge task are decoded on a loaded machine, not after seconds.
+ROWS_AT_A_TIME = 2000
+
+
+def binary_row_chunks(cursor, sql: str, params: list, row_factory=tuple_row) -> Iterator[list]:
+    """The rows of a query in the binary protocol, on the Django cursor's connection (and
+    transaction), decoded ROWS_AT_A_TIME at a time."""
+    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
+        raw.execute(sql, params, binary=True)
+        while rows := raw.fetchmany(ROWS_AT_A_TIME):
+            yield rows
+
+
 def binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
     """The rows of a query in the binary protocol, on the Django cursor's connection (and
     transaction)."""
-    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
-        raw.execute(sql, params, binary=True)
-        return raw.fetchall()
+    return [row for rows in binary_row_chunks(cursor, sql, params, row_factory) for row in rows]
 
 
 def load_steps(cursor, task_pks: list[int], *, projects: Iterable[int],
@@ -88,7 +101,7 @@ def load_steps(cursor, task_pks: list[int], *, projects: Iterable[int],
     sql = _SQL if limit is None else _SQL + " LIMIT %s"
     if limit is not None:
         params.append(limit)
-    for values in binary_rows(cursor, sql, params, _step_rows):
+    for values in (row for rows in binary_row_chunks(cursor, sql, params, _step_rows) for row in rows):
         task_pk = values.pop()
         values[_DEPENDS] = tuple(values[_DEPENDS]) if values[_DEPENDS] else ()
         values[_CALL_IDS] = tuple(values[_CALL_IDS]) if values[_CALL_IDS] else ()
