@@ -379,3 +379,17 @@ def test_a_task_under_the_size_limit_is_analysed_whole(project, quiet):
     analysis = TaskAnalysis.objects.get(task=task)
     assert analysis.limited is None and analysis.limited_note == ""
     assert sum(analysis.budget.values()) == pytest.approx(task.duration_ms, abs=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_claim_is_renewed_and_a_dropped_one_runs_out(project, quiet, monkeypatch):
+    monkeypatch.setattr(batch, "CLAIM_SECONDS", 2)
+    monkeypatch.setattr(batch, "HEARTBEAT_SECONDS", 0.4)
+    held, dropped = due_tasks(project, 2, last_event_at=timezone.now() - timedelta(minutes=1), prefix="t")
+    token, claimed = batch.claim_ids([held.pk, dropped.pk], projects=[project.pk])
+    assert len(claimed) == 2
+    with batch.Heartbeat() as beat:
+        beat.hold(token, {held.pk: project.pk})
+        time.sleep(3.5)  # past the 2 s lease
+        assert batch.claim_ids([held.pk, dropped.pk], projects=[project.pk])[1] == {dropped.pk: project.pk}
+    assert TaskAnalysis.objects.get(task=held).claim_token == token
