@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -242,8 +243,6 @@ class Heartbeat:
     other connections, and so to other workers: nothing to renew, no thread is started."""
 
     def __init__(self) -> None:
-        import threading
-
         self._held: dict[str, Claimed] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -666,7 +665,6 @@ def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]
     batch before them, and their leases are renewed meanwhile, so a worker busy for a minute with
     one huge task must not sit on other projects' small ones (issue #39)."""
     import queue
-    import threading
 
     if connection.in_atomic_block:  # other connections would not see this transaction's rows
         total: dict[str, int] = {}
