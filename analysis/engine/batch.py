@@ -20,7 +20,10 @@ results of the tasks whose claim is still ours: a multi-row UPDATE of their Task
 that checks the claim token under the row locks, one DELETE of their old findings and one
 COPY of the new ones. A worker whose claim expired (stalled, or SIGKILLed and later resurrected)
 can never overwrite the new owner's results; a worker killed mid-batch writes nothing: its claims
-expire and the sweep hands the tasks out again. Late data makes a task due again
+expire and the sweep hands the tasks out again. A claim's lease is short (CLAIM_SECONDS) and renewed
+while the worker holds it (`Heartbeat`), so that expiry comes within a minute of a worker's death
+and never to live work. Due tasks are claimed in turns across projects (`_CANDIDATES`); a task of
+more than HUGE_TASK_STEPS steps is analysed over its first HUGE_TASK_STEPS (`_huge_load`). Late data makes a task due again
 (`analyzed_through`). One task ("analyse this one now", `pipeline.run`) is a batch of one.
 How the time per task went: docs/analysis.md, "Throughput".
 """
