@@ -267,6 +267,10 @@ ANALYSIS_QUIET_SECONDS = env_int("AGENTOPS_ANALYSIS_QUIET_SECONDS", 5)
 # A task whose end was never reported (e.g. an OTLP root span that never came) is analysed
 # after this much silence.
 ANALYSIS_ABANDON_SECONDS = env_int("AGENTOPS_ANALYSIS_ABANDON_SECONDS", 120)
+# A worker's claim on the tasks it analyses lasts this long and is renewed every third of it while the
+# worker holds them (analysis/engine/batch.py): a dead worker's tasks are analysed again within a
+# minute, live work is never claimed twice.
+ANALYSIS_CLAIM_SECONDS = env_int("AGENTOPS_ANALYSIS_CLAIM_SECONDS", 30)
 
 # Keep steps, samples and tasks this many days (0: keep everything). Old weekly partitions are
 # dropped whole by the hourly maintenance job.

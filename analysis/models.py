@@ -31,9 +31,22 @@ class TaskAnalysis(ProjectRow):
     wasted_ms = models.FloatField(default=0)
     top_finding = models.CharField(max_length=40, blank=True, default="")
     finding_kinds = ArrayField(models.CharField(max_length=40), default=list, blank=True)
+    # Set when the task was too large to analyse fully (analysis/engine/batch.py, HUGE_TASK_STEPS):
+    # {"reason": "too_large", "steps", "analysed_steps", "limit", "analysed_until"}; null otherwise.
+    limited = models.JSONField(null=True, blank=True, default=None)
 
     class Meta:
         indexes = [models.Index(fields=["project", "top_finding"], name="analysis_top_finding")]
+
+    @property
+    def limited_note(self) -> str:
+        """What the task page and the API say of an analysis that did not cover the whole task."""
+        if not self.limited:
+            return ""
+        steps, done = self.limited.get("steps"), self.limited.get("analysed_steps")
+        return (f"Too large to analyse fully: this task has {steps:,} steps, more than the {self.limited.get('limit'):,}"
+                f" analysed in full. Its findings, critical path and budget cover its first {done:,} steps,"
+                f" until {self.limited.get('analysed_until')}.")
 
 
 class FindingQuerySet(models.QuerySet):

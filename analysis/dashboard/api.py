@@ -169,6 +169,7 @@ class _TaskDetail:
         self.budget = analysis.budget if analysis else {}
         self.whatif = analysis.whatif if analysis else {}
         self.analyzed_at = analysis.analyzed_at if analysis else None
+        self.analysis_limited = {**analysis.limited, "note": analysis.limited_note} if analysis and analysis.limited else None
 
     def __getattr__(self, name):
         return getattr(self._task, name)

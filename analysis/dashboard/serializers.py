@@ -92,10 +92,13 @@ class TaskDetailSerializer(TaskSerializer):
     budget = serializers.DictField(child=serializers.FloatField())
     whatif = serializers.JSONField()
     analyzed_at = serializers.DateTimeField(allow_null=True)
+    analysis_limited = serializers.JSONField(
+        allow_null=True, help_text='null, or for a task too large to analyse fully: {"reason": "too_large", "steps",'
+                                   ' "analysed_steps", "limit", "analysed_until", "note"} (what the analysis covered)')
 
     class Meta(TaskSerializer.Meta):
         fields = TaskSerializer.Meta.fields + ["attributes", "steps", "findings", "critical_path",
-                                               "budget", "whatif", "analyzed_at"]
+                                               "budget", "whatif", "analyzed_at", "analysis_limited"]
 
 
 class TaskPageSerializer(serializers.Serializer):

@@ -20,7 +20,10 @@ results of the tasks whose claim is still ours: a multi-row UPDATE of their Task
 that checks the claim token under the row locks, one DELETE of their old findings and one
 COPY of the new ones. A worker whose claim expired (stalled, or SIGKILLed and later resurrected)
 can never overwrite the new owner's results; a worker killed mid-batch writes nothing: its claims
-expire and the sweep hands the tasks out again. Late data makes a task due again
+expire and the sweep hands the tasks out again. A claim's lease is short (CLAIM_SECONDS) and renewed
+while the worker holds it (`Heartbeat`), so that expiry comes within a minute of a worker's death
+and never to live work. Due tasks are claimed in turns across projects (`_CANDIDATES`); a task of
+more than HUGE_TASK_STEPS steps is analysed over its first HUGE_TASK_STEPS (`_huge_load`). Late data makes a task due again
 (`analyzed_through`). One task ("analyse this one now", `pipeline.run`) is a batch of one.
 How the time per task went: docs/analysis.md, "Throughput".
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -60,15 +64,27 @@ log = logging.getLogger("agentops.analysis")
 BATCH_TASKS = 500
 # …and at most this many steps (a batch of huge tasks stays bounded in memory).
 BATCH_STEPS = 20_000
+# A task of more steps than this is too large to analyse fully: its analysis covers its first
+# HUGE_TASK_STEPS steps (in start order) and the time until the next one starts, and TaskAnalysis
+# .limited says so (the task page and the API show it). 50,000 steps is the size the engine is
+# built and tested for (the critical path, the budget, the detectors' windows: linear, seconds,
+# ~200 MB); a 200,000-span trace analysed whole took 3.3 GB and over 10 minutes (issue #39).
+# Bounded so, the memory of one analysis is that of a 50,000-step task whatever the task's size.
+HUGE_TASK_STEPS = 50_000
 # A Celery message keeps claiming batches while tasks are due, for at most this long; then it
 # returns so the worker's other messages are not starved.
 DRAIN_SECONDS = 20.0
 # The top-up looks at tasks whose last event is this recent first (the common case: analysis
 # keeps up), and only then at the sweep's whole horizon.
 RECENT_SECONDS = 300
-# A claim outlives any sane analysis (a 50,000-step task takes seconds); a crashed worker's
-# task is handed out again after this.
-CLAIM_SECONDS = getattr(settings, "ANALYSIS_CLAIM_SECONDS", 300)
+# A claim's lease is short and renewed while its worker holds the tasks (`Heartbeat`, every
+# HEARTBEAT_SECONDS): live work is never claimed again however long it runs (a 200,000-step task's
+# analysis outlived a 300 s lease and ran twice), and a dead worker's tasks are free CLAIM_SECONDS
+# after its last renewal at most; the sweep (every 5 s) then hands them out again: retried within a
+# minute. A third of the lease between renewals leaves room for two missed ones (a renewal skips
+# the rows a store has locked).
+CLAIM_SECONDS = settings.ANALYSIS_CLAIM_SECONDS
+HEARTBEAT_SECONDS = CLAIM_SECONDS / 3
 # The claim token of a task the sweep enqueued: any worker may take it.
 QUEUED = "queued"
 # Due tasks are looked for among those whose last event is at most this old, so each claim reads
@@ -96,14 +112,18 @@ DUE_SQL = """((t.reported AND t.ended_at IS NOT NULL AND t.last_event_at < %(qui
 _FREE = """(a.claimed_until IS NULL OR a.claimed_until < %(now)s
         OR (a.claim_token = %(queued)s AND %(token)s <> %(queued)s))"""
 
-# The candidates, by last event, up to `limit` and up to `max_steps` steps in all (always one;
+# The candidates in turns across projects: each project's oldest (by last event) first, then each
+# one's second... so a project with thousands of due tasks cannot fill every batch while another
+# project's task waits behind them. Up to `limit`, and up to `max_steps` steps in all (always one;
 # NULL: no bound).
 _CANDIDATES = """SELECT id, project_id, analyzed_through FROM (
-    SELECT t.id, t.project_id, a.analyzed_through, row_number() OVER w AS n,
-           sum(greatest(t.step_count, 1)) OVER w AS running
-    FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id
-    WHERE {where} WINDOW w AS (ORDER BY t.last_event_at ROWS UNBOUNDED PRECEDING)
-    ORDER BY t.last_event_at LIMIT %(limit)s) x
+    SELECT id, project_id, analyzed_through, row_number() OVER w AS n, sum(greatest(step_count, 1)) OVER w AS running
+    FROM (SELECT t.id, t.project_id, a.analyzed_through, t.step_count, t.last_event_at,
+                 row_number() OVER (PARTITION BY t.project_id ORDER BY t.last_event_at, t.id) AS turn
+          FROM ingest_task t LEFT JOIN analysis_taskanalysis a ON a.task_id = t.id AND a.project_id = t.project_id
+          WHERE {where}) r
+    WINDOW w AS (ORDER BY turn, last_event_at, id ROWS UNBOUNDED PRECEDING)
+    ORDER BY turn, last_event_at, id LIMIT %(limit)s) x
   WHERE n = 1 OR %(max_steps)s::int8 IS NULL OR running <= %(max_steps)s"""
 
 # Rows are inserted (and conflicting rows locked) in (project, task id) order, whatever order the
@@ -217,6 +237,75 @@ def release(task_pks: Mapping[int, int] | list[int], token: str) -> None:
                            [list(task_pks), token, *([] if projects is None else [projects])])
 
 
+class Heartbeat:
+    """Renews the leases of the claims a worker holds, every HEARTBEAT_SECONDS, from a thread of its
+    own on a connection of its own, for as long as the `with` block runs: `hold` a claim once it
+    is taken, `drop` it once it is stored or released. A renewal never waits: rows locked by a
+    store (or by anyone) are skipped until the next beat, so it cannot take part in a deadlock.
+    Inside a caller's transaction (tests, `analyze` in an atomic block) its claims are invisible to
+    other connections, and so to other workers: nothing to renew, no thread is started."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Claimed] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if not connection.in_atomic_block:
+            self._thread = threading.Thread(target=self._run, name="analysis-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def hold(self, token: str, claimed: Mapping[int, int] | list[int]) -> None:
+        if claimed:
+            with self._lock:
+                self._held[token] = dict(claimed) if isinstance(claimed, Mapping) else dict.fromkeys(claimed)
+
+    def drop(self, token: str) -> None:
+        with self._lock:
+            self._held.pop(token, None)
+
+    def renew(self) -> int:
+        """Extend every held claim still ours by CLAIM_SECONDS from now: the rows renewed."""
+        with self._lock:
+            held = list(self._held.items())
+        renewed = 0
+        until = timezone.now() + timedelta(seconds=CLAIM_SECONDS)
+        with connection.cursor() as cursor:
+            for token, claimed in held:
+                by_project: dict[int | None, list[int]] = defaultdict(list)
+                for pk, project_id in claimed.items():
+                    by_project[project_id].append(pk)
+                for project_id, pks in sorted(by_project.items(), key=lambda item: item[0] or 0):
+                    # One project a statement: on Citus a SELECT … FOR UPDATE must stay on one shard.
+                    cursor.execute(
+                        "UPDATE analysis_taskanalysis a SET claimed_until = %s FROM ("
+                        " SELECT task_id, project_id FROM analysis_taskanalysis WHERE task_id = ANY(%s)"
+                        " AND claim_token = %s" + ("" if project_id is None else " AND project_id = %s") +
+                        " FOR UPDATE SKIP LOCKED) l WHERE a.task_id = l.task_id AND a.project_id = l.project_id"
+                        " AND a.claimed_until < %s",
+                        [until, sorted(pks), token, *([] if project_id is None else [project_id]), until])
+                    renewed += cursor.rowcount
+        return renewed
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(HEARTBEAT_SECONDS):
+                try:
+                    self.renew()
+                except Exception as exc:  # the database away for a beat: the lease has room for two
+                    log.warning("analysis.heartbeat_failed error=%s", exc)
+        finally:
+            connection.close()
+
+
 # --- loading -------------------------------------------------------------------------------------
 
 # Rows are read by column name (the aliases), never by position: a column added to a query or a
@@ -233,10 +322,16 @@ class _Task:
     last_event_at: datetime
     release: str
     name: str
+    step_count: int
     steps: list[StepData] = field(default_factory=list)
+    # A task over HUGE_TASK_STEPS: what its analysis covered (TaskAnalysis.limited), and the end of
+    # the part analysed.
+    limited: dict | None = None
+    analysed_until: datetime | None = None
 
 
-_TASK_SQL = f"""SELECT {", ".join("id AS pk" if f.name == "pk" else f.name for f in fields(_Task) if f.name != "steps")}
+_LOADED = ("steps", "limited", "analysed_until")  # not columns: filled in by the loading
+_TASK_SQL = f"""SELECT {", ".join("id AS pk" if f.name == "pk" else f.name for f in fields(_Task) if f.name not in _LOADED)}
 FROM ingest_task WHERE id = ANY(%s)"""
 
 _BASELINE_SQL = """SELECT kind, key, device, count, median_ms, mad_ms, p90_ms, p99_ms, stats::text AS stats
@@ -260,12 +355,34 @@ def task_query(task_pks: Mapping[int, int] | list[int]) -> tuple[str, list]:
 
 
 def _tasks_load(cursor, task_pks: Mapping[int, int] | list[int]) -> dict[int, _Task]:
-    """The tasks, each with its steps in start order."""
+    """The tasks, each with its steps in start order; a task of more than HUGE_TASK_STEPS steps
+    with its first HUGE_TASK_STEPS only, read on their own (`_huge_load`)."""
     tasks = {t.pk: t for t in binary_rows(cursor, *task_query(task_pks), kwargs_row(_Task))}
+    huge = [t for t in tasks.values() if t.step_count > HUGE_TASK_STEPS]
+    rest = [pk for pk, t in tasks.items() if t.step_count <= HUGE_TASK_STEPS]
     projects = {t.project_id for t in tasks.values()}
-    for pk, steps in load_steps(cursor, list(tasks), projects=projects).items():
+    for pk, steps in load_steps(cursor, rest, projects=projects).items():
         tasks[pk].steps = steps
+    for task in huge:
+        _huge_load(cursor, task)
     return tasks
+
+
+def _huge_load(cursor, task: _Task) -> None:
+    """A huge task's first HUGE_TASK_STEPS steps in start order, and the instant the next one
+    starts: its analysis covers the task from its start to that instant (every step that started
+    before it), and says so (`limited`). Memory and time then stay those of a task of
+    HUGE_TASK_STEPS steps, however large the task (docs/analysis.md, "Huge tasks")."""
+    steps = load_steps(cursor, [task.pk], projects=[task.project_id], limit=HUGE_TASK_STEPS + 1).get(task.pk, [])
+    if len(steps) <= HUGE_TASK_STEPS:  # step_count was ahead of the rows (steps deleted): all of them
+        task.steps = steps
+        return
+    cut = steps.pop()
+    task.steps = steps
+    task.analysed_until = datetime.fromtimestamp(cut.start_ms / 1000, tz=UTC)
+    task.limited = {"reason": "too_large", "steps": task.step_count, "analysed_steps": len(steps),
+                    "limit": HUGE_TASK_STEPS, "analysed_until": task.analysed_until.isoformat()}
+    log.warning("analysis.task_too_large task=%s steps=%d analysed=%d", task.pk, task.step_count, len(steps))
 
 
 def _baselines_load(cursor, project_id: int, needs: list[tuple[set, set]]) -> tuple[dict, dict]:
@@ -356,7 +473,8 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
             for key in needs[task.pk][0]:
                 baselines.update(stats.get(key, ()))
             contexts[task.pk] = analyse.context_build(
-                task_id=task.task_id, started_at=task.started_at, ended_at=task.ended_at, steps=task.steps,
+                task_id=task.task_id, started_at=task.started_at, ended_at=task.analysed_until or task.ended_at,
+                steps=task.steps,
                 baselines=baselines, device_normals=normals, samples={},
                 profile=profiles.get((task.name, task.release)), related=related, families=families,
                 reached=reached[task.pk], release=task.release)
@@ -379,11 +497,12 @@ def _contexts(cursor, tasks: dict[int, _Task]) -> dict[int, TaskContext]:
 # then one UPDATE applies those still claimed with our token.
 _STAGE = "analysis_stage_result"
 _STAGE_SQL = f"""CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (task_id int8, project_id int8, through timestamptz,
-    path text[], budget jsonb, whatif jsonb, wasted float8, top text, kinds text[]) ON COMMIT DELETE ROWS"""
+    path text[], budget jsonb, whatif jsonb, wasted float8, top text, kinds text[], limited jsonb)
+    ON COMMIT DELETE ROWS"""
 _STORE_SQL = f"""
 UPDATE analysis_taskanalysis a SET analyzed_at = %s, analyzed_through = v.through, critical_path = v.path,
     budget = v.budget, whatif = v.whatif, wasted_ms = v.wasted, top_finding = v.top, finding_kinds = v.kinds,
-    claimed_until = NULL, claim_token = ''
+    limited = v.limited, claimed_until = NULL, claim_token = ''
 FROM {_STAGE} v WHERE a.task_id = v.task_id AND a.project_id = v.project_id AND a.claim_token = %s
   AND a.project_id = ANY(%s)
 RETURNING a.task_id
@@ -413,7 +532,8 @@ def _store_once(tasks: dict[int, _Task], results: dict[int, dict], *, token: str
                     totals[f.kind] += f.wasted_ms
                 copy.write_row((pk, tasks[pk].project_id, tasks[pk].last_event_at, result["critical_path"],
                                 Jsonb(result["budget"]), Jsonb(result["whatif"]), round(result["wasted_ms"], 3),
-                                max(totals, key=totals.get) if totals else "", sorted(totals)))
+                                max(totals, key=totals.get) if totals else "", sorted(totals),
+                                None if tasks[pk].limited is None else Jsonb(tasks[pk].limited)))
         # The UPDATE locks the rows until commit: the claim check and the writes are atomic. They
         # are locked first in (project, task id) order, the order a claim takes them in, so a store
         # and a concurrent claim that wants some of the same rows cannot deadlock. One statement a
@@ -495,6 +615,8 @@ def _finish(task_pks: Mapping[int, int] | list[int], token: str, tasks: dict, re
         raise
     if mine:
         _forget_lag({tasks[pk].project_id for pk in mine})
+    if failed:
+        _hold_failed(tasks, failed, token)
     lost = set(results) - set(mine)
     for pk in sorted(lost):
         log.warning("analysis.claim_lost task=%s", pk)
@@ -505,17 +627,33 @@ def _finish(task_pks: Mapping[int, int] | list[int], token: str, tasks: dict, re
     return outcome
 
 
+# A task whose analysis raised is tried again after this, not after the short lease: a task that
+# fails every time must not cost a worker an analysis every half minute.
+FAILED_RETRY_SECONDS = 300
+
+
+def _hold_failed(tasks: dict[int, _Task], failed: list[int], token: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE analysis_taskanalysis SET claimed_until = %s WHERE task_id = ANY(%s)"
+                       " AND project_id = ANY(%s) AND claim_token = %s",
+                       [timezone.now() + timedelta(seconds=FAILED_RETRY_SECONDS), sorted(failed),
+                        sorted({tasks[pk].project_id for pk in failed}), token])
+
+
 def analyse_claimed(task_pks: Mapping[int, int] | list[int], *, token: str) -> dict[str, int]:
     """Analyse tasks this worker claimed with `token` and store their results. Returns counts
-    of outcomes: analysed, claim_lost, failed (a task whose analysis raised keeps its claim until
-    it expires, then the sweep hands it out again: no retry loop within a drain), plus `steps`."""
+    of outcomes: analysed, claim_lost, failed (a task whose analysis raised keeps its claim for
+    FAILED_RETRY_SECONDS, then the sweep hands it out again: no retry loop within a drain), plus
+    `steps`."""
     if not task_pks:
         return {"analysed": 0, "claim_lost": 0, "failed": 0, "steps": 0}
     started = time.monotonic()
-    tasks, contexts = _load(task_pks, token)
-    loaded = time.monotonic()
-    results, failed = _analyse(contexts)
-    return _finish(task_pks, token, tasks, results, failed, (loaded - started, time.monotonic() - loaded))
+    with Heartbeat() as beat:
+        beat.hold(token, task_pks)
+        tasks, contexts = _load(task_pks, token)
+        loaded = time.monotonic()
+        results, failed = _analyse(contexts)
+        return _finish(task_pks, token, tasks, results, failed, (loaded - started, time.monotonic() - loaded))
 
 
 def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]]) -> dict[str, int]:
@@ -523,9 +661,13 @@ def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]
     after overlapping the analysis of the current one: one thread claims and loads the next batch,
     another stores the previous one (each on its own connection), while this thread runs the
     detectors. The database waits (about a third of a batch) hide behind the pure analysis; the
-    guarantees are analyse_claimed's, batch by batch. `claims` is consumed in the loader thread."""
+    guarantees are analyse_claimed's, batch by batch. `claims` is consumed in the loader thread.
+
+    The loader claims one batch ahead of the analysis at most, and none while a batch of more than
+    BATCH_STEPS steps (a huge task, alone in its batch) is analysed: tasks claimed ahead wait for the
+    batch before them, and their leases are renewed meanwhile, so a worker busy for a minute with
+    one huge task must not sit on other projects' small ones (issue #39)."""
     import queue
-    import threading
 
     if connection.in_atomic_block:  # other connections would not see this transaction's rows
         total: dict[str, int] = {}
@@ -534,14 +676,25 @@ def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]
         return total
     loaded: queue.Queue = queue.Queue(maxsize=1)
     stored: queue.Queue = queue.Queue(maxsize=1)
+    room = threading.Semaphore(0)  # released when the loader may claim the next batch
     total: dict[str, int] = {}
     errors: list[BaseException] = []
+    done = threading.Event()
 
     def loader() -> None:
         try:
-            for token, pks in claims:
-                if errors:
+            ahead = False
+            stream = iter(claims)
+            while True:
+                if ahead:
+                    room.acquire()
+                if errors or done.is_set():
                     break
+                token, pks = next(stream, (None, None))
+                if token is None:
+                    break
+                beat.hold(token, pks)
+                ahead = bool(pks)
                 if pks:
                     started = time.monotonic()
                     loaded.put((token, pks, *_load(pks, token), time.monotonic() - started))
@@ -558,29 +711,40 @@ def analyse_pipelined(claims: Iterator[tuple[str, Mapping[int, int] | list[int]]
                     _add(total, _finish(*item))
                 else:
                     release(item[0], item[1])
+                beat.drop(item[1])
         except BaseException as exc:
             errors.append(exc)
-            while stored.get() is not None:  # let the producer finish
-                pass
+            while (item := stored.get()) is not None:  # let the producer finish
+                beat.drop(item[1])
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=loader, daemon=True), threading.Thread(target=storer, daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        while (item := loaded.get()) is not None:
-            token, pks, tasks, contexts, load_s = item
-            if errors:
-                release(pks, token)
-                continue
-            started = time.monotonic()
-            results, failed = _analyse(contexts)
-            stored.put((pks, token, tasks, results, failed, (load_s, time.monotonic() - started)))
-    finally:
-        stored.put(None)
+    with Heartbeat() as beat:
+        threads = [threading.Thread(target=loader, daemon=True), threading.Thread(target=storer, daemon=True)]
         for t in threads:
-            t.join()
+            t.start()
+        try:
+            while (item := loaded.get()) is not None:
+                token, pks, tasks, contexts, load_s = item
+                if errors:
+                    release(pks, token)
+                    beat.drop(token)
+                    room.release()
+                    continue
+                huge = sum(len(t.steps) for t in tasks.values()) > BATCH_STEPS
+                if not huge:
+                    room.release()
+                started = time.monotonic()
+                results, failed = _analyse(contexts)
+                stored.put((pks, token, tasks, results, failed, (load_s, time.monotonic() - started)))
+                if huge:
+                    room.release()
+        finally:
+            done.set()
+            room.release()
+            stored.put(None)
+            for t in threads:
+                t.join()
     if errors:
         raise errors[0]
     return total

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
 import psycopg
@@ -64,25 +64,44 @@ def _step_rows(cursor):
     return list
 
 
+# Rows are decoded this many at a time: decoding is C code that holds the GIL throughout, and a
+# worker's other threads (the claim heartbeat: analysis/engine/batch.py) must get a turn while the
+# 50,000 steps of a huge task are decoded on a loaded machine, not after seconds.
+ROWS_AT_A_TIME = 2000
+
+
+def binary_row_chunks(cursor, sql: str, params: list, row_factory=tuple_row) -> Iterator[list]:
+    """The rows of a query in the binary protocol, on the Django cursor's connection (and
+    transaction), decoded ROWS_AT_A_TIME at a time."""
+    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
+        raw.execute(sql, params, binary=True)
+        while rows := raw.fetchmany(ROWS_AT_A_TIME):
+            yield rows
+
+
 def binary_rows(cursor, sql: str, params: list, row_factory=tuple_row) -> list:
     """The rows of a query in the binary protocol, on the Django cursor's connection (and
     transaction)."""
-    with psycopg.Cursor(cursor.cursor.connection, row_factory=row_factory) as raw:
-        raw.execute(sql, params, binary=True)
-        return raw.fetchall()
+    return [row for rows in binary_row_chunks(cursor, sql, params, row_factory) for row in rows]
 
 
 def load_steps(cursor, task_pks: list[int], *, projects: Iterable[int],
-               kinds: tuple[str, ...] | None = None) -> dict[int, list[StepData]]:
+               kinds: tuple[str, ...] | None = None, limit: int | None = None) -> dict[int, list[StepData]]:
     """task pk → its steps (of `kinds`, all when None) in start order; `projects`: those of the
-    tasks (a task of another project is not read)."""
+    tasks (a task of another project is not read). `limit`: the first this many steps only, of
+    one task (a huge task's analysed part: analysis/engine/batch.py, HUGE_TASK_STEPS)."""
     by_task: dict[int, list[StepData]] = defaultdict(list)
     if not task_pks:
         return by_task
+    if limit is not None and len(set(task_pks)) != 1:
+        raise ValueError("load_steps: a limit applies to the steps of one task")
     wanted = list(kinds) if kinds is not None else None
     loads, step_data = json.loads, StepData
     params = [sorted(set(projects)), list(task_pks), wanted, wanted]
-    for values in binary_rows(cursor, _SQL, params, _step_rows):
+    sql = _SQL if limit is None else _SQL + " LIMIT %s"
+    if limit is not None:
+        params.append(limit)
+    for values in (row for rows in binary_row_chunks(cursor, sql, params, _step_rows) for row in rows):
         task_pk = values.pop()
         values[_DEPENDS] = tuple(values[_DEPENDS]) if values[_DEPENDS] else ()
         values[_CALL_IDS] = tuple(values[_CALL_IDS]) if values[_CALL_IDS] else ()

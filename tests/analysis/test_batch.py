@@ -8,7 +8,7 @@ import random
 import threading
 import time
 from dataclasses import fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -295,3 +295,101 @@ def test_kendall_tau_is_scipys_bit_for_bit():
         if len(set(values)) < 2:
             continue
         assert kendall_tau(values) == float(kendalltau(range(n), values).statistic)
+
+
+def due_tasks(project, n: int, *, last_event_at, prefix: str) -> list[Task]:
+    """n ended, quiet tasks of two steps each (rows only: the claim reads the tasks, not their steps)."""
+    start = last_event_at - timedelta(seconds=5)
+    return Task.objects.bulk_create(
+        Task(project=project, task_id=f"{prefix}{i}", name="agent", started_at=start, ended_at=start + timedelta(seconds=1),
+             duration_ms=1000.0, reported=True, step_count=2, last_event_at=last_event_at + timedelta(milliseconds=i))
+        for i in range(n))
+
+
+def test_one_projects_backlog_does_not_hold_another_projects_task_out_of_the_batch(project, other_project, quiet):
+    # Oldest last event first, project A's 500 due tasks filled the first batch and B's one task,
+    # newer than all of them, waited for the batches after (issue #39: more than 90 s).
+    due_tasks(project, 500, last_event_at=timezone.now() - timedelta(minutes=10), prefix="a")
+    (b,) = due_tasks(other_project, 1, last_event_at=timezone.now() - timedelta(seconds=2), prefix="b")
+    _, claimed = batch.claim_due(limit=batch.BATCH_TASKS)
+    assert len(claimed) == batch.BATCH_TASKS
+    assert claimed[b.pk] == other_project.pk
+    # The rest of the batch is A's, oldest first; the next claim takes A's last one.
+    assert sorted(pk for pk, p in claimed.items() if p == project.pk) == sorted(
+        Task.objects.filter(project=project).order_by("last_event_at").values_list("pk", flat=True)[:499])
+    assert len(batch.claim_due(limit=batch.BATCH_TASKS)[1]) == 1
+
+
+def test_projects_take_turns_within_a_batch(project, other_project, quiet):
+    older = due_tasks(project, 5, last_event_at=timezone.now() - timedelta(minutes=10), prefix="a")
+    newer = due_tasks(other_project, 5, last_event_at=timezone.now() - timedelta(minutes=1), prefix="b")
+    _, claimed = batch.claim_due(limit=4)
+    assert set(claimed) == {older[0].pk, older[1].pk, newer[0].pk, newer[1].pk}
+
+
+# The bound on one analysing process's peak RSS, whatever the size of its task (docs/analysis.md,
+# "Huge tasks"): a 200,000-span trace analysed whole took 3.3 GB (issue #39).
+PEAK_RSS_MB = 1024
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_huge_task_is_analysed_in_bounded_memory_and_says_what_it_covered(stack_env, project, read_key, client,
+                                                                            django_user_model):
+    import json
+    import subprocess
+    import sys
+
+    from bench.huge_task import insert_huge_task
+
+    task = insert_huge_task(project, "huge", steps=200_000, calls=20)
+    assert task.step_count > 199_000
+    # Analysed as a worker does (a batch of one) in a process of its own, whose peak RSS is read.
+    out = subprocess.run([sys.executable, "bench/huge_task.py", "--child", str(task.pk)], env=stack_env,
+                         stdout=subprocess.PIPE, text=True, timeout=900, check=True)
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    assert measured["outcome"] == "analysed"
+    assert measured["peak_rss_mb"] < PEAK_RSS_MB, measured
+    analysis = TaskAnalysis.objects.get(task=task)
+    assert analysis.limited["reason"] == "too_large"
+    assert analysis.limited["steps"] == task.step_count
+    assert analysis.limited["analysed_steps"] == analysis.limited["limit"] == batch.HUGE_TASK_STEPS
+    # What could be computed is there: findings, a critical path, a budget of the part analysed.
+    until = datetime.fromisoformat(analysis.limited["analysed_until"])
+    assert task.started_at < until < task.ended_at
+    assert sum(analysis.budget.values()) == pytest.approx((until - task.started_at).total_seconds() * 1000, abs=1)
+    assert analysis.critical_path and Finding.objects.filter(task=task).exists()
+    # … and the task page and the API say what it covers.
+    body = client.get("/api/v1/tasks/huge", HTTP_AUTHORIZATION=f"Bearer {read_key}").json()
+    assert body["analysis_limited"]["analysed_steps"] == batch.HUGE_TASK_STEPS
+    assert body["analysis_limited"]["note"] == analysis.limited_note
+    assert "Too large to analyse fully" in analysis.limited_note and f"{task.step_count:,} steps" in analysis.limited_note
+    user = django_user_model.objects.create_user("ana", password="pw")
+    project.members.add(user)
+    client.force_login(user)
+    page = client.get("/tasks/huge").content.decode()
+    assert 'id="analysis-limited"' in page and f"{task.step_count:,} steps" in page
+
+
+def test_a_task_under_the_size_limit_is_analysed_whole(project, quiet):
+    from bench.huge_task import insert_huge_task
+
+    task = insert_huge_task(project, "big", steps=2_000, calls=20)
+    token, claimed = batch.claim_ids([task.pk], force=True)
+    assert batch.analyse_claimed(claimed, token=token)["analysed"] == 1
+    analysis = TaskAnalysis.objects.get(task=task)
+    assert analysis.limited is None and analysis.limited_note == ""
+    assert sum(analysis.budget.values()) == pytest.approx(task.duration_ms, abs=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_claim_is_renewed_and_a_dropped_one_runs_out(project, quiet, monkeypatch):
+    monkeypatch.setattr(batch, "CLAIM_SECONDS", 2)
+    monkeypatch.setattr(batch, "HEARTBEAT_SECONDS", 0.4)
+    held, dropped = due_tasks(project, 2, last_event_at=timezone.now() - timedelta(minutes=1), prefix="t")
+    token, claimed = batch.claim_ids([held.pk, dropped.pk], projects=[project.pk])
+    assert len(claimed) == 2
+    with batch.Heartbeat() as beat:
+        beat.hold(token, {held.pk: project.pk})
+        time.sleep(3.5)  # past the 2 s lease
+        assert batch.claim_ids([held.pk, dropped.pk], projects=[project.pk])[1] == {dropped.pk: project.pk}
+    assert TaskAnalysis.objects.get(task=held).claim_token == token

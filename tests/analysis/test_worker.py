@@ -20,6 +20,7 @@ from analysis.engine import batch
 from analysis.engine import tasks as analysis_tasks
 from analysis.engine.analyse import analyse
 from analysis.models import Finding, TaskAnalysis
+from bench.huge_task import insert_huge_task
 from ingest.models import Task
 from ingest.records import Batch, StepRecord, TaskRecord
 from ingest.services import batch_store
@@ -159,3 +160,54 @@ def test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings(st
     stored = list(Finding.objects.filter(task=task).values_list("kind", "step_ids"))
     assert len(stored) == len(expected) > 0
     assert len({(k, tuple(ids)) for k, ids in stored}) == len(stored)
+
+
+def worker_claim(task):
+    """(token, claimed_until) of a worker's claim on the task, once a worker holds it."""
+    return TaskAnalysis.objects.filter(task=task, analyzed_at__isnull=True).exclude(
+        claim_token__in=["", "queued"]).values_list("claim_token", "claimed_until").first()
+
+
+def test_a_claim_renewed_past_its_lease_is_not_claimed_again(stack_env, project, settings):
+    # A 200,000-span trace's analysis outlived the 300 s lease, was claimed again and ran twice
+    # (issue #39). Here the lease is 6 s and the analysis takes longer: its worker renews it.
+    settings.ANALYSIS_QUIET_SECONDS = 0
+    task = insert_huge_task(project, "long", steps=45_000, calls=20)
+    worker = start_worker({**stack_env, "AGENTOPS_ANALYSIS_CLAIM_SECONDS": "6"})
+    try:
+        analysis_tasks.analyse_tasks.apply_async(args=[[task.pk]], kwargs={"project_id": project.pk})
+        token, first_until = wait_for(lambda: worker_claim(task), timeout=120, interval=0.02)
+        tries = 0
+        while TaskAnalysis.objects.get(task=task).analyzed_at is None:
+            if timezone.now() > first_until + timedelta(seconds=1):  # past the lease it was claimed with
+                assert batch.claim_ids([task.pk])[1] == {}, "live work claimed again"
+                row = TaskAnalysis.objects.get(task=task)
+                assert row.analyzed_at is not None or row.claimed_until > first_until  # renewed (or just stored)
+                tries += 1
+            time.sleep(0.3)
+            assert worker.poll() is None
+    finally:
+        stop(worker)
+    assert tries >= 3, "the analysis ended within its first lease: nothing was shown"
+    row = TaskAnalysis.objects.get(task=task)
+    assert row.analyzed_through == task.last_event_at and row.claim_token == ""  # stored by its worker
+
+
+def test_a_dead_workers_tasks_can_be_claimed_again_within_a_minute(stack_env, project, settings):
+    settings.ANALYSIS_QUIET_SECONDS = 0
+    task = insert_huge_task(project, "killed", steps=45_000, calls=20)
+    worker = start_worker(stack_env)  # the default lease
+    try:
+        analysis_tasks.analyse_tasks.apply_async(args=[[task.pk]], kwargs={"project_id": project.pk})
+        wait_for(lambda: worker_claim(task), timeout=120, interval=0.02)
+    finally:
+        stop(worker, signal.SIGKILL)
+    killed = time.monotonic()
+    assert TaskAnalysis.objects.get(task=task).analyzed_at is None
+    token, claimed = None, {}
+    while not claimed and time.monotonic() - killed < 75:
+        time.sleep(1)
+        token, claimed = batch.claim_ids([task.pk])
+    assert claimed, "the dead worker's claim was still held after 75 s"
+    assert time.monotonic() - killed < 60
+    assert batch.analyse_claimed(claimed, token=token)["analysed"] == 1
