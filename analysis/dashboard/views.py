@@ -288,6 +288,7 @@ def task_detail(request, task_id: str):
                  running=running, typical=typical, behind=_behind(project), webgl=task.step_count > charts.BAR_LIMIT,
                  cost=costs.task_cost(task=task), session_tasks=session_tasks, session_cost=session_cost,
                  findings=remedies.grouped(findings), possible_findings=any(not f.is_counted for f in findings),
+                 findings_counted=sum(f.is_counted for f in findings),
                  coverage=task_coverage(task=task),
                  whatif=selectors.whatif_rows(analysis.whatif if analysis else {}),
                  budget=sorted((analysis.budget or {}).items()) if analysis else [],

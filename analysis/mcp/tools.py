@@ -270,6 +270,7 @@ def explain_task(*, project: Project, task_id: TaskId) -> str:
     data = {
         "project": project.name, "task": _task_row(project, task), "typical_run": typical,
         "findings": [_finding_row(f) for f in findings[:MAX_LIMIT]], "findings_total": len(findings),
+        "findings_counted": sum(f.is_counted for f in findings),
         "wasted_ms": _ms(analysis.wasted_ms) if analysis else None,
         "budget_ms": {k: _ms(v) for k, v in sorted((analysis.budget or {}).items())} if analysis else {},
         "analyzed": analysis is not None and analysis.analyzed_at is not None,
