@@ -170,15 +170,27 @@ def test_every_gauge_field_with_the_extremes(client, project, ingest_key, name, 
     _stored_reading_in_range(project, name)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(HISTOGRAMS), count=st.sampled_from(COUNTS),
-       bucket=st.sampled_from(COUNTS), total=st.sampled_from(EXTREMES), bound=st.sampled_from(EXTREMES))
-def test_every_histogram_field_with_the_extremes(client, project, ingest_key, name, count, bucket, total, bound):
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(HISTOGRAMS), count=st.sampled_from(COUNTS + [2**64, 2**70]),
+       bucket=st.sampled_from(COUNTS + [2**64]), total=st.sampled_from(EXTREMES), bound=st.sampled_from(EXTREMES),
+       media=st.sampled_from([otlp.PROTOBUF, otlp.JSON]))
+def test_every_histogram_field_with_the_extremes(client, project, ingest_key, name, count, bucket, total, bound,
+                                                 media):
+    """Counts past uint64 exist only in OTLP/JSON, where they are decimal strings."""
     LatencyHistogram.objects.filter(project=project).delete()
     request, scope = _request()
-    _histogram(scope, name, count=count, bucket=bucket, total=float(total), bound=float(bound))
+    _histogram(scope, name, count=0, bucket=0, total=float(total), bound=float(bound))
     _good_gauge(scope)
-    partial = _post(client, ingest_key, request.SerializeToString())
+    if media == otlp.PROTOBUF and max(count, bucket) < 2**64:
+        point = request.resource_metrics[0].scope_metrics[0].metrics[0].histogram.data_points[0]
+        point.count, point.bucket_counts[0] = count, bucket
+        body = request.SerializeToString()
+    else:
+        media, payload = otlp.JSON, json_format.MessageToDict(request)
+        point = payload["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["histogram"]["dataPoints"][0]
+        point.update(count=str(count), bucketCounts=[str(bucket), "0"])
+        body = json.dumps(payload).encode()
+    partial = _post(client, ingest_key, body, media)
     assert ResourceSample.objects.filter(project=project, device=GOOD_DEVICE).exists()
     if int(partial.get("rejectedDataPoints", 0)):
         assert partial["errorMessage"].startswith(f"resourceMetrics[0].scopeMetrics[0].metrics[0].dataPoints[0]: {name}")
