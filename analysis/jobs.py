@@ -7,7 +7,7 @@ run as if nothing happened. A success clears the count."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -76,15 +76,6 @@ class ProjectJob:
             self.failed(project_id, exc)
             return FAILED
         self.succeeded(project_id)
-        return out
-
-    def each(self, project_ids: Iterable[int], part: Callable[[int], T]) -> dict[int, T]:
-        """`run` for every due project; the results of those that succeeded."""
-        out = {}
-        for project_id in project_ids:
-            if self.due(project_id) and not isinstance(result := self.run(project_id, lambda p=project_id: part(p)),
-                                                       Failed):
-                out[project_id] = result
         return out
 
     def succeeded(self, project_id: int) -> None:
