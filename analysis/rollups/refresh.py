@@ -345,9 +345,11 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
     started = now or utc_now()
     clock = time.monotonic()
     # Completed hours go on several connections when this is not inside a caller's transaction
-    # (their rows are new, and no reader looks past the watermark, which moves when this commits).
+    # (their rows are new, and no reader looks past the watermark, which moves at the run's end).
     workers = 1 if connection.in_atomic_block else REBUILD_WORKERS
     with connection.cursor() as cursor:
+        # A session lock: the run is many transactions (project_rebuild's transaction lock on the
+        # same key is re-entrant within the session).
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK])
         if not cursor.fetchone()[0]:
             return {"skipped": 1}
