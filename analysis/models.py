@@ -195,3 +195,24 @@ class CallPair(ProjectRow):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "agent", "release", "earlier", "later"],
                                                name="callpair_unique")]
+
+
+class JobFailure(models.Model):
+    """A periodic job's part for one project that failed (analysis/jobs.py): how many times in a
+    row, when, the last error, and when it is tried again. Shown in /api/v1/status; deleted when
+    the part succeeds. No foreign key: a coordinator-local table under Citus (docs/scaling.md),
+    and a deleted project's rows go with it (`analysis.apps`)."""
+
+    job = models.CharField(max_length=50)
+    project_id = models.BigIntegerField()
+    failures = models.IntegerField(default=0)
+    first_error_at = models.DateTimeField()
+    last_error_at = models.DateTimeField()
+    last_error = models.TextField(blank=True, default="")
+    retry_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "project_id"], name="jobfailure_unique_job_project")]
+
+    def __str__(self) -> str:
+        return f"{self.job} of project {self.project_id}: {self.failures} failures"

@@ -17,6 +17,7 @@ from ingest.records import (
     SampleRecord,
     StepRecord,
     TaskRecord,
+    check_reading,
     check_span,
     check_time,
     clean_attributes,
@@ -183,9 +184,9 @@ def parse_sample(event: dict) -> SampleRecord:
     for key, value in metrics.items():
         if isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, int | float) or not math.isfinite(value):
-            raise RecordError(f"metrics.{clean_text(str(key), limit=60)}: must be a finite number")
-        clean_metrics[clean_text(str(key), limit=limits.MAX_NAME_LENGTH)] = float(value)
+        name = clean_text(str(key), limit=limits.MAX_NAME_LENGTH)
+        # The same bounds as OTLP's data points (records.check_reading): the event is refused alone.
+        clean_metrics[name] = check_reading(name, value, path=f"metrics.{clean_text(str(key), limit=60)}")
     return SampleRecord(
         device=_string(event, "device", required=True),
         vendor=_string(event, "vendor", limit=50).lower(),

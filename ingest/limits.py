@@ -29,3 +29,13 @@ MAX_TOOL_RESULT_CHARS = _limit("AGENTOPS_MAX_TOOL_RESULT_CHARS", 4 * 1024)
 # The tool calls one model response requested (tool-call ids on an LLM step).
 MAX_TOOL_CALL_IDS = 256
 TRUNCATION_MARKER = "…[truncated]"
+# Numbers at the border (docs/otlp.md, "Numeric ranges"): a count fits the bigint it is stored in;
+# a reading is finite and within ±MAX_READING, so a year of readings sums without overflowing a
+# float8; the clock-event reasons mask is a whole number 0 <= v < 2**64, kept as its low
+# CLOCK_REASONS_BITS bits (every bit DCGM defines is below 0x200; a float8 column holds integers
+# exactly up to 2**53, and the rollups cast it to bigint).
+INT64_MAX = 2**63 - 1
+MAX_READING = 1e12
+# A histogram's sum and bucket bounds (cumulative sums grow past any one reading).
+MAX_HISTOGRAM_VALUE = 1e15
+CLOCK_REASONS_BITS = 53

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -39,6 +40,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    ExponentialHistogramDataPoint,
+    HistogramDataPoint,
+    NumberDataPoint,
+    SummaryDataPoint,
+)
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -50,6 +57,9 @@ from ingest.records import (
     SampleRecord,
     StepRecord,
     TaskRecord,
+    check_count,
+    check_finite,
+    check_reading,
     check_span,
     check_time,
     clean_attributes,
@@ -498,17 +508,24 @@ def decode_traces(body: bytes, *, media: str) -> Decoded:
 # --- metrics -----------------------------------------------------------------------------
 
 
-def _number(point) -> float | None:
+def _number(point) -> int | float | None:
+    """The point's value as sent (an int stays exact: a bitmask must); None when it has none."""
     which = point.WhichOneof("value")
     if which == "as_double":
-        value = point.as_double
-        return value if value == value and abs(value) != float("inf") else None
+        return point.as_double
     if which == "as_int":
-        return float(point.as_int)
+        return point.as_int
     return None
 
 
-def _device_points(decoded: Decoded, samples: dict, metric, points, resource: dict, *, path: str) -> None:
+def _point_path(path: str, places: Sequence[int], di: int) -> str:
+    """Where a data point sat in the request (`places`: the original positions of the points kept
+    after JSON points that could not be read were taken out)."""
+    return f"{path}.dataPoints[{places[di] if places else di}]"
+
+
+def _device_points(decoded: Decoded, samples: dict, metric, points, resource: dict, *, path: str,
+                   places: Sequence[int] = ()) -> None:
     target = conventions.device_metric(metric.name)
     role = conventions.ROLE_GPU
     if target is None:
@@ -524,14 +541,16 @@ def _device_points(decoded: Decoded, samples: dict, metric, points, resource: di
             device, host = _point_device(metric.name, attributes, resource, role=role)
             value = _number(point)
             if value is None:
-                raise RecordError(f"{metric.name}: the data point has no finite value")
+                raise RecordError(f"{metric.name}: the data point has no value")
+            # Checked against the column's type and meaning, one point at a time (records.check_reading).
+            value = check_reading(column, value if factor == 1 else value * factor, path=f"{metric.name} ({column})")
             ts = _time(point.time_unix_nano, path="timeUnixNano")
         except RecordError as exc:
-            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            decoded.reject(_point_path(path, places, di), str(exc))
             continue
         if column == "hw_status" and (value := conventions.hw_status(attributes, resource, value)) is None:
             continue
-        _sample_value(samples, device, host, ts, column, value * factor, role=role, metric=metric.name,
+        _sample_value(samples, device, host, ts, column, value, role=role, metric=metric.name,
                       attributes=attributes, resource=resource)
 
 
@@ -568,7 +587,8 @@ def _sample_value(samples: dict, device: str, host: str, ts, column: str, value:
     sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
 
 
-def _server_histogram_points(decoded: Decoded, samples: dict, metric, resource: dict, *, path: str) -> None:
+def _server_histogram_points(decoded: Decoded, samples: dict, metric, resource: dict, *, path: str,
+                             places: Sequence[int] = ()) -> None:
     """A server's cumulative histogram (vLLM's queue time) as two counters of its samples: the sum
     (seconds) and the count of requests."""
     sum_field, count_field, factor = conventions.server_histogram(metric.name)
@@ -578,11 +598,13 @@ def _server_histogram_points(decoded: Decoded, samples: dict, metric, resource: 
             device, host = _point_device(metric.name, attributes, resource, role=conventions.ROLE_SERVER)
             if not point.HasField("sum"):
                 raise RecordError(f"{metric.name}: the data point has no sum")
+            total = check_reading(sum_field, point.sum * factor, path=f"{metric.name} (sum)")
+            count = check_reading(count_field, point.count, path=f"{metric.name} (count)")  # a float column
             ts = _time(point.time_unix_nano, path="timeUnixNano")
         except RecordError as exc:
-            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            decoded.reject(_point_path(path, places, di), str(exc))
             continue
-        for column, value in ((sum_field, point.sum * factor), (count_field, float(point.count))):
+        for column, value in ((sum_field, total), (count_field, count)):
             _sample_value(samples, device, host, ts, column, value, role=conventions.ROLE_SERVER, metric=metric.name,
                           attributes=attributes, resource=resource)
 
@@ -593,30 +615,42 @@ def _histogram_point(point, metric_name: str, resource: dict) -> HistogramRecord
     counts = list(point.bucket_counts)
     if counts and len(counts) != len(bounds) + 1:
         raise RecordError(f"{metric_name}: {len(counts)} bucket counts for {len(bounds)} bounds")
+    count = check_count(point.count, path=f"{metric_name} (count)")
+    for i, n in enumerate(counts):
+        check_count(n, path=f"{metric_name} (bucketCounts[{i}])")
+    for i, bound in enumerate(bounds):
+        check_finite(bound, path=f"{metric_name} (explicitBounds[{i}])")
+    total = check_finite(point.sum, path=f"{metric_name} (sum)") if point.HasField("sum") else None
     return HistogramRecord(
         metric=_short(metric_name),
         ts=_time(point.time_unix_nano, path="timeUnixNano"),
-        count=point.count,
+        count=count,
         model=_short(conventions.histogram_model(attributes)),
         device=_short(conventions.device_id(attributes, resource)),
         start=_time(point.start_time_unix_nano, path="startTimeUnixNano") if point.start_time_unix_nano else None,
-        sum=point.sum if point.HasField("sum") else None,
+        sum=total,
         bounds=bounds,
         counts=counts,
         attributes=clean_attributes(attributes),
     )
 
 
-def _histogram_points(decoded: Decoded, histograms: dict, metric, resource: dict, *, path: str) -> None:
+def _histogram_points(decoded: Decoded, histograms: dict, metric, resource: dict, *, path: str,
+                      places: Sequence[int] = ()) -> None:
     for di, point in enumerate(metric.histogram.data_points):
         try:
             record = _histogram_point(point, metric.name, resource)
         except RecordError as exc:
-            decoded.reject(f"{path}.dataPoints[{di}]", str(exc))
+            decoded.reject(_point_path(path, places, di), str(exc))
             continue
         key = (record.metric, record.model, record.device, record.ts)
         known = histograms.get(key)
         if known is not None and known.bounds == record.bounds and len(known.counts) == len(record.counts):
+            if known.count + record.count > limits.INT64_MAX or any(
+                    a + b > limits.INT64_MAX for a, b in zip(known.counts, record.counts, strict=True)):
+                decoded.reject(_point_path(path, places, di), f"{metric.name} (count): added to the series before it, "
+                                                           "it exceeds 2^63-1")
+                continue
             # Series that differ only in attributes agentops does not key on (operation,
             # server address) are one histogram per model and device: add them up.
             known.count += record.count
@@ -629,13 +663,15 @@ def _histogram_points(decoded: Decoded, histograms: dict, metric, resource: dict
 def decode_metrics(body: bytes, *, media: str) -> Decoded:
     """An ExportMetricsServiceRequest body as samples and histograms; rejected data points are
     counted. Raises OtlpDecodeError if undecodable."""
+    decoded = Decoded()
+    kept: dict[tuple[int, int, int], list[int]] = {}
     if media == PROTOBUF:
         request = _parse_protobuf(ExportMetricsServiceRequest, body)
     else:
         payload = _parse_json(body)
         _drop_exemplars(payload)
+        kept = _json_points_check(decoded, payload)
         request = _json_message(ExportMetricsServiceRequest, payload, "body")
-    decoded = Decoded()
     samples: dict = {}
     histograms: dict = {}
     for ri, resource_metrics in enumerate(request.resource_metrics):
@@ -646,20 +682,60 @@ def decode_metrics(body: bytes, *, media: str) -> Decoded:
         for si, scope_metrics in enumerate(resource_metrics.scope_metrics):
             for mi, metric in enumerate(scope_metrics.metrics):
                 path = f"resourceMetrics[{ri}].scopeMetrics[{si}].metrics[{mi}]"
+                places = kept.get((ri, si, mi), ())
                 which = metric.WhichOneof("data")
                 if which in ("gauge", "sum"):
                     _device_points(decoded, samples, metric, getattr(metric, which).data_points,
-                                   resource, path=path)
+                                   resource, path=path, places=places)
                 elif which == "histogram" and conventions.server_histogram(metric.name):
-                    _server_histogram_points(decoded, samples, metric, resource, path=path)
+                    _server_histogram_points(decoded, samples, metric, resource, path=path, places=places)
                 elif which == "histogram" and metric.name.startswith("gen_ai."):
-                    _histogram_points(decoded, histograms, metric, resource, path=path)
+                    _histogram_points(decoded, histograms, metric, resource, path=path, places=places)
                 elif which == "exponential_histogram" and metric.name.startswith("gen_ai."):
                     decoded.reject(path, f"{metric.name}: exponential histograms are not supported; "
                                          "use explicit bucket boundaries")
     decoded.batch.samples = list(samples.values())
     decoded.batch.histograms = list(histograms.values())
     return decoded
+
+
+_POINT_CLASSES = {"gauge": NumberDataPoint, "sum": NumberDataPoint, "histogram": HistogramDataPoint,
+                  "exponentialHistogram": ExponentialHistogramDataPoint, "summary": SummaryDataPoint}
+
+
+def _json_points_check(decoded: Decoded, payload: dict) -> dict[tuple[int, int, int], list[int]]:
+    """Take out of an OTLP/JSON metrics body the data points proto3 JSON cannot read (a count
+    beyond uint64, a string where a number goes), each rejected on its own: one bad point must not
+    refuse the whole body. Returns, per metric that lost points, the positions of those kept.
+    Anything malformed above the points is left for the whole body's parse to refuse."""
+    kept: dict[tuple[int, int, int], list[int]] = {}
+    resources = payload.get("resourceMetrics")
+    for ri, resource_metrics in enumerate(resources if isinstance(resources, list) else ()):
+        scopes = resource_metrics.get("scopeMetrics") if isinstance(resource_metrics, dict) else None
+        for si, scope_metrics in enumerate(scopes if isinstance(scopes, list) else ()):
+            metrics = scope_metrics.get("metrics") if isinstance(scope_metrics, dict) else None
+            for mi, metric in enumerate(metrics if isinstance(metrics, list) else ()):
+                if not isinstance(metric, dict):
+                    continue
+                for kind, point_class in _POINT_CLASSES.items():
+                    data = metric.get(kind)
+                    points = data.get("dataPoints") if isinstance(data, dict) else None
+                    if not isinstance(points, list):
+                        continue
+                    good = []
+                    for di, point in enumerate(points):
+                        try:
+                            json_format.ParseDict(point, point_class(), ignore_unknown_fields=True)
+                        except _JSON_ERRORS as exc:
+                            path = f"resourceMetrics[{ri}].scopeMetrics[{si}].metrics[{mi}].dataPoints[{di}]"
+                            decoded.reject(path, f"{clean_text(str(metric.get('name')), limit=200)}: "
+                                                 f"{_parse_error(exc)}")
+                            continue
+                        good.append(di)
+                    if len(good) < len(points):
+                        data["dataPoints"] = [points[di] for di in good]
+                        kept[(ri, si, mi)] = good
+    return kept
 
 
 def _drop_exemplars(payload: object, depth: int = 0) -> None:

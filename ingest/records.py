@@ -8,6 +8,7 @@ lone surrogates replaced by U+FFFD, over-long values truncated with a visible ma
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -195,3 +196,48 @@ def check_time(value: datetime, *, path: str) -> datetime:
 def check_span(started_at: datetime, ended_at: datetime, *, what: str) -> None:
     if ended_at < started_at:
         raise RecordError(f"{what}: ended_at is before started_at (negative duration)")
+
+
+# --- numbers at the border (docs/otlp.md, "Numeric ranges") ------------------------------------
+
+CLOCK_REASONS = "clock_reasons"
+# Device readings that cannot be below zero: utilisations, power, clocks, memory, queues, counters.
+NON_NEGATIVE_READINGS = frozenset({
+    "utilization", "queue_depth", "batch_size", "power_w", "mem_bw_util", "kv_cache_hit_rate", "tokens_per_s",
+    "throttled", "sm_clock_mhz", "sm_clock_max_mhz", "kv_cache_usage", "preemptions", "fb_used_mib",
+    "fb_total_mib", "power_limit_w", "queue_time_s", "queue_time_requests", "hw_status",
+})
+_REASONS_MASK = (1 << limits.CLOCK_REASONS_BITS) - 1
+
+
+def check_reading(column: str, value: object, *, path: str) -> float:
+    """A device reading of `column` as it is stored; RecordError naming `path` if out of range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{path}: must be a number")
+    if column == CLOCK_REASONS:
+        whole = isinstance(value, int) or (math.isfinite(value) and value == int(value))
+        if not whole or not 0 <= value < 2**64:
+            raise RecordError(f"{path}: {value:g} is not a 64-bit mask (a whole number 0 <= v < 2^64)")
+        return float(int(value) & _REASONS_MASK)
+    if not math.isfinite(value):
+        raise RecordError(f"{path}: {value} is not a finite number")
+    low = 0.0 if column in NON_NEGATIVE_READINGS else -limits.MAX_READING
+    if not low <= value <= limits.MAX_READING:
+        raise RecordError(f"{path}: {value:g} is outside {low:g}..{limits.MAX_READING:g}")
+    return float(value)
+
+
+def check_count(value: object, *, path: str) -> int:
+    """A count as stored in a bigint column: a whole number 0..2^63-1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limits.INT64_MAX:
+        raise RecordError(f"{path}: {value} is outside 0..2^63-1 (a count is a signed 64-bit integer)")
+    return value
+
+
+def check_finite(value: float, *, path: str) -> float:
+    """A histogram's sum or bound: finite and within ±MAX_HISTOGRAM_VALUE."""
+    if not math.isfinite(value):
+        raise RecordError(f"{path}: {value} is not a finite number")
+    if abs(value) > limits.MAX_HISTOGRAM_VALUE:
+        raise RecordError(f"{path}: {value:g} is outside ±{limits.MAX_HISTOGRAM_VALUE:g}")
+    return float(value)

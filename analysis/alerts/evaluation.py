@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db import DatabaseError, connection, transaction
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import connection, transaction
 
+from analysis import jobs
 from analysis.alerts import delivery
 from analysis.alerts.metrics import (
     FINDING_METRICS,
@@ -199,7 +201,13 @@ def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = 
         ids = ids.filter(pk__in=rule_ids)
     to_notify: list[AlertEvent] = []
     evaluated, seconds = 0, []
-    for pk in ids.order_by("pk").values_list("pk", flat=True):
+    # Each rule in a transaction of its own; a project whose rules fail is counted (analysis/jobs.py,
+    # shown by /api/v1/status) but not backed off: its other rules must still fire, and a failing
+    # rule costs at most RULE_TIMEOUT_SECONDS a minute.
+    job = jobs.ProjectJob(jobs.ALERTS, now=now)
+    failing: dict[int, Exception] = {}
+    passed: set[int] = set()
+    for pk, project_id in ids.order_by("pk").values_list("pk", "project_id"):
         started = time.perf_counter()
         try:
             with transaction.atomic():
@@ -210,14 +218,22 @@ def rules_evaluate(*, now: datetime | None = None, rule_ids: list[int] | None = 
                 if rule is None or (rule.last_evaluated_at and rule.last_evaluated_at > fresh):
                     continue
                 event = rule_evaluate(rule=rule, now=now)
-        except DatabaseError:
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:
             # One rule whose queries fail or time out must not stop the others.
-            log.exception("alerts.evaluation_failed rule=%s", pk)
+            log.exception("alerts.evaluation_failed rule=%s project=%s", pk, project_id)
+            failing[project_id] = exc
             continue
+        passed.add(project_id)
         evaluated += 1
         seconds.append(time.perf_counter() - started)
         if event is not None:
             to_notify.append(event)
+    for project_id, exc in failing.items():
+        job.failed(project_id, exc)
+    for project_id in passed - failing.keys():
+        job.succeeded(project_id)
     if deliver:
         delivery.enqueue([n.pk for event in to_notify for n in event.outbox])
     return {"evaluated": evaluated, "notified": len(to_notify), "seconds": seconds}

@@ -415,7 +415,7 @@ def telemetry(*, project: Project, filters: TaskFilters, devices: Sequence[str])
         return [], 0
     width = bucket_for(span[1] - span[0])
     buckets = rollups.sample_buckets(project_id=project.pk, devices=devices, since=span[0], until=span[1],
-                             bucket_seconds=width, rolled_up_until=rollups.watermark())
+                             bucket_seconds=width, rolled_up_until=rollups.watermark(project_id=project.pk))
     return buckets, width
 
 

@@ -138,6 +138,14 @@ class RollupLagSerializer(serializers.Serializer):
     hours_behind = serializers.IntegerField(allow_null=True, help_text="complete hours not rolled up yet")
 
 
+class JobFailureSerializer(serializers.Serializer):
+    failures = serializers.IntegerField(help_text="failures in a row of this job's part for the project")
+    first_error_at = serializers.CharField()
+    last_error_at = serializers.CharField()
+    last_error = serializers.CharField(help_text="the exception of the last failure")
+    retry_at = serializers.CharField(help_text="when the part is tried again (back-off doubles per failure)")
+
+
 class StatusSerializer(serializers.Serializer):
     project = serializers.CharField()
     now = serializers.CharField()
@@ -145,3 +153,6 @@ class StatusSerializer(serializers.Serializer):
     rollups = RollupLagSerializer()
     queue_depth = serializers.IntegerField(allow_null=True, help_text="analysis messages waiting in the broker")
     behind = serializers.CharField(help_text='"findings are N minutes behind", or "" when they are current')
+    jobs = serializers.DictField(child=JobFailureSerializer(), help_text=(
+        "the periodic jobs (rollups, retention, baselines, learned_pairs, alerts) failing for this project, "
+        "by job; {} when none is"))

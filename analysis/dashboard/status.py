@@ -5,8 +5,10 @@ are behind the clock, and how many analysis messages wait in the broker.
   and not analysed since its last event, counted from the moment it became due. 0 when every
   due task is analysed. Nothing is dropped while it grows: due tasks wait in the database and
   the sweep hands them out as workers free up.
-- Rollup lag: the clock minus the rollups' watermark (the last refresh that completed);
-  `hours_behind` counts complete hours the dashboard still reads raw.
+- Rollup lag: the clock minus the project's rollup watermark (the last refresh that completed
+  for it); `hours_behind` counts complete hours the dashboard still reads raw.
+- Jobs: the periodic jobs whose part for this project is failing (analysis/jobs.py), each with
+  its failures in a row, first and last error time, the error and when it is retried.
 - Queue depth: messages waiting on the analysis queue of the broker (None when it cannot be
   asked).
 
@@ -23,7 +25,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from agentops.db import read_connection
-from analysis import rollups
+from analysis import jobs, rollups
 from analysis.engine import batch
 from ingest.models import Project
 
@@ -76,9 +78,9 @@ def analysis_lag(*, project: Project, now: datetime | None = None) -> dict:
             "oldest_due_at": oldest.isoformat() if oldest else None}
 
 
-def rollup_lag(*, now: datetime | None = None) -> dict:
+def rollup_lag(*, project_id: int | None = None, now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    mark = rollups.watermark()
+    mark = rollups.watermark(project_id=project_id)
     if mark is None:
         return {"watermark": None, "lag_seconds": None, "hours_behind": None}
     behind = (rollups.hour_floor(now) - rollups.hour_floor(mark)) // timedelta(hours=1)
@@ -107,8 +109,10 @@ def queue_depth() -> int | None:
 def pipeline_status(*, project: Project, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     analysis = analysis_lag(project=project, now=now)
-    return {"project": project.name, "now": now.isoformat(), "analysis": analysis, "rollups": rollup_lag(now=now),
-            "queue_depth": queue_depth(), "behind": behind_text(analysis["lag_seconds"])}
+    return {"project": project.name, "now": now.isoformat(), "analysis": analysis,
+            "rollups": rollup_lag(project_id=project.pk, now=now),
+            "queue_depth": queue_depth(), "behind": behind_text(analysis["lag_seconds"]),
+            "jobs": jobs.failures_of(project_id=project.pk)}
 
 
 def behind_text(lag_seconds: float) -> str:

@@ -32,6 +32,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from analysis import jobs
 from analysis.engine.verdicts import MIN_EXCESS_RATIO
 from analysis.measures import baseline_key_sql, percentile_cont_sql, prefill_tokens_sql, tpot_sql
 from analysis.models import Baseline
@@ -421,5 +422,9 @@ def baselines_as_of(*, project: Project, until: datetime, since: datetime | None
 
 
 def all_projects_refresh() -> None:
-    for project in Project.objects.all():
-        baselines_refresh(project=project)
+    """Every project's baselines, each in a transaction of its own: one that fails is counted and
+    retried with back-off (analysis/jobs.py), never stops the others."""
+    job = jobs.ProjectJob(jobs.BASELINES)
+    for project in Project.objects.order_by("pk"):
+        if job.due(project.pk):
+            job.run(project.pk, lambda p=project: baselines_refresh(project=p))

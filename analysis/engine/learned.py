@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Max
 
+from analysis import jobs
 from analysis.engine.detectors.dependencies import (
     CALL_KINDS,
     LEARNED_UNKNOWN,
@@ -257,15 +258,21 @@ def refresh_due(*, limit: int = REFRESH_BATCH, through: datetime | None = None,
         projects[row["project_id"]] = max(projects.get(row["project_id"], row["newest"]), row["newest"])
         if known.get(key) is None or known[key] < row["newest"]:
             due.append(key)
-    done = 0
+    calls: dict[int, list[tuple[str, str]]] = defaultdict(list)
     for project_id, newest in projects.items():
         seen = known.get((project_id, PROJECT_AGENT, ""))
         if seen is None or seen < newest:
-            refresh(project_id, PROJECT_AGENT, "", through=through)
-            done += 1
+            calls[project_id].append((PROJECT_AGENT, ""))
     for project_id, agent, release in due[:limit]:
-        refresh(project_id, agent, release, through=through)
-        done += 1
+        calls[project_id].append((agent, release))
+    # A project's profiles in a transaction of their own: one that fails is counted and retried
+    # with back-off (analysis/jobs.py), never stops the others.
+    job = jobs.ProjectJob(jobs.LEARNED_PAIRS)
+    done = 0
+    for project_id, keys in calls.items():
+        if job.due(project_id) and not isinstance(job.run(project_id, lambda p=project_id, k=keys: [
+                refresh(p, agent, release, through=through) for agent, release in k]), jobs.Failed):
+            done += len(keys)
     return done
 
 

@@ -117,7 +117,7 @@ def group_figures(*, project, filters, base: tuple[str, tuple], a: str, b: str,
     hours) when the filters allow, else from a sample of at most ATTRIBUTION_TASKS tasks each."""
     # The histograms are rolled up across task names: a task-name filter samples too.
     span = None if filters.vendor or filters.name else rollups.covered_hours(
-        filters=filters.task_filters(), allowed=rollups.TASK_FILTERS)
+        project_id=project.pk, filters=filters.task_filters(), allowed=rollups.TASK_FILTERS)
     figures = GroupFigures()
     if span is None:
         figures.sampled = _sample(base, a, b, counts)

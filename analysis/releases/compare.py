@@ -259,7 +259,7 @@ def _cache_key(*, project: Project, a: str, b: str, params: tuple, tasks_version
     behind "where it changed") makes a new key. Asking again costs that one scan and two index
     lookups instead of the whole comparison."""
     (analysed,), = fetch("SELECT max(analyzed_at) FROM analysis_taskanalysis WHERE project_id = %s", [project.pk])
-    version = (project.pk, a, b, params, tasks_version, analysed, rollups.watermark())
+    version = (project.pk, a, b, params, tasks_version, analysed, rollups.watermark(project_id=project.pk))
     return "release-compare:" + hashlib.sha256(repr(version).encode()).hexdigest()
 
 

@@ -34,13 +34,15 @@ STEP_FILTERS = {"release", "environment", "since", "until"}
 
 
 
-def covered_hours(*, filters: TaskFilters, allowed: set[str]) -> tuple[datetime | None, datetime] | None:
-    """[lo, hi) of whole hours the rollups answer for these filters (lo None: from the start),
-    or None when a filter needs raw rows, nothing was rolled up yet, or no whole hour fits."""
+def covered_hours(*, project_id: int, filters: TaskFilters,
+                  allowed: set[str]) -> tuple[datetime | None, datetime] | None:
+    """[lo, hi) of whole hours the rollups answer for these filters of a project (lo None: from
+    the start), or None when a filter needs raw rows, nothing was rolled up yet, or no whole hour
+    fits."""
     used = {k for k, v in vars(filters).items() if v not in (None, "")}
     if not used <= allowed:
         return None
-    mark = watermark()
+    mark = watermark(project_id=project_id)
     if mark is None:
         return None
     hi = hour_floor(mark)
@@ -135,7 +137,7 @@ def task_summaries(*, project: Project, filters: TaskFilters, group: str | None 
     if slices is not None and (group not in TASK_DIMENSIONS or not slices[0]):
         return None
     span = (None if bucket_seconds is not None and bucket_seconds % 3600
-            else covered_hours(filters=filters, allowed=TASK_FILTERS))
+            else covered_hours(project_id=project.pk, filters=filters, allowed=TASK_FILTERS))
     if span is None and not raw:
         return None
     lo, hi = span or (None, None)
@@ -184,7 +186,7 @@ def turn_summary(*, project: Project, filters: TaskFilters) -> Summary:
     raw rows when a filter needs them or nothing is rolled up), so it is the same number whichever
     answered. It holds the count, sum, longest and histogram of the timed turns (the rollups keep
     no errors or time bounds of turns: those stay empty)."""
-    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
+    span = covered_hours(project_id=project.pk, filters=filters, allowed=TASK_FILTERS)
     lo, hi = span or (None, None)
     equal = _task_dimensions(filters)
     out: dict[tuple, Summary] = defaultdict(Summary)
@@ -233,7 +235,7 @@ def step_summaries(*, project: Project, filters: TaskFilters, group_by: str, gro
     prefix = {"duration": "", "ttft": "ttft_", "tpot": "tpot_"}.get(metric)
     if column is None or prefix is None:
         return None
-    span = covered_hours(filters=filters, allowed=STEP_FILTERS)
+    span = covered_hours(project_id=project.pk, filters=filters, allowed=STEP_FILTERS)
     if span is None and not raw:
         return None
     lo, hi = span or (None, None)
@@ -286,7 +288,7 @@ def budget_sums(*, project: Project, filters: TaskFilters) -> dict[str, tuple[in
     when the filters need the raw query. Whole hours from the rollups, edges from raw rows."""
     from analysis.models import TaskAnalysis
 
-    span = covered_hours(filters=filters, allowed=TASK_FILTERS)
+    span = covered_hours(project_id=project.pk, filters=filters, allowed=TASK_FILTERS)
     if span is None:
         return None
     lo, hi = span

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from analysis import jobs
 from analysis.rollups import samples
 from analysis.rollups.sql import (
     ANALYSIS_DIMENSIONS,
@@ -49,6 +50,8 @@ REFRESH_SECONDS = 60
 OVERLAP = timedelta(minutes=5)
 RECONCILE_HOURS = 48
 _LOCK = 7_201_100  # pg advisory lock key: one refresh at a time
+# analysis_rollup_state rows of the projects whose refresh failed: `rollups:<project id>`.
+_HELD_LIKE = "rollups:%"
 
 
 def hours_recompute(cursor, *, project_id: int, hours: Iterable[datetime]) -> int:
@@ -307,12 +310,17 @@ def rollups_rebuild(*, project: Project | None = None, progress=None, now: datet
                    for p in projects}
             if project is None:
                 watermark_set(started)
+            for p in projects:
+                _watermark_release(p.pk)  # rebuilt through the watermark: no longer behind it
             return out
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
     if project is not None:
-        return {project.name: project_rebuild(project=project, progress=progress)}
+        with transaction.atomic():
+            out = {project.name: project_rebuild(project=project, progress=progress)}
+            _watermark_release(project.pk)
+        return out
     started = now or utc_now()
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -320,27 +328,84 @@ def rollups_rebuild(*, project: Project | None = None, progress=None, now: datet
         out = {p.name: project_rebuild(project=p, progress=progress, until=started)
                for p in Project.objects.order_by("pk")}
         watermark_set(started)
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM analysis_rollup_state WHERE name LIKE %s", [_HELD_LIKE])
     return out
 
 
 def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
-    """The periodic job: recompute the hours that changed since the last run. Skips (returns
-    {"skipped": 1}) when another refresh holds the lock; the first run rebuilds everything."""
+    """The periodic job: recompute the hours that changed since the last run, one project at a
+    time (docs/reliability.md, "One tenant's data cannot stall the others"). Skips (returns
+    {"skipped": 1}) when another refresh holds the lock; a project never rolled up is rebuilt.
+
+    Each project's refresh, and then its retention, is a transaction of its own (`analysis.jobs`):
+    one that fails is rolled back, counted and retried with back-off, and its own watermark stays
+    where its last success left it (`rollups:<project id>`, see `watermark`) while the others'
+    moves on."""
     started = now or utc_now()
     clock = time.monotonic()
     # Completed hours go on several connections when this is not inside a caller's transaction
-    # (their rows are new, and no reader looks past the watermark, which moves when this commits).
+    # (their rows are new, and no reader looks past the watermark, which moves at the run's end).
     workers = 1 if connection.in_atomic_block else REBUILD_WORKERS
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_LOCK])
+    with connection.cursor() as cursor:
+        # A session lock: the run is many transactions (project_rebuild's transaction lock on the
+        # same key is re-entrant within the session).
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK])
         if not cursor.fetchone()[0]:
             return {"skipped": 1}
-        cursor.execute("SELECT watermark FROM analysis_rollup_state WHERE name = 'rollups'")
-        row = cursor.fetchone()
-        if row is None or row[0] is None:
-            hours = sum(project_rebuild(project=p, until=started) for p in Project.objects.order_by("pk"))
+    try:
+        mark = watermark()
+        held = _held_watermarks()
+        refresh_job = jobs.ProjectJob(jobs.ROLLUPS, now=started)
+        retention_job = jobs.ProjectJob(jobs.RETENTION, now=started)
+        totals: dict[str, int] = defaultdict(int)
+        failed = 0
+        for project_id in Project.objects.order_by("pk").values_list("pk", flat=True):
+            # A rebuild of everything (no watermark: the first run, or a migration cleared it)
+            # rebuilds the held projects too.
+            prev = held[project_id] if project_id in held and mark is not None else mark
+            done = (refresh_job.run(project_id, lambda p=project_id, v=prev: _project_refresh(
+                project_id=p, prev=v, started=started, workers=workers))
+                    if refresh_job.due(project_id) else jobs.FAILED)
+            if isinstance(done, jobs.Failed):
+                failed += 1
+                _watermark_hold(project_id, prev)  # its readers keep to what it rolled up
+                current = prev
+            else:
+                for key, value in done.items():
+                    totals[key] += value
+                if project_id in held:
+                    _watermark_release(project_id)
+                current = started
+            if retention_job.due(project_id):
+                deleted = retention_job.run(project_id, lambda p=project_id, c=current: _retention_delete(
+                    project_id=p, now=started, hi=c))
+                totals["deleted"] += 0 if isinstance(deleted, jobs.Failed) else deleted
+        with transaction.atomic(), connection.cursor() as cursor:
+            totals["deleted"] += _orphans_delete(cursor)
             watermark_set(started)
-            log.info("analysis.rollups_rebuilt hours=%d ms=%.0f", hours, 1000 * (time.monotonic() - clock))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
+    out = {key: totals[key] for key in ("hours", "groups", "slices", "sample_hours", "deleted")}
+    if totals["rebuilt"]:
+        out["rebuilt"] = totals["rebuilt"]
+    if failed:
+        out["failed"] = failed
+    # Every minute: a refresh that found nothing to do is routine (DEBUG), one that did work is news.
+    log.log(logging.INFO if any(out.values()) else logging.DEBUG,
+            "analysis.rollups_refreshed hours=%d groups=%d slices=%d sample_hours=%d deleted=%d failed=%d ms=%.0f",
+            out["hours"], out["groups"], out["slices"], out["sample_hours"], out["deleted"], failed,
+            1000 * (time.monotonic() - clock))
+    return out
+
+
+def _project_refresh(*, project_id: int, prev: datetime | None, started: datetime, workers: int) -> dict[str, int]:
+    """One project's part of the refresh, from its watermark `prev` (None: never rolled up, so
+    rebuilt) to `started`. Every statement names the project (Citus routes it to one shard)."""
+    with connection.cursor() as cursor:
+        if prev is None:
+            hours = project_rebuild(project=Project.objects.get(pk=project_id), until=started)
             return {"hours": hours, "rebuilt": 1}
         # Only complete hours are rolled up: readers read the hour in progress raw (see
         # covered_hours), so recomputing it every run would be wasted. What changed is recomputed
@@ -350,57 +415,40 @@ def rollups_refresh(*, now: datetime | None = None) -> dict[str, int]:
         #   whose task count no longer matches the raw rows: every row of their tasks;
         # - (hour, release, environment, task name) slices holding a task analysed since the last
         #   run and nothing else: only the figures analyses make, no step read.
-        prev_hi, hi = hour_floor(row[0]), hour_floor(started)
-        since = row[0] - OVERLAP
+        prev_hi, hi = hour_floor(prev), hour_floor(started)
+        since = prev - OVERLAP
         hour = f"date_bin(INTERVAL '1 hour', started_at, {ORIGIN})"
-        projects = list(Project.objects.values_list("pk", flat=True))
-        whole: dict[int, set[datetime]] = defaultdict(set)
-        for project_id in projects if prev_hi < hi else ():
+        whole: set[datetime] = set()
+        if prev_hi < hi:
             cursor.execute(f"SELECT DISTINCT {hour} FROM ingest_task WHERE project_id = %s AND started_at >= %s"
                            " AND started_at < %s", [project_id, prev_hi, hi])
-            whole[project_id] |= {at for at, in cursor.fetchall()}
-        groups: dict[int, set[tuple[datetime, str, str]]] = defaultdict(set)
-        cursor.execute(f"SELECT project_id, {hour}, release, environment FROM ingest_task WHERE last_event_at > %s"
-                       " AND started_at < %s GROUP BY 1, 2, 3, 4", [since, hi])
-        for project_id, *group in cursor.fetchall():
-            groups[project_id].add(tuple(group))
-        for project_id in projects:
-            groups[project_id] |= _mismatched_groups(cursor, project_id=project_id, since=started)
-        for project_id in list(groups):
-            groups[project_id] = {g for g in groups[project_id] if g[0] not in whole[project_id]}
-        slices: dict[int, set[tuple[datetime, str, str, str]]] = defaultdict(set)
+            whole = {at for at, in cursor.fetchall()}
+        cursor.execute(f"SELECT {hour}, release, environment FROM ingest_task WHERE project_id = %s"
+                       " AND last_event_at > %s AND started_at < %s GROUP BY 1, 2, 3", [project_id, since, hi])
+        groups = set(cursor.fetchall()) | _mismatched_groups(cursor, project_id=project_id, since=started)
+        groups = {g for g in groups if g[0] not in whole}
         cursor.execute(
-            f"SELECT t.project_id, {_TASK_HOUR}, t.release, t.environment, t.name FROM analysis_taskanalysis a"
+            f"SELECT {_TASK_HOUR}, t.release, t.environment, t.name FROM analysis_taskanalysis a"
             " JOIN ingest_task t ON t.id = a.task_id AND t.project_id = a.project_id"
-            " WHERE a.analyzed_at > %s AND t.started_at < %s"
-            " GROUP BY 1, 2, 3, 4, 5", [since, hi])
-        for project_id, *key in cursor.fetchall():
-            if key[0] not in whole[project_id] and tuple(key[:3]) not in groups[project_id]:
-                slices[project_id].add(tuple(key))
+            " WHERE a.project_id = %s AND t.project_id = %s AND a.analyzed_at > %s AND t.started_at < %s"
+            " GROUP BY 1, 2, 3, 4", [project_id, project_id, since, hi])
+        slices = {key for key in cursor.fetchall() if key[0] not in whole and key[:3] not in groups}
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # Release totals to redo: releases in a recomputed hour (before and after: a task can
         # leave a release's hour), of a recomputed group or slice, or in an hour that became
         # complete since the last run.
-        changed = {p for p in (*whole, *groups, *slices) if whole[p] or groups[p] or slices[p]}
-        touched = {p: _releases_in(cursor, project_id=p, hours=whole[p], lo=prev_hi, hi=hi)
-                   | {g[1] for g in groups[p]} | {x[1] for x in slices[p]} for p in changed}
-        hours = sum(_completed_recompute(cursor, project_id=p, hours=whole[p], workers=workers) for p in changed)
+        changed = bool(whole or groups or slices)
+        touched = (_releases_in(cursor, project_id=project_id, hours=whole, lo=prev_hi, hi=hi)
+                   | {g[1] for g in groups} | {x[1] for x in slices}) if changed else set()
+        hours = _completed_recompute(cursor, project_id=project_id, hours=whole, workers=workers) if changed else 0
         # Device telemetry: the hours that completed (by the samples' own time) and late ones.
-        sample_hours = sum(samples.refresh(cursor, project_id=p, prev_hi=prev_hi, hi=hi) for p in projects)
-        partial = sum(_groups_recompute(cursor, project_id=p, groups=groups[p]) for p in changed)
-        analysed = sum(_analysis_recompute(cursor, project_id=p, slices=slices[p]) for p in changed)
-        retained = _retention_delete(cursor, now=started)
-        for project_id, releases in touched.items():
-            releases = None if retained else releases | _releases_in(
-                cursor, project_id=project_id, hours=whole[project_id], lo=prev_hi, hi=hi)
-            release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=releases)
-        deleted = retained + _orphans_delete(cursor)
-        watermark_set(started)
-    # Every minute: a refresh that found nothing to do is routine (DEBUG), one that did work is news.
-    log.log(logging.INFO if hours or partial or analysed or sample_hours or deleted else logging.DEBUG,
-            "analysis.rollups_refreshed hours=%d groups=%d slices=%d sample_hours=%d deleted=%d ms=%.0f", hours,
-            partial, analysed, sample_hours, deleted, 1000 * (time.monotonic() - clock))
-    return {"hours": hours, "groups": partial, "slices": analysed, "sample_hours": sample_hours, "deleted": deleted}
+        sample_hours = samples.refresh(cursor, project_id=project_id, prev_hi=prev_hi, hi=hi)
+        partial = _groups_recompute(cursor, project_id=project_id, groups=groups)
+        analysed = _analysis_recompute(cursor, project_id=project_id, slices=slices)
+        if changed:
+            touched |= _releases_in(cursor, project_id=project_id, hours=whole, lo=prev_hi, hi=hi)
+            release_totals_recompute(cursor, project_id=project_id, hi=hi, releases=touched)
+    return {"hours": hours, "groups": partial, "slices": analysed, "sample_hours": sample_hours}
 
 
 def _completed_recompute(cursor, *, project_id: int, hours: set[datetime], workers: int) -> int:
@@ -446,22 +494,24 @@ def _orphans_delete(cursor) -> int:
     return deleted
 
 
-def _retention_delete(cursor, *, now: datetime) -> int:
+def _retention_delete(*, project_id: int, now: datetime, hi: datetime | None) -> int:
+    """Delete a project's rollup rows older than AGENTOPS_RETENTION_DAYS; `hi`: the project's
+    watermark, the hour its release totals are merged up to. Returns the rows deleted."""
     days = getattr(settings, "AGENTOPS_RETENTION_DAYS", 0)
     if not days:
         return 0
     cutoff = hour_floor(now - timedelta(days=days))
     deleted = 0
-    for table in TABLES:
-        cursor.execute(f"DELETE FROM {table} WHERE hour < %s", [cutoff])
-        deleted += cursor.rowcount
-    if deleted:
-        # The day of the cut-off lost its daily row but keeps its later hours: merge them again,
-        # or readers of whole days (and the release totals) would miss those hours.
-        cursor.execute("SELECT DISTINCT project_id FROM analysis_task_rollup WHERE hour >= %s AND hour < %s",
-                       [cutoff, day_floor(cutoff) + DAY])
-        for (project_id,) in cursor.fetchall():
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"DELETE FROM {table} WHERE project_id = %s AND hour < %s", [project_id, cutoff])
+            deleted += cursor.rowcount
+        if deleted:
+            # The day of the cut-off lost its daily row but keeps its later hours: merge them again,
+            # or readers of whole days (and the release totals) would miss those hours.
             days_recompute(cursor, project_id=project_id, lo=cutoff, hi=cutoff + HOUR)
+            if hi is not None:
+                release_totals_recompute(cursor, project_id=project_id, hi=hour_floor(hi))
     return deleted
 
 
@@ -471,11 +521,37 @@ def watermark_set(value: datetime) -> None:
                        " ON CONFLICT (name) DO UPDATE SET watermark = EXCLUDED.watermark", [value])
 
 
-def watermark() -> datetime | None:
+def _held_name(project_id: int) -> str:
+    return f"rollups:{int(project_id)}"
+
+
+def _held_watermarks() -> dict[int, datetime | None]:
+    """The projects whose refresh failed, and the watermark each is held at (None: never rolled up)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT watermark FROM analysis_rollup_state WHERE name = 'rollups'")
-        row = cursor.fetchone()
-    return row[0] if row else None
+        cursor.execute("SELECT name, watermark FROM analysis_rollup_state WHERE name LIKE %s", [_HELD_LIKE])
+        return {int(name.split(":", 1)[1]): mark for name, mark in cursor.fetchall()}
+
+
+def _watermark_hold(project_id: int, value: datetime | None) -> None:
+    """Keep a project's watermark at `value` while the others' moves (the first hold stays)."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO analysis_rollup_state (name, watermark) VALUES (%s, %s)"
+                       " ON CONFLICT (name) DO NOTHING", [_held_name(project_id), value])
+
+
+def _watermark_release(project_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM analysis_rollup_state WHERE name = %s", [_held_name(project_id)])
+
+
+def watermark(*, project_id: int | None = None) -> datetime | None:
+    """Where the rollups are complete: the last refresh's start, or, for a project whose refresh
+    failed since, where its own last success left it (`rollups_refresh`)."""
+    names = ["rollups"] if project_id is None else ["rollups", _held_name(project_id)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, watermark FROM analysis_rollup_state WHERE name = ANY(%s)", [names])
+        rows = dict(cursor.fetchall())
+    return rows[names[-1]] if names[-1] in rows else rows.get("rollups")
 
 
 def on_project_deleted(sender, *, instance, **kwargs) -> None:
@@ -483,3 +559,5 @@ def on_project_deleted(sender, *, instance, **kwargs) -> None:
     with connection.cursor() as cursor:
         for table in TABLES:
             cursor.execute(f"DELETE FROM {table} WHERE project_id = %s", [instance.pk])
+    _watermark_release(instance.pk)
+    jobs.forget(project_id=instance.pk)

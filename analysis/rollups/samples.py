@@ -16,19 +16,28 @@ from datetime import datetime, timedelta
 from agentops.db import read_connection
 from analysis.engine.verdicts import SLOWDOWN_BITS
 from analysis.rollups.sql import HOUR, ORIGIN, SAMPLE_TABLE, hour_ceil, hour_floor
+from ingest.limits import CLOCK_REASONS_BITS, MAX_READING
 
 # Column prefix → the reading, from an ingest_resourcesample row aliased r. The power limit is
 # not a column: dcgm-exporter's DCGM_FI_DEV_POWER_MGMT_LIMIT lands in the sample's extra.
-SAMPLE_METRICS = {
+_READINGS = {
     "util": "r.utilization", "queue": "r.queue_depth", "running": "r.batch_size", "kv": "r.kv_cache_usage",
     "clock": "r.sm_clock_mhz", "clock_max": "r.sm_clock_max_mhz", "power": "r.power_w",
     "power_limit": "CASE WHEN jsonb_typeof(r.extra -> 'power_limit_w') = 'number'"
                    " THEN (r.extra ->> 'power_limit_w')::float8 END",
     "temp": "r.temperature_c",
 }
+# Readings outside what ingest accepts now (ingest.limits, docs/otlp.md "Numeric ranges") that an
+# earlier version stored read as missing: a clock-reasons value of 1e30 cast to bigint, or two
+# readings near the float8 maximum summed, would fail every read and refresh of the project.
+_LIMIT = f"{MAX_READING:.0f}"
+SAMPLE_METRICS = {name: f"(CASE WHEN {expr} BETWEEN -{_LIMIT} AND {_LIMIT} THEN {expr} END)"
+                  for name, expr in _READINGS.items()}
+_REASONS = (f"(CASE WHEN r.clock_reasons >= 0 AND r.clock_reasons < {2 ** CLOCK_REASONS_BITS}"
+            " THEN r.clock_reasons::bigint END)")
 # A reading reports a slowdown when its clock-event reasons carry a thermal, power-brake or HW
 # slowdown bit (the bits the verdict counts whatever the load), or the native throttled flag.
-_SLOWED = (f"(coalesce(r.clock_reasons::bigint & {SLOWDOWN_BITS}, 0) <> 0"
+_SLOWED = (f"(coalesce({_REASONS} & {SLOWDOWN_BITS}, 0) <> 0"
            " OR coalesce(r.throttled, 0) >= 0.5)")
 # Samples this late (a collector replaying its queue) are recounted by the refresh; older ones
 # need `manage.py rollups_rebuild`.
@@ -47,10 +56,10 @@ def _per_row(expr: str) -> list[str]:
 
 
 _GROUPED = ", ".join(["count(*)"] + [e for x in SAMPLE_METRICS.values() for e in _per_group(x)]
-                     + ["coalesce(bit_or(r.clock_reasons::bigint), 0)", f"count(*) FILTER (WHERE {_SLOWED})"])
+                     + [f"coalesce(bit_or({_REASONS}), 0)", f"count(*) FILTER (WHERE {_SLOWED})"])
 _RAW_ROW = ", ".join(f"{e} AS {name}" for e, name in zip(
     ["1"] + [e for x in SAMPLE_METRICS.values() for e in _per_row(x)]
-    + ["coalesce(r.clock_reasons::bigint, 0)", f"({_SLOWED})::int"], _COLUMNS, strict=True))
+    + [f"coalesce({_REASONS}, 0)", f"({_SLOWED})::int"], _COLUMNS, strict=True))
 _MERGED = ", ".join(["sum(samples)"] + [f"{'sum' if s in ('n', 'sum') else s}({m}_{s})"
                                         for m in SAMPLE_METRICS for s in ("n", "sum", "min", "max")]
                     + ["bit_or(reasons)", "sum(slowed)"])
