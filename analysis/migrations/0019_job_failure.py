@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('analysis', '0017_citus_local_copies'),
+        ('analysis', '0018_task_analysis_limited'),
     ]
 
     operations = [
