@@ -783,7 +783,7 @@ def server_key(point: dict, resource: dict) -> str:
     the port of an `instance` / `service.instance.id` `host:port` of the same host."""
     address = _attr(point, resource, "server.address")
     if address:
-        port = server_port(_attr(point, resource, "server.port"))
+        port = next((p for attrs in (point, resource) if (p := server_port(attrs.get("server.port")))), "")
         if not port:
             for key in ("instance", "service.instance.id"):
                 host, _, named = _attr(point, resource, key).rpartition(":")
