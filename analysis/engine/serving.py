@@ -39,7 +39,7 @@ class Relations(dict):
     and what the verdict must say when they cannot be told apart:
     - `pools`: a Service key (`vllm-llama.inference.svc.cluster.local:8000`) → its pods' server
       keys (a call to it went to one of them, which one the client does not say);
-    - `shared`: a server key → the servers on its GPUs' host, itself among them, when nothing says
+    - `shared`: a server key → itself and the other servers on its GPUs' host, when nothing says
       which GPUs are whose (no pod labels, no server span naming `hw.id`);
     - `labels`: device → its labels (`ingest_device.labels`: a GPU's index `gpu`)."""
 
@@ -123,14 +123,14 @@ def related_devices(project_id: int, devices: set[str]) -> Relations:
 
     owned = {g: owners(g) for g in gpus}
 
-    def gpus_of(server: str, host: str) -> tuple[tuple[str, ...], bool]:
-        """(the server's GPUs, whether they are told apart from other servers')."""
-        attributed = tuple(sorted(g for g, o in owned.items() if server in o))
+    def gpus_of(names: set[str], host: str) -> tuple[tuple[str, ...], bool]:
+        """(the GPUs of a server known by `names`, whether they are told apart from other servers')."""
+        attributed = tuple(sorted(g for g, o in owned.items() if names & o))
         if attributed:
             return attributed, True
         on_host = [g for g in gpus if known[g][0] == host]
         free = tuple(sorted(g for g in on_host if not owned[g]))
-        neighbours = [s for s in servers if known[s][0] == host and s != server]
+        neighbours = [s for s in servers if known[s][0] == host and s not in names]
         told = not neighbours or len(free) < len(on_host)
         return free, told
 
@@ -144,7 +144,7 @@ def related_devices(project_id: int, devices: set[str]) -> Relations:
                 out.pools[device] = members
                 found: list[str] = list(members)
                 for member in members:
-                    theirs = gpus_of(member, known[member][0])[0]
+                    theirs = gpus_of({member}, known[member][0])[0]
                     if theirs:
                         out[member] = theirs
                     found += theirs
@@ -157,18 +157,16 @@ def related_devices(project_id: int, devices: set[str]) -> Relations:
             others = tuple(sorted(mine)) if mine else tuple(sorted(
                 n for n in servers if known[n][0] == host and n != device))
         elif role == ROLE_SERVER or ":" in device:
-            target = device
-            if role != ROLE_SERVER:
-                # A server the client names by another spelling of its host than its metrics carry
-                # (vllm-a.prod.internal:8000 dialed, vllm-a:8000 scraped): the same host and port.
-                port = device.rpartition(":")[2]
-                alias = sorted(n for n in servers if known[n][0] == host and n != device
-                               and n.rpartition(":")[2] == port)
-                target = alias[0] if alias else device
-            mine, told = gpus_of(target, host)
-            others = tuple(n for n in ((target,) if target != device else ()) + mine)
-            if not told:
-                out.shared[device] = tuple(sorted(s for s in servers if known[s][0] == host))
+            # A server the client names by another spelling of its host than its metrics carry
+            # (vllm-a.prod.internal:8000 dialed, vllm-a:8000 scraped): the same host and port.
+            port = device.rpartition(":")[2]
+            alias = tuple(sorted(n for n in servers if known[n][0] == host and n != device
+                                 and n.rpartition(":")[2] == port)) if role in (ROLE_SERVER, "") else ()
+            mine, told = gpus_of({device, *alias}, host)
+            others = alias + mine
+            if not told:  # this server (by whichever name) and the others on its host
+                out.shared[device] = (device, *sorted(s for s in servers if known[s][0] == host
+                                                      and s != device and s not in alias))
         else:
             others = tuple(sorted(n for n, (h, r) in known.items()
                                   if h == host and r in (ROLE_SERVER, ROLE_GPU) and n != device))
