@@ -494,7 +494,7 @@ def _attribution(ctx: TaskContext, step: StepData, out: dict, found: dict[str, l
     sources = set(out["signals"].get("devices") or ())
     for named in dict.fromkeys(d for d in (step.device, step.server) if d):
         members = pools.get(named, ())
-        if len(members) > 1 and sources & set(members):
+        if len(members) > 1 and named in sources:  # not when the server's own span named the pod
             showing = [m for m in members
                        if cause & set(evidence(_signals_of(ctx, step, (m, *ctx.related.get(m, ())), None), excess))]
             if showing and len(showing) < len(members):

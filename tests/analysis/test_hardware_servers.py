@@ -112,8 +112,9 @@ def _send_calls(exporter, base_ns: int, calls) -> None:
     tracer = provider.get_tracer("agent")
     rng = random.Random(3)
     try:
-        for offset, (agent, attrs, slowed, server) in enumerate(calls):
+        for offset, (agent, attrs, slowed, answering) in enumerate(calls):
             for i in range(TASKS):
+                server = answering
                 start = base_ns + i * EVERY_S * S + (2 + 3 * offset) * S
                 took = rng.uniform(0.75, 0.85) + slowed(i)
                 end = start + int(took * S)
@@ -124,7 +125,9 @@ def _send_calls(exporter, base_ns: int, calls) -> None:
                                              "gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL,
                                              "gen_ai.provider.name": "openai", "gen_ai.usage.input_tokens": 900,
                                              "gen_ai.usage.output_tokens": 100, **attrs})
-                if server is not None:
+                answered = server(i) if callable(server) else server
+                if answered is not None:
+                    server = answered
                     if server["service.instance.id"] not in servers:
                         sp = TracerProvider(resource=Resource.create(server))
                         sp.add_span_processor(BatchSpanProcessor(exporter()))
@@ -266,20 +269,26 @@ def test_gpus_that_cannot_be_told_apart_make_a_possible_throttle_that_says_so(li
         assert "2 servers share gpu-node-7; its GPU 5 throttled" in found[0].summary
 
 
-def test_a_service_in_front_of_three_pods_queues_on_the_pod_that_floods(live_server, project, ingest_key):
+PODS = [("10.4.1.11", "vllm-llama-7d9c5b8f6-x2k4p"), ("10.4.2.12", "vllm-llama-7d9c5b8f6-q8w3z"),
+        ("10.4.3.13", "vllm-llama-7d9c5b8f6-m5n7c")]
+POD_RESOURCES = [{"service.name": "vllm", "server.address": ip, "server.port": "8000", "service.instance.id": f"{ip}:8000",
+                  "k8s.pod.name": pod, "k8s.namespace.name": "inference", "k8s.deployment.name": "vllm-llama"}
+                 for ip, pod in PODS]
+
+
+def _service(live_server, project, ingest_key, *, answered=None):
     """Chat spans name the Service; the vLLM series carry each pod's address and k8s attributes;
-    one pod of three floods."""
+    the second pod of three floods. `answered(i)`: the pod whose own span is under call i."""
     metrics, spans = _exporters(live_server.url, ingest_key)
     base_ns, rng = _base_ns(), random.Random(8)
-    pods = [("10.4.1.11", "vllm-llama-7d9c5b8f6-x2k4p"), ("10.4.2.12", "vllm-llama-7d9c5b8f6-q8w3z"),
-            ("10.4.3.13", "vllm-llama-7d9c5b8f6-m5n7c")]
-    _send_metrics(metrics, [
-        ({"service.name": "vllm", "server.address": ip, "server.port": "8000", "service.instance.id": f"{ip}:8000",
-          "k8s.pod.name": pod, "k8s.namespace.name": "inference", "k8s.deployment.name": "vllm-llama"},
-         _vllm(rng, flooded=n == 1), base_ns) for n, (ip, pod) in enumerate(pods)])
+    _send_metrics(metrics, [(r, _vllm(rng, flooded=n == 1), base_ns) for n, r in enumerate(POD_RESOURCES)])
     _send_calls(spans, base_ns, [("support", {"server.address": "vllm-llama.inference.svc.cluster.local",
-                                              "server.port": 8000}, _flood, None)])
+                                              "server.port": 8000}, _flood, answered)])
     _analyse(project)
+
+
+def test_a_service_in_front_of_three_pods_queues_on_the_pod_that_floods(live_server, project, ingest_key):
+    _service(live_server, project, ingest_key)
     found = _found(project, "hardware_queueing")
     assert sorted(_index(f) for f in found) == list(INCIDENT)
     summary = found[0].summary
@@ -305,3 +314,14 @@ def test_a_stock_dcgm_exporter_clock_fall_is_a_throttle(live_server, project, in
     summary = found[0].summary
     assert "SM clock 6" in summary and "MHz vs a usual 1,410 MHz (no max clock or clock-event reasons reported" in summary
     assert "power " in summary
+
+
+def test_the_pod_whose_own_span_answered_is_the_one_read(live_server, project, ingest_key):
+    """The pods' own request spans under the calls say which pod answered: the flooded pod during
+    the incident, the others before and after. Only that pod is read, and no "1 of 3" is said."""
+    _service(live_server, project, ingest_key,
+             answered=lambda i: POD_RESOURCES[1] if i in INCIDENT else POD_RESOURCES[0 if i % 2 else 2])
+    found = _found(project, "hardware_queueing")
+    assert sorted(_index(f) for f in found) == list(INCIDENT)
+    assert "of 3 pods" not in found[0].summary and "requests waiting vs a usual 0" in found[0].summary
+    assert found[0].evidence["signals"]["devices"] == ["10.4.2.12:8000"]
