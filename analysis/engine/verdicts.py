@@ -457,7 +457,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
            "telemetry": "present" if signals["samples"] or serving else "missing",
            "evidence": reasons, "signals": signals, **slowness}
     if verdict in HARDWARE_VERDICTS:
-        _attribution(ctx, step, out, found)
+        _attribution(ctx, step, out)
     if compute is not None or (serving.get("queue_ms") is not None and step.ttft_ms is not None):
         if serving.get("queue_ms") is not None and step.ttft_ms is not None:
             queue_wait = min(serving["queue_ms"], step.ttft_ms)
@@ -471,7 +471,7 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
 CAUSE_WORDS = {"queueing": "queueing", "throttling": "throttling", "kv_cache_pressure": "KV cache full"}
 
 
-def _attribution(ctx: TaskContext, step: StepData, out: dict, found: dict[str, list[str]]) -> None:
+def _attribution(ctx: TaskContext, step: StepData, out: dict) -> None:
     """Where the devices that show the cause cannot be told to be the call's, say so first in the
     evidence and make the verdict possible (`confidence` low):
     - a Service in front of N pods, the call's pod unknown: "queueing on 1 of 3 pods behind
@@ -498,7 +498,7 @@ def _attribution(ctx: TaskContext, step: StepData, out: dict, found: dict[str, l
             showing = [m for m in members
                        if cause & set(evidence(_signals_of(ctx, step, (m, *ctx.related.get(m, ())), None), excess))]
             if showing and len(showing) < len(members):
-                service = (_service_name(named) or named)
+                service = _service_name(named) or named
                 notes.append(f"{CAUSE_WORDS[verdict]} on {len(showing)} of {len(members)} pods behind {service}")
         neighbours = shared.get(named, ())
         if len(neighbours) > 1 and not cause & set(evidence(_signals_of(ctx, step, (named,), None), excess)):
@@ -682,12 +682,13 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
             (ctx.device_normals[d] for d in verdict.get("signals", {}).get("devices", ()) if d in ctx.device_normals), None)
         confidence, reason = baseline_confidence(normal.count if normal else 0,
                                                  what=f"telemetry readings of {device}")
+        because = "possibly because" if verdict.get("confidence") == "low" else "because"
         if verdict.get("baseline") in ("none", "measured"):  # `_measured_queue`: the server's wait is the waste
-            summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting because "
+            summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting {because} "
                        f"{WHAT[verdict_name]} ({device}: {seen}).")
         else:
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
-                       f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
+                       f"{fmt_ms(verdict['expected_ms'])}) {because} {WHAT[verdict_name]} ({device}: {seen}).")
         if verdict.get("confidence") == "low":
             confidence = "low"
             reason = f"Possible: {verdict['possible']}; {verdict['possible_why']}."

@@ -266,7 +266,9 @@ def test_gpus_that_cannot_be_told_apart_make_a_possible_throttle_that_says_so(li
         found = _by_port(project, "hardware_throttling", port)
         assert len(found) == len(INCIDENT), port
         assert all(f.confidence == "low" for f in found)
+        assert "possibly because its GPU was throttling (" in found[0].summary
         assert "2 servers share gpu-node-7; its GPU 5 throttled" in found[0].summary
+        assert found[0].confidence_reason.startswith("Possible: 2 servers share gpu-node-7; its GPU 5 throttled")
 
 
 PODS = [("10.4.1.11", "vllm-llama-7d9c5b8f6-x2k4p"), ("10.4.2.12", "vllm-llama-7d9c5b8f6-q8w3z"),
