@@ -104,8 +104,10 @@ class DeviceAdmin(admin.ModelAdmin):
     list_display = ["name", "role", "host", "host_by_hand", "vendor", "hardware", "project", "last_seen"]
     list_filter = ["role", "vendor", "host_by_hand", "project"]
     search_fields = ["name", "host"]
-    readonly_fields = ["project", "name", "role", "vendor", "hardware", "host_by_hand", "first_seen", "last_seen"]
-    fields = ["project", "name", "role", "host", "host_by_hand", "vendor", "hardware", "first_seen", "last_seen"]
+    readonly_fields = ["project", "name", "role", "vendor", "hardware", "host_by_hand", "labels", "first_seen",
+                       "last_seen"]
+    fields = ["project", "name", "role", "host", "host_by_hand", "vendor", "hardware", "labels", "first_seen",
+              "last_seen"]
 
     def has_add_permission(self, request):
         return False

@@ -763,18 +763,87 @@ def host_of_server(key: str) -> str:
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
+def server_port(value: object) -> str:
+    """A port as servers are matched on: the number, whether it was sent as an int (a span's
+    `server.port`), a string (a Prometheus label, `"8000"`) or a float; else the text as sent."""
+    if isinstance(value, bool):
+        return ""
+    text = str(value).strip() if isinstance(value, str | int | float) else ""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() and number >= 0 else text
+
+
 def server_key(point: dict, resource: dict) -> str:
     """The inference server a series (or span) belongs to: `server.address[:server.port]`, else the
-    Prometheus `instance` label the Collector puts in `service.instance.id`, else `host.name`."""
+    Prometheus `instance` label the Collector puts in `service.instance.id`, else `host.name`. The
+    port is a number however it was sent (`server_port`); an address with no `server.port` takes
+    the port of an `instance` / `service.instance.id` `host:port` of the same host."""
     address = _attr(point, resource, "server.address")
     if address:
-        port = _attr(point, resource, "server.port")
+        port = next((p for attrs in (point, resource) if (p := server_port(attrs.get("server.port")))), "")
+        if not port:
+            for key in ("instance", "service.instance.id"):
+                host, _, named = _attr(point, resource, key).rpartition(":")
+                if host and short_host(host) == short_host(address) and server_port(named).isdigit():
+                    port = server_port(named)
+                    break
         return (f"{address}:{port}" if port else address).lower()
     for key in ("instance", "service.instance.id", "host.name"):
         value = _attr(point, resource, key)
         if value and not (key == "service.instance.id" and _UUID.fullmatch(value)):
+            host, _, port = value.rpartition(":")
+            if host and port and server_port(port).isdigit():
+                value = f"{host}:{server_port(port)}"
             return value.lower()
     return ""
+
+
+# Whose a device is, beyond its host (docs/otlp.md, "Which server and GPU served a call"). A server
+# series: its pod, namespace and workload, the OTel k8s resource attributes (the Collector's
+# k8sattributes processor adds them). A GPU series: the pod, namespace and container dcgm-exporter
+# labels it with in Kubernetes (the pod the GPU is assigned to, on the data point: the resource's
+# k8s.* describe the exporter's own pod) and its index on the host (`gpu`).
+SERVER_LABEL_KEYS = ("k8s.pod.name", "k8s.namespace.name", "k8s.deployment.name", "k8s.statefulset.name",
+                     "k8s.service.name")
+GPU_POD_LABELS = {"pod": "k8s.pod.name", "namespace": "k8s.namespace.name", "container": "k8s.container.name",
+                  "pod_name": "k8s.pod.name", "pod_namespace": "k8s.namespace.name",
+                  "container_name": "k8s.container.name", "k8s.pod.name": "k8s.pod.name",
+                  "k8s.namespace.name": "k8s.namespace.name"}
+GPU_INDEX_LABEL = "gpu"
+# A GPU's label: the server whose own request spans name it (`hw.id` on vLLM's `llm_request`).
+SERVED_BY_LABEL = "agentops.server"
+
+
+def device_labels(point: dict, resource: dict, *, role: str) -> dict[str, str]:
+    """The labels that say whose a device is (SERVER_LABEL_KEYS, GPU_POD_LABELS, its index)."""
+    if role == ROLE_SERVER:
+        return {key: value for key in SERVER_LABEL_KEYS if (value := _attr(point, resource, key))}
+    out: dict[str, str] = {}
+    for label, key in GPU_POD_LABELS.items():
+        value = point.get(label)
+        if isinstance(value, str) and value:
+            out.setdefault(key, value)
+    index = _attr(point, resource, GPU_INDEX_LABEL)
+    if index:
+        out[GPU_INDEX_LABEL] = index
+    return out
+
+
+def span_gpus(attributes: dict, resource: dict) -> list[str]:
+    """The GPUs a span names: `hw.id` on the span, else on its resource; one id or a list of them
+    (a tensor-parallel server runs on several)."""
+    for attrs in (attributes, resource):
+        value = attrs.get(DEVICE_KEY)
+        if isinstance(value, str) and value:
+            return [value]
+        if isinstance(value, list | tuple):
+            found = [v for v in value if isinstance(v, str) and v]
+            if found:
+                return found
+    return []
 
 
 def device_id(point: dict, resource: dict) -> str:

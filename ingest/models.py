@@ -301,6 +301,10 @@ class Device(ProjectRow):
     # The host set by hand (admin) where a server's address and its GPUs' host differ (a load
     # balancer, `localhost`): the exporters' host no longer replaces it.
     host_by_hand = models.BooleanField(default=False, db_default=False)
+    # Whose it is beyond its host (ingest.conventions.device_labels): a server's pod, namespace
+    # and workload; a GPU's pod, namespace, container and index, and the server whose own spans
+    # name it (`agentops.server`). Merged as they arrive.
+    labels = models.JSONField(default=dict, blank=True, db_default={})
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 

@@ -385,6 +385,10 @@ def span_records(span, resource: _Resource) -> tuple[TaskRecord | None, StepReco
         # hw.id when the span names its device; else the server that answered (docs/otlp.md,
         # "Which server and GPU served a call").
         device=_short(facts.device or facts.server),
+        # An inference server's span that names its GPUs says they are that server's.
+        device_labels={_short(gpu): {conventions.SERVED_BY_LABEL: _short(facts.server)}
+                       for gpu in conventions.span_gpus(attributes, resource.attributes)}
+        if facts.serving is not None and facts.server else {},
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_tokens=cached_tokens,
@@ -585,6 +589,8 @@ def _sample_value(samples: dict, device: str, host: str, ts, column: str, value:
     sample.role = sample.role or role
     sample.vendor = sample.vendor or _short(conventions.device_vendor(attributes, resource, metric=metric), 50)
     sample.hardware = sample.hardware or _short(conventions.device_hardware(attributes, resource), 100)
+    for label, text in conventions.device_labels(attributes, resource, role=role).items():
+        sample.labels.setdefault(label, _short(text))
 
 
 def _server_histogram_points(decoded: Decoded, samples: dict, metric, resource: dict, *, path: str,

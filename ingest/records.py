@@ -87,6 +87,9 @@ class StepRecord:
     # The instrumentation that sent it (ingest/instrumentation.py `source_of`): service, scope name
     # and version, telemetry.sdk name, language and version; empty for the native API.
     source: tuple[str, ...] = ()
+    # device → labels the span gives it: an inference server's span names its GPUs (`hw.id`), and
+    # each is that server's (ingest.conventions.SERVED_BY_LABEL).
+    device_labels: dict = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -100,6 +103,8 @@ class SampleRecord:
     # ("gpu" | "server" | "" unknown); a step finds its server's GPUs by host.
     host: str = ""
     role: str = ""
+    # Whose the device is (ingest.conventions.device_labels).
+    labels: dict = field(default_factory=dict)
 
 
 @dataclass(slots=True)

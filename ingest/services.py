@@ -503,22 +503,29 @@ def _tasks_refresh(cursor, *, project, task_pks: list[int]) -> list[int]:
 
 def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list[StepRecord], now) -> None:
     devices: dict[str, tuple[str, str, str, str]] = {}
+    labels: dict[str, dict] = {}
     for s in steps:
         if s.device:
             devices.setdefault(s.device, ("", "", "", ""))
+        for name, given in s.device_labels.items():
+            devices.setdefault(name, ("", "", "", ""))
+            labels.setdefault(name, {}).update(given)
     for s in samples:
         vendor, hardware, host, role = devices.get(s.device, ("", "", "", ""))
         devices[s.device] = (s.vendor or vendor, s.hardware or hardware, s.host or host, s.role or role)
+        if s.labels:
+            labels.setdefault(s.device, {}).update(s.labels)
     # Remembered with what is known of them: a device first seen on a step (no vendor) must not
     # hide the vendor, hardware and host its resource samples bring a moment later.
-    keys = {name: "\x00".join((name, *facts)) for name, facts in devices.items()}
+    keys = {name: "\x00".join((name, *facts, _json(labels.get(name, {})))) for name, facts in devices.items()}
     unseen = _unseen("device", project.pk, keys.values())
-    rows = [(project.pk, name, v, h, host, role, now, now)
+    rows = [(project.pk, name, v, h, host, role, _json(labels.get(name, {})), now, now)
             for name, (v, h, host, role) in sorted(devices.items()) if keys[name] in unseen]
     _upsert(
         cursor, table="ingest_device",
         columns=[("project_id", "bigint"), ("name", "text"), ("vendor", "text"), ("hardware", "text"),
-                 ("host", "text"), ("role", "text"), ("first_seen", "timestamptz"), ("last_seen", "timestamptz")],
+                 ("host", "text"), ("role", "text"), ("labels", "jsonb"), ("first_seen", "timestamptz"),
+                 ("last_seen", "timestamptz")],
         rows=rows, conflict="project_id, name",
         update=(
             "vendor = coalesce(nullif(EXCLUDED.vendor, ''), ingest_device.vendor), "
@@ -526,6 +533,7 @@ def _devices_upsert(cursor, *, project, samples: list[SampleRecord], steps: list
             "host = CASE WHEN ingest_device.host_by_hand THEN ingest_device.host "
             "ELSE coalesce(nullif(EXCLUDED.host, ''), ingest_device.host) END, "
             "role = coalesce(nullif(EXCLUDED.role, ''), ingest_device.role), "
+            "labels = ingest_device.labels || EXCLUDED.labels, "
             "last_seen = EXCLUDED.last_seen"
         ),
     )

@@ -50,15 +50,16 @@ def _ms(dt) -> float:
 
 def baseline_keys(steps: list[StepData], reached: dict[str, Transport]) -> tuple[set[tuple[str, str]], set[str]]:
     """The (kind, key) baselines and the devices whose normals a task's analysis needs: the steps'
-    own, and the servers that model calls naming none reached (`reached`: the task's `transports`)."""
-    devices = {s.device for s in steps if s.device} | {t.device for t in reached.values() if t.device}
+    own (a call's GPU and the server it names), and the servers that model calls naming none reached (`reached`: the task's `transports`)."""
+    devices = ({s.device for s in steps if s.device} | {s.server for s in steps if s.server}
+               | {t.device for t in reached.values() if t.device})
     return {(s.kind, s.key) for s in steps if s.kind != "agent"}, devices
 
 
 def sample_window(steps: list[StepData], reached: dict[str, Transport]) -> tuple[datetime, datetime] | None:
     """The telemetry read around a task: its device steps' span plus SAMPLE_MARGIN each side
     (a model call naming no device counts by the server it reached: `reached`, its `transports`)."""
-    device_steps = [s for s in steps if s.device or (s.step_id in reached and reached[s.step_id].device)]
+    device_steps = [s for s in steps if s.device or s.server or (s.step_id in reached and reached[s.step_id].device)]
     if not device_steps:
         return None
     first = min(s.start_ms for s in device_steps)

@@ -22,10 +22,15 @@ from analysis.engine.detectors.base import StepData
 
 # An HTTP client span's server (StepData.peer): server.address[:server.port], else the
 # authority of url.full / http.url (the older semantic conventions), without any user info.
-_PEER = """CASE WHEN kind = 'other' AND attributes ?| array['server.address', 'url.full', 'http.url'] THEN lower(coalesce(
-    nullif(attributes->>'server.address', '') || coalesce(':' || nullif(attributes->>'server.port', ''), ''),
+# A port as a number however it was sent (ingest.conventions.server_port): 8000, "8000", 8000.0.
+_PORT = r"""coalesce(':' || nullif(regexp_replace(attributes->>'server.port', '^\s*0*(\d+)(\.0*)?\s*$', '\1'), ''), '')"""
+_PEER = f"""CASE WHEN kind = 'other' AND attributes ?| array['server.address', 'url.full', 'http.url'] THEN lower(coalesce(
+    nullif(attributes->>'server.address', '') || {_PORT},
     substring(coalesce(attributes->>'url.full', attributes->>'http.url') FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]+)'),
     '')) ELSE '' END"""
+# An LLM call's server (StepData.server): server.address[:server.port] of its own span.
+_SERVER = f"""CASE WHEN kind = 'llm' AND attributes ? 'server.address' THEN lower(coalesce(
+    nullif(attributes->>'server.address', '') || {_PORT}, '')) ELSE '' END"""
 
 
 def ms_of_us_sql(column: str) -> str:
@@ -40,7 +45,8 @@ def ms_of_us_sql(column: str) -> str:
 # last, after the fields in their order.
 _SELECT = {"start_ms": ms_of_us_sql("started_at"), "end_ms": ms_of_us_sql("ended_at"),
            "depends_on": "nullif(depends_on, '{}')", "tool_call_ids": "nullif(tool_call_ids, '{}')",
-           "tool_args": "tool_args::text", "serving": "attributes->'agentops.serving'", "peer": _PEER}
+           "tool_args": "tool_args::text", "serving": "attributes->'agentops.serving'", "peer": _PEER,
+           "server": _SERVER}
 _FIELDS = tuple(f.name for f in fields(StepData))
 _COLUMNS = ", ".join(f"{_SELECT.get(name, name)} AS {name}" for name in _FIELDS)
 # By project too: on Citus a statement that names one project runs on its one worker.

@@ -32,9 +32,11 @@ Z_CORROBORATED = 2.0
 # Resolutions of device metrics, used as MAD floors: below these a difference is noise.
 RESOLUTION = {"queue_depth": 1.0, "utilization": 0.02, "temperature_c": 1.0, "tokens_per_s": 1.0,
               "throttled": 0.5, "power_w": 5.0, "batch_size": 1.0, "mem_bw_util": 0.02,
-              "kv_cache_usage": 0.02, "clock_ratio": 0.02, "queue_time_ms": 10.0}
+              "kv_cache_usage": 0.02, "clock_ratio": 0.02, "queue_time_ms": 10.0, "clock_mhz": 15.0}
+# (`clock_mhz`: the SM clock itself where no max clock is reported; GPUs set their graphics clock
+# in steps of about 15 MHz, `nvidia-smi -q -d SUPPORTED_CLOCKS`, so less is no difference.)
 # Metrics whose anomaly is a drop (the others: a rise).
-LOWER_IS_WORSE = {"tokens_per_s", "power_w", "clock_ratio"}
+LOWER_IS_WORSE = {"tokens_per_s", "power_w", "clock_ratio", "clock_mhz"}
 SAMPLE_METRICS = ("queue_depth", "batch_size", "utilization", "temperature_c", "tokens_per_s", "power_w",
                   "throttled", "kv_cache_usage")
 # The server's own account of a call decides when the part it names is the larger part of the
@@ -150,6 +152,12 @@ def _source_signals(ctx: TaskContext, device: str, step: StepData, times: list[f
         if ref is not None:
             entry["normal_mhz"] = round(ref.median * at.metrics["sm_clock_max_mhz"])
         out["clock_ratio"] = entry
+    elif normal and "sm_clock_mhz" in normal.metrics and not normal.metrics.get("sm_clock_max_mhz"):
+        # A stock dcgm-exporter sends the SM clock and no max clock: the clock against its own
+        # history (`_clock_fell`).
+        clocks = [x.metrics["sm_clock_mhz"] for x in window if x.metrics.get("sm_clock_mhz") is not None]
+        if clocks:
+            out["clock_mhz"] = _entry("clock_mhz", min(clocks), normal.metrics["sm_clock_mhz"], device)
     bits = 0
     for x in window:
         if x.metrics.get("clock_reasons") is not None:
@@ -218,23 +226,45 @@ def serving_of(ctx: TaskContext, step: StepData) -> dict | None:
 
 
 def served_by(ctx: TaskContext, step: StepData) -> tuple[str, ...]:
-    """The devices whose telemetry describes a call: its device (else the server its request
-    reached: `TaskContext.transport`), and those related to it (`TaskContext.related`)."""
-    device = step.device
-    if not device:
-        below = ctx.transport(step)
-        device = below.device if below is not None else ""
-    if not device:
-        return ()
-    return (device, *ctx.related.get(device, ()))
+    """The devices whose telemetry describes a call: its device, the server its span names beside
+    a GPU (`StepData.server`) and the server its request reached (`TaskContext.transport`), and
+    those related to each (`TaskContext.related`). A Service's pods stand in for the Service
+    only when the server's own span does not say which pod answered."""
+    below = ctx.transport(step)
+    reached = below.device if below is not None else ""
+    named = [d for d in (step.device, step.server) if d]
+    pooled = [d for d in named if d in _pools(ctx)]
+    if not named or (pooled and reached and below.server_span is not None):
+        named = [d for d in named if d not in pooled] + [reached]
+    out: list[str] = []
+    for device in named:
+        if device and device not in out:
+            out.append(device)
+            out += [d for d in ctx.related.get(device, ()) if d not in out]
+    return tuple(out)
+
+
+def _pools(ctx: TaskContext) -> dict[str, tuple[str, ...]]:
+    return getattr(ctx.related, "pools", {})
 
 
 def device_signals(ctx: TaskContext, step: StepData, *, times: dict[str, list[float]] | None = None) -> dict:
     """Over the step's interval: the worst reading of each metric among the devices that served
     it, against that device's own normal; the server's own timings. `times`: per device, the
     samples' ts_ms, when the caller has them already."""
-    signals: dict = {"samples": 0}
     sources = served_by(ctx, step)
+    signals = _signals_of(ctx, step, sources, times)
+    if sources:
+        signals["devices"] = list(sources)
+    serving = serving_of(ctx, step)
+    if serving:
+        signals["serving"] = serving
+    return signals
+
+
+def _signals_of(ctx: TaskContext, step: StepData, sources, times: dict[str, list[float]] | None) -> dict:
+    """The worst reading of each metric among `sources` over the step, each against its own normal."""
+    signals: dict = {"samples": 0}
     for device in sources:
         if times is not None and device not in times:
             times[device] = [x.ts_ms for x in ctx.samples.get(device, [])]
@@ -243,17 +273,15 @@ def device_signals(ctx: TaskContext, step: StepData, *, times: dict[str, list[fl
         for metric, entry in found.items():
             if metric == "clock_reasons" and metric in signals:
                 known = signals[metric]
-                entry = {**known, "value": known["value"] | entry["value"], "new": known["new"] | entry["new"]}
+                # The source named is the device whose bits are new (else the first's).
+                source = entry["source"] if entry["new"] and not known["new"] else known["source"]
+                entry = {**known, "value": known["value"] | entry["value"], "new": known["new"] | entry["new"],
+                         "source": source}
                 entry.update(hex=hex(entry["value"]),
                              reasons=[n for bit, n in CLOCK_REASONS.items() if entry["value"] & bit])
             elif metric in signals and not _worse(metric, entry, signals[metric]):
                 continue
             signals[metric] = entry
-    if sources:
-        signals["devices"] = list(sources)
-    serving = serving_of(ctx, step)
-    if serving:
-        signals["serving"] = serving
     return signals
 
 
@@ -274,6 +302,22 @@ def _clock_down(signals: dict) -> bool:
     return "normal" not in util or util["value"] >= util["normal"]
 
 
+def _clock_fell(signals: dict) -> bool:
+    """With no max clock and no clock-event reasons (a stock dcgm-exporter): the SM clock an
+    outlier downwards against its own history and at least CLOCK_DROP under its usual, while the
+    GPU was not idling (an idle GPU lowers its clock by design)."""
+    clock = signals.get("clock_mhz")
+    if (not clock or "z" not in clock or "clock_reasons" in signals or clock["z"] >= -Z_OUTLIER
+            or clock["value"] > clock["normal"] * (1 - CLOCK_DROP)):
+        return False
+    util = signals.get("utilization", {})
+    return "normal" not in util or util["value"] >= util["normal"]
+
+
+# How a throttle judged from the SM clock's own history alone is worded (`verdict_for` reads it).
+HISTORY_ONLY = "no max clock or clock-event reasons reported: judged against its own history"
+
+
 def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[str]]:
     """What each hardware cause has in its favour, as readings a person can check: keys
     `throttling`, `kv_cache_pressure`, `queueing`, `thermal_only`; an absent key has none."""
@@ -292,6 +336,11 @@ def evidence(signals: dict, excess_ms: float | None = None) -> dict[str, list[st
     if clock_down:
         c = signals["clock_ratio"]
         add("throttling", f"SM clock {c['mhz']:,} MHz of a {c['max_mhz']:,} MHz max vs a usual {c['normal_mhz']:,}")
+    if _clock_fell(signals):
+        c = signals["clock_mhz"]
+        add("throttling", f"SM clock {c['value']:,.0f} MHz vs a usual {c['normal']:,.0f} MHz ({HISTORY_ONLY})")
+        if _z(signals, "power_w") < -Z_OUTLIER:
+            add("throttling", _reading(signals, "power_w", "power", " W"))
     if signals.get("throttled", {}).get("value", 0.0) >= 0.5:
         add("throttling", "throttle flag set")
     if _hot(signals):
@@ -401,9 +450,14 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         reasons = [f"the server reports {fmt_ms(serving['prefill_ms'])} in prefill"]
     elif verdict == "decode_bound":
         reasons = [f"the server reports {fmt_ms(serving['decode_ms'])} decoding {step.output_tokens or 'its'} tokens"]
-    out = {"verdict": verdict, "device": step.device or (signals.get("devices") or [""])[0],
+    device = step.device or (signals.get("devices") or [""])[0]
+    if verdict in ("queueing", "kv_cache_pressure") and step.server:
+        device = step.server  # a server's cause: the server the call names, not its GPU
+    out = {"verdict": verdict, "device": device,
            "telemetry": "present" if signals["samples"] or serving else "missing",
            "evidence": reasons, "signals": signals, **slowness}
+    if verdict in HARDWARE_VERDICTS:
+        _attribution(ctx, step, out)
     if compute is not None or (serving.get("queue_ms") is not None and step.ttft_ms is not None):
         if serving.get("queue_ms") is not None and step.ttft_ms is not None:
             queue_wait = min(serving["queue_ms"], step.ttft_ms)
@@ -412,6 +466,69 @@ def verdict_for(ctx: TaskContext, step: StepData, slowness: dict, signals: dict)
         out["ttft_split"] = {"ttft_ms": round(step.ttft_ms, 1), "queue_wait_ms": round(queue_wait, 1),
                              "compute_ms": round(step.ttft_ms - queue_wait, 1)}
     return out
+
+
+CAUSE_WORDS = {"queueing": "queueing", "throttling": "throttling", "kv_cache_pressure": "KV cache full"}
+
+
+def _attribution(ctx: TaskContext, step: StepData, out: dict) -> None:
+    """Where the devices that show the cause cannot be told to be the call's, say so first in the
+    evidence and make the verdict possible (`confidence` low):
+    - a Service in front of N pods, the call's pod unknown: "queueing on 1 of 3 pods behind
+      vllm-llama"; possible unless the call is slow on its own (the ordinary cut-off, not the one
+      lowered by device evidence), since one pod in N holds the cause;
+    - servers sharing a host whose GPUs nothing attributes (no pod labels, no server span naming
+      `hw.id`), the cause seen on a GPU only: "2 servers share gpu-node-7; its GPU 5 throttled";
+      always possible: the GPU may be the other server's;
+    - a throttle judged from the SM clock's own history alone (a stock dcgm-exporter, no max clock,
+      no clock-event reasons): possible unless the call is slow on its own."""
+    verdict = out["verdict"]
+    if verdict == "throttling":
+        cause = {"throttling", "thermal_only"}
+    else:
+        cause = {verdict}
+    excess = out["excess_ms"]
+    notes: list[str] = []
+    always = False
+    pools, shared = _pools(ctx), getattr(ctx.related, "shared", {})
+    sources = set(out["signals"].get("devices") or ())
+    for named in dict.fromkeys(d for d in (step.device, step.server) if d):
+        members = pools.get(named, ())
+        if len(members) > 1 and named in sources:  # not when the server's own span named the pod
+            showing = [m for m in members
+                       if cause & set(evidence(_signals_of(ctx, step, (m, *ctx.related.get(m, ())), None), excess))]
+            if showing and len(showing) < len(members):
+                service = _service_name(named) or named
+                notes.append(f"{CAUSE_WORDS[verdict]} on {len(showing)} of {len(members)} pods behind {service}")
+        neighbours = shared.get(named, ())
+        if len(neighbours) > 1 and not cause & set(evidence(_signals_of(ctx, step, (named,), None), excess)):
+            labels = getattr(ctx.related, "labels", {})
+            hosts = getattr(ctx.related, "hosts", {})
+            gpus = [g for g in ctx.related.get(named, ()) if g not in neighbours and g in hosts
+                    and cause & set(evidence(_signals_of(ctx, step, (g,), None), excess))]
+            if gpus:
+                which = ", ".join(labels.get(g, {}).get("gpu", g) for g in gpus)
+                verb = "throttled" if verdict == "throttling" else f"showed {CAUSE_WORDS[verdict]}"
+                notes.append(f"{len(neighbours)} servers share {hosts[gpus[0]]}; its GPU{'s' if len(gpus) > 1 else ''} "
+                             f"{which} {verb}")
+                always = True
+    history_only = verdict == "throttling" and any(HISTORY_ONLY in e for e in out["evidence"]) and not any(
+        e.startswith(("clock-event", "throttle flag")) or "MHz max" in e for e in out["evidence"])
+    if not notes and not history_only:
+        return
+    stats = ctx.baseline(step)
+    own = out.get("baseline") in ("none", "measured") or (stats is not None and llm_slowness(step, stats) is not None)
+    out["evidence"] = [*notes, *out["evidence"]]
+    if always or not own:
+        out["confidence"] = "low"
+        out["possible"] = "; ".join(notes) or "the SM clock fell against its own history only"
+        out["possible_why"] = ("the GPU may be another server's" if always else
+                               "the call is not slow enough on its own to say it was")
+
+
+def _service_name(key: str) -> str:
+    address = key.rpartition(":")[0] or key
+    return address.split(".", 1)[0]
 
 
 def _start_only(slowness: dict) -> bool:
@@ -565,13 +682,17 @@ def hardware_findings(ctx: TaskContext, verdict_name: str):
             (ctx.device_normals[d] for d in verdict.get("signals", {}).get("devices", ()) if d in ctx.device_normals), None)
         confidence, reason = baseline_confidence(normal.count if normal else 0,
                                                  what=f"telemetry readings of {device}")
+        because = "possibly because" if verdict.get("confidence") == "low" else "because"
         if verdict.get("baseline") in ("none", "measured"):  # `_measured_queue`: the server's wait is the waste
-            summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting because "
+            summary = (f"{step.label} took {fmt_ms(step.duration_ms)}, {fmt_ms(wasted)} of it waiting {because} "
                        f"{WHAT[verdict_name]} ({device}: {seen}).")
         else:
             summary = (f"{step.label} took {fmt_ms(step.duration_ms)} ({fmt_ms(wasted)} over the usual "
-                       f"{fmt_ms(verdict['expected_ms'])}) because {WHAT[verdict_name]} ({device}: {seen}).")
-        if verdict.get("baseline") == "none":
+                       f"{fmt_ms(verdict['expected_ms'])}) {because} {WHAT[verdict_name]} ({device}: {seen}).")
+        if verdict.get("confidence") == "low":
+            confidence = "low"
+            reason = f"Possible: {verdict['possible']}; {verdict['possible_why']}."
+        elif verdict.get("baseline") == "none":
             confidence = "medium"
             reason = (f"No baseline of {step.key} on {device} yet: the server's own queue time is the evidence, "
                       f"and all of it is counted as waste (its usual wait is not known yet).")

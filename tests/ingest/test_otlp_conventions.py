@@ -231,3 +231,28 @@ def test_an_sdk_generated_instance_id_names_no_server():
     assert conventions.server_key({}, vllm) == ""
     assert conventions.server_key({}, {**vllm, "host.name": "gpu-node-3"}) == "gpu-node-3"
     assert conventions.server_key({}, {"service.instance.id": "VLLM-1:8000"}) == "vllm-1:8000"
+
+
+def test_a_servers_port_is_a_number_however_it_is_sent():
+    # A span sends server.port as an int, a Prometheus label as a string, some bridges a float.
+    for port in (8000, "8000", " 8000", 8000.0, "8000.0"):
+        assert conventions.server_key({"server.address": "vLLM-a", "server.port": port}, {}) == "vllm-a:8000", port
+    # No server.port: the scrape's instance host:port of the same host gives it.
+    scraped = {"server.address": "vllm-b", "service.instance.id": "vllm-b:8000"}
+    assert conventions.server_key({}, scraped) == "vllm-b:8000"
+    assert conventions.server_key({}, {**scraped, "service.instance.id": "other-host:9000"}) == "vllm-b"
+
+
+def test_a_server_span_names_its_gpus_and_a_gpu_series_its_pod():
+    assert conventions.span_gpus({}, {"hw.id": ["GPU-0", "GPU-1"]}) == ["GPU-0", "GPU-1"]
+    assert conventions.span_gpus({"hw.id": "GPU-2"}, {"hw.id": ["GPU-0"]}) == ["GPU-2"]
+    point = {"gpu": "5", "UUID": "GPU-5", "Hostname": "gpu-node-7", "pod": "vllm-b-0", "namespace": "inference",
+             "container": "vllm"}
+    # The resource's k8s.* describe the exporter's own pod, not the GPU's.
+    exporter = {"k8s.pod.name": "dcgm-exporter-x2k4p"}
+    assert conventions.device_labels(point, exporter, role=conventions.ROLE_GPU) == {
+        "k8s.pod.name": "vllm-b-0", "k8s.namespace.name": "inference", "k8s.container.name": "vllm", "gpu": "5"}
+    server = {"k8s.pod.name": "vllm-b-0", "k8s.namespace.name": "inference", "k8s.statefulset.name": "vllm-b",
+              "service.name": "vllm"}
+    assert conventions.device_labels({}, server, role=conventions.ROLE_SERVER) == {
+        "k8s.pod.name": "vllm-b-0", "k8s.namespace.name": "inference", "k8s.statefulset.name": "vllm-b"}

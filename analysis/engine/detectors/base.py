@@ -94,6 +94,10 @@ class StepData:
     # An HTTP client span's server: `server.address[:server.port]`, else the host[:port] of its
     # URL (lower case; "" for other steps). Under an LLM call it names the server that answered.
     peer: str = ""
+    # An LLM call's server as the call's own span names it (`server.address[:server.port]`, the
+    # port as a number; "" for other steps), also when the span names its GPU (`hw.id`) as its
+    # device: the server's own series describe the call too.
+    server: str = ""
 
     @property
     def duration_ms(self) -> float:
