@@ -6,9 +6,10 @@ rate. So the cache is Redis: the embedded one by default, or the server of CELER
 database of its own (the broker's number + 1). A broker that is not Redis (RabbitMQ) leaves the
 cache in each process's memory: the only case where limits are per process.
 
-Redis going away must not take ingest or logins with it: every cache call that cannot reach
-Redis falls back to this process's memory for a while (the limits then hold per process, as
-before), and says so once in the log.
+Redis going away must not take ingest with it: every cache call that cannot reach Redis falls
+back to this process's memory for a while (the rate limits then hold per process), and says so
+once in the log. The login lockout does not fall back: it fails closed (`shared_counters_reachable`,
+agentops/login.py), since counts kept per process would let each process allow its own guesses.
 """
 
 from __future__ import annotations
@@ -79,6 +80,24 @@ class ResilientRedisCache(RedisCache):
         self._redis_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
         self._redis_down_until = 0.0
         self._fallback = LocMemCache("agentops-cache-fallback", {"TIMEOUT": params.get("TIMEOUT", 300)})
+
+
+    def reachable(self) -> bool:
+        """Whether Redis itself answers now (no fallback)."""
+        try:
+            RedisCache.has_key(self, "agentops:reachable")
+        except self._redis_errors:
+            return False
+        return True
+
+
+def shared_counters_reachable() -> bool:
+    """Whether the counters every process shares can be read and written now. True where the
+    cache is not Redis (a broker that is not Redis: per process by design, said above)."""
+    from django.core.cache import caches
+
+    backend = caches["default"]
+    return backend.reachable() if isinstance(backend, ResilientRedisCache) else True
 
 
 for _name in ("add", "get", "set", "touch", "delete", "get_many", "set_many", "delete_many", "has_key",

@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TypeVar
 
+import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 
 log = logging.getLogger("agentops")
 T = TypeVar("T")
@@ -135,20 +136,33 @@ def _replica_reads_while(chunks: Iterator[bytes]) -> Iterator[bytes]:
 def statement_timeout(seconds: float) -> Iterator[None]:
     """Within this block, every statement on this thread's connections (the primary and, where
     configured, the replica) is cancelled by PostgreSQL after `seconds` (SQLSTATE 57014, which
-    ingest.api.query_canceled tells apart); the setting is reset after the block."""
+    ingest.api.query_canceled tells apart). Set on a connection just before its first statement
+    in the block, so a request that reads nothing opens no connection; reset after the block."""
+    value = f"{max(1, round(seconds * 1000))}ms"
     aliases = [DEFAULT_DB_ALIAS, *([REPLICA] if replica_configured() else [])]
-    for alias in aliases:
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, false)", [f"{max(1, round(seconds * 1000))}ms"])
-    try:
-        yield
-    finally:
+    bounded: dict[str, object] = {}  # alias -> the driver connection the bound was set on
+
+    def bound(alias: str):
+        def run(execute, sql, params, many, context):
+            raw = context["connection"].connection
+            if bounded.get(alias) is not raw:  # first statement, or a connection opened since
+                with context["connection"].wrap_database_errors:  # Django's errors, as the statement's
+                    raw.execute("SELECT set_config('statement_timeout', %s, false)", [value])
+                bounded[alias] = raw
+            return execute(sql, params, many, context)
+        return run
+
+    with ExitStack() as wrappers:
         for alias in aliases:
-            conn = connections[alias]
-            if conn.connection is None or conn.needs_rollback:
-                continue
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("RESET statement_timeout")
-            except DatabaseError:  # a broken connection is closed at the request's end
-                pass
+            wrappers.enter_context(connections[alias].execute_wrapper(bound(alias)))
+        try:
+            yield
+        finally:
+            for alias, raw in bounded.items():
+                conn = connections[alias]
+                if conn.connection is not raw or conn.needs_rollback:
+                    continue
+                try:
+                    raw.execute("RESET statement_timeout")
+                except psycopg.Error:  # a broken connection is closed at the request's end
+                    pass

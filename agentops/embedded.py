@@ -93,7 +93,7 @@ def stop_postmaster(pgdata: Path) -> None:
             _wait_gone(pid, 10.0)
 
 
-def _redis_socket(data_dir: Path) -> Path:
+def redis_socket(data_dir: Path) -> Path:
     sock = data_dir / "redis.sock"
     if len(str(sock)) > _MAX_SOCKET_PATH:
         digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:12]
@@ -117,7 +117,7 @@ def _redis_answers(sock: Path) -> bool:
 def redis_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded Redis and return a Celery broker URL for it."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    sock = _redis_socket(data_dir)
+    sock = redis_socket(data_dir)
     with _file_lock(data_dir / ".redis.lock"):
         if not _redis_answers(sock):
             start_redis(data_dir, sock)
@@ -155,6 +155,30 @@ def start_redis(data_dir: Path, sock: Path) -> None:
     log.info("embedded.redis_started", extra={"socket": str(sock)})
 
 
+def redis_pid(data_dir: Path) -> int | None:
+    """The embedded Redis's process id from its pidfile, while that process lives; else None."""
+    try:
+        pid = int((data_dir / "redis.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def restart_redis_if_gone(data_dir: Path) -> bool:
+    """Start the embedded Redis again when its process is gone (killed, crashed), on the same
+    socket and files: for the one process that owns it (runstack). Whether it was started. A
+    Redis that is alive but slow to answer is left alone: a second one on its socket would split
+    the processes between two servers (issue 39, item 6)."""
+    if redis_pid(data_dir) is not None:
+        return False
+    with _file_lock(data_dir / ".redis.lock"):
+        if redis_pid(data_dir) is not None:
+            return False
+        start_redis(data_dir, redis_socket(data_dir))
+    return True
+
+
 def stop_redis(data_dir: Path) -> None:
     """SIGTERM, then SHUTDOWN NOSAVE: a Redis whose folder was deleted cannot write its final
     save and ignores SIGTERM for ever (seen after `make test` in a removed clone)."""
@@ -169,7 +193,7 @@ def stop_redis(data_dir: Path) -> None:
             return
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(2)
-            conn.connect(str(_redis_socket(data_dir)))
+            conn.connect(str(redis_socket(data_dir)))
             conn.sendall(b"SHUTDOWN NOSAVE FORCE\r\n")
         if not _wait_gone(pid, 5.0):
             os.kill(pid, 9)

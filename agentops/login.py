@@ -15,12 +15,16 @@ reverse proxy in front sets (e.g. X-Forwarded-For): then it is the address the p
 AGENTOPS_TRUSTED_PROXY_COUNT-th from the right of that header (anything to its left was sent by
 the client and is ignored). Without the setting the header is ignored, so it cannot be forged.
 IPv6 clients are counted per /64, the block one subscriber usually holds.
+
+While the shared cache's Redis cannot be reached, signing in is refused (503 + Retry-After): the
+lockout fails closed rather than count in each process's memory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import unicodedata
 
 from django.conf import settings
@@ -29,6 +33,11 @@ from django.core.cache import cache
 from django.http import HttpResponseForbidden
 from django.shortcuts import redirect
 from django.urls import reverse
+
+from agentops.cache import shared_counters_reachable
+
+log = logging.getLogger("agentops")
+COUNTER_RETRY_SECONDS = 5  # the embedded Redis is started again within a second or two (runstack)
 
 
 def normalize_username(username: str) -> str:
@@ -103,6 +112,17 @@ class ThrottledLoginView(auth_views.LoginView):
                 or cache.get(_client_key(request), 0) >= settings.AGENTOPS_LOGIN_CLIENT_FAILURES)
 
     def post(self, request, *args, **kwargs):
+        if not shared_counters_reachable():
+            # Fails closed: counted in each process's memory instead, a guesser would get the
+            # limit once per web process, and a restarted Redis would have forgotten nothing it
+            # never saw.
+            log.warning("login.refused_counter_unreachable")
+            response = self.render_to_response(self.get_context_data(
+                form=self.get_form_class()(request),
+                locked_out="Signing in is paused: the failed-attempt counter cannot be reached. Try again in a moment."))
+            response.status_code = 503
+            response["Retry-After"] = str(COUNTER_RETRY_SECONDS)
+            return response
         if self._locked_out():
             response = self.render_to_response(self.get_context_data(
                 form=self.get_form_class()(request),

@@ -46,11 +46,8 @@ class ReadTimeoutMiddleware:
         if request.method not in ("GET", "HEAD"):
             return self.get_response(request)
         seconds = settings.AGENTOPS_READ_TIMEOUT_SECONDS
-        try:
-            with statement_timeout(seconds):
-                response = self.get_response(request)
-        except (OperationalError, InterfaceError) as exc:  # setting the bound failed: the database is down
-            return database_error_response(exc)
+        with statement_timeout(seconds):
+            response = self.get_response(request)
         if response.streaming:  # an export reads as it is sent, after the view returned
             response.streaming_content = _bounded_while(response.streaming_content, seconds)
         return response

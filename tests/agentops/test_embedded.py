@@ -45,7 +45,7 @@ def test_redis_restart_keeps_the_data(data_dir):
     assert _redis(sock, "SET", "queue-item", "42").startswith(b"+OK")
     embedded.stop_redis(data_dir)
     for _ in range(100):
-        if not embedded._redis_answers(embedded._redis_socket(data_dir)):
+        if not embedded._redis_answers(embedded.redis_socket(data_dir)):
             break
         import time
         time.sleep(0.05)

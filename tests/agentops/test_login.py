@@ -2,6 +2,7 @@
 import pytest
 from django.contrib.auth import get_user_model
 
+from agentops.cache import caches_setting
 from tests.conftest import faults_pass
 
 
@@ -29,6 +30,15 @@ def test_repeated_failures_lock_the_account_for_a_while(client, user, settings):
     assert locked.status_code == 429
     assert "Too many failed attempts" in locked.content.decode()
     assert int(locked["Retry-After"]) > 0
+
+
+def test_signing_in_is_refused_while_the_shared_counter_cannot_be_reached(client, user, settings, tmp_path):
+    """The lockout fails closed (issue 39, item 6): counted in each web process's memory while
+    Redis is away, each process would allow its own ten guesses."""
+    settings.CACHES = caches_setting(f"redis+socket://{tmp_path / 'no-redis.sock'}")
+    refused = client.post("/login/", {"username": "alice", "password": "correct horse"})
+    assert refused.status_code == 503 and int(refused["Retry-After"]) > 0
+    assert "Signing in is paused" in refused.content.decode() and "_auth_user_id" not in client.session
 
 
 @pytest.mark.parametrize("spelling", ["\uff42ob",  # fullwidth b: NFKC makes it "bob"

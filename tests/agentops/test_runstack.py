@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -144,7 +145,7 @@ def test_runstack_on_the_embedded_default_stops_its_services_and_keeps_the_data(
     assert code == 0, output
     assert "stopped the embedded PostgreSQL" in output and "stopped the embedded Redis" in output
     assert not (data / "postgres" / "postmaster.pid").exists()
-    assert not embedded._redis_answers(embedded._redis_socket(data))
+    assert not embedded._redis_answers(embedded.redis_socket(data))
     # Started again, the data is still there.
     shell = manage("shell", "-c", "from ingest.models import Task; print(Task.objects.get(task_id='kept').duration_ms)")
     assert shell.stdout.strip().splitlines()[-1] == "1000.0", shell.stderr
@@ -186,3 +187,72 @@ def test_the_demo_console_ends_with_the_login_and_key_not_routine_lines(stack_en
     assert "analysis.sweep" not in after and "Sending due task" not in after, after
     routine = [line for line in after.splitlines() if line.strip()]
     assert len(routine) <= 12, routine  # the first minute's one-off lines at most, not 3 per 5 s
+
+
+def _redis_servers(folder: Path) -> list[int]:
+    """The pids of redis-server processes on the embedded Redis's socket of the data folder
+    `folder` (Redis names its process after the socket it listens on)."""
+    from agentops.embedded import redis_socket
+
+    sock = str(redis_socket(folder)).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"redis-server" in argv[0] and sock in b" ".join(argv):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@faults_pass
+def test_a_killed_embedded_redis_comes_back_as_one_server_that_the_lockout_still_counts_on(stack_env, tmp_path):
+    """Issue 39, item 6: after the embedded Redis was killed, a restarted child started a Redis of
+    its own on the same socket; processes split between the two, the login lockout counted 12 wrong
+    passwords as 2, and the orphan outlived the stack. The stack owns its Redis: it starts it again
+    itself, the children only ever use it, signing in is refused while it is away, and the
+    failures counted before the kill still count after."""
+    import re
+
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("bob", password="correct horse")
+    del stack_env["CELERY_BROKER_URL"]  # the stack's own embedded Redis, in its own folder
+    stack_env["AGENTOPS_DATA_DIR"] = str(tmp_path)
+    stack_env["AGENTOPS_LOGIN_FAILURES"] = "10"
+    with Stack(stack_env, tmp_path / "runstack.log", "--web-workers", "2", "--worker-concurrency", "1",
+               "--no-beat") as stack:
+        url = f"{stack.url}/login/"
+
+        def attempt(password: str) -> int:
+            page = requests.get(url, headers={"Connection": "close"}, timeout=10)
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+            return requests.post(url, data={"username": "bob", "password": password, "csrfmiddlewaretoken": token},
+                                 cookies=page.cookies, headers={"Connection": "close", "Referer": url},
+                                 allow_redirects=False, timeout=10).status_code
+
+        assert [attempt("guess") for _ in range(6)] == [200] * 6
+        time.sleep(1.5)  # the append-only file is written to disk every second
+        [first] = _redis_servers(tmp_path)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not (servers := _redis_servers(tmp_path)) or servers == [first]:
+            assert time.monotonic() < deadline, stack.output()
+            time.sleep(0.2)
+        # Until every process reaches the new server a sign-in is refused (503), never counted
+        # apart; the six failures from before the kill still count, so the fourth more locks.
+        answers: list[int] = []
+        while 429 not in answers:
+            assert time.monotonic() < deadline + 60, (answers, stack.output())
+            answers.append(attempt("guess"))
+            assert answers[-1] in (200, 503, 429), answers
+        assert answers.count(200) == 4, answers
+        assert attempt("correct horse") == 429
+        time.sleep(3)  # a worker that lost its broker connection reconnects, or is restarted
+        assert len(_redis_servers(tmp_path)) == 1, stack.output()
+    assert stack.code == 0, stack.output()
+    assert _redis_servers(tmp_path) == []

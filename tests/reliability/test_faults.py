@@ -112,7 +112,7 @@ def test_postgres_restart_mid_stream_loses_and_duplicates_nothing(stack):
 
 
 def test_redis_down_ingest_keeps_storing_and_analysis_catches_up(stack):
-    sock = embedded._redis_socket(stack["dir"])
+    sock = embedded.redis_socket(stack["dir"])
 
     def stop_redis():
         embedded.stop_redis(stack["dir"])

@@ -1,7 +1,9 @@
 """Web (gunicorn) + Celery workers + Celery beat as child processes, in the foreground.
 
 The embedded Postgres and Redis were started when settings loaded (when no URLs are set) and
-are stopped when the stack stops; other commands leave them running for the next one.
+are stopped when the stack stops; other commands leave them running for the next one. The stack
+owns its embedded Redis: the children are given its URL, so a restarted child never starts a
+Redis of its own, and the stack starts it again if its process dies.
 Ctrl-C / SIGTERM stops every child cleanly; a child that dies is reported and restarted, and
 the stack gives up (exit 1) if one keeps dying."""
 
@@ -63,6 +65,13 @@ class Command(BaseCommand):
         _refuse_unmigrated()
         python = sys.executable
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        watch = None
+        if settings.EMBEDDED_BROKER:
+            # The children use this Redis and never start one: a child restarted while it was down
+            # started its own on the same socket, and processes split between two servers (the
+            # login lockout counted on both, the orphan outlived the stack).
+            os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+            watch = self._redis_watch
         # Links in alert notifications point at this stack unless a public URL was configured.
         public = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         os.environ.setdefault("AGENTOPS_BASE_URL", f"http://{public}:{port}")
@@ -85,7 +94,7 @@ class Command(BaseCommand):
         workers = [name for name in commands if name.startswith("worker")]
         stack = Stack(commands, out=self.stdout, err=self.stderr,
                       ready=lambda: _answers((public, port)) and _workers_answer(len(workers)),
-                      on_ready=lambda: self.stdout.write(ready_banner(url, demo=demo)))
+                      on_ready=lambda: self.stdout.write(ready_banner(url, demo=demo)), watch=watch)
         self.stdout.write(f"agentops starting on http://{host}:{port}  (Ctrl-C to stop)")
         try:
             status = stack.run()
@@ -93,6 +102,12 @@ class Command(BaseCommand):
             stack.stop()
             self._stop_embedded()
         sys.exit(status)
+
+    def _redis_watch(self) -> None:
+        from agentops import embedded
+
+        if embedded.restart_redis_if_gone(settings.DATA_DIR):
+            self.stderr.write("runstack: the embedded Redis had stopped; started it again")
 
     def _stop_embedded(self) -> None:
         """The embedded services started with the stack; they stop with it (their data stays)."""
@@ -151,8 +166,9 @@ def delivery_worker(python: str) -> list[str]:
 
 
 class Stack:
-    def __init__(self, commands: dict[str, list[str]], *, out, err, ready=None, on_ready=None):
+    def __init__(self, commands: dict[str, list[str]], *, out, err, ready=None, on_ready=None, watch=None):
         self.commands = commands
+        self.watch = watch  # called every turn of the loop: the services the stack owns
         self.ready, self.on_ready = ready, on_ready  # on_ready is called once, when ready() is true
         self.out = out
         self.err = err
@@ -176,6 +192,8 @@ class Stack:
         status = 0
         while not self.stopping:
             time.sleep(0.5)
+            if self.watch:
+                self.watch()
             if self.on_ready and self.ready and self.ready():
                 self.on_ready()
                 self.on_ready = None
