@@ -84,6 +84,7 @@ FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tes
 	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/agentops/test_hostile_tenant.py tests/alerts/test_end_to_end.py \
 	tests/alerts/test_delivery_isolation.py \
 	tests/analysis/test_worker.py::test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings \
+	tests/analysis/test_batch.py::test_a_huge_task_is_analysed_in_bounded_memory_and_says_what_it_covered \
 	tests/releases/test_simulated_regression.py \
 	tests/agentops/test_login.py::test_the_lockout_counts_failures_across_web_workers \
 	tests/agentops/test_client.py::test_the_client_reads_a_running_stack \

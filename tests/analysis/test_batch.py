@@ -26,7 +26,7 @@ from analysis.models import Finding, TaskAnalysis
 from ingest.models import Step, Task
 from ingest.records import Batch, StepRecord
 from ingest.services import batch_store
-from tests.conftest import ON_CITUS
+from tests.conftest import ON_CITUS, faults_pass
 
 from .workload import at, history, problem_task, store
 
@@ -332,6 +332,8 @@ def test_projects_take_turns_within_a_batch(project, other_project, quiet):
 PEAK_RSS_MB = 1024
 
 
+@pytest.mark.slow
+@faults_pass  # minutes of one child process's analysis: the faults pass, not the suite's each pass
 @pytest.mark.django_db(transaction=True)
 def test_a_huge_task_is_analysed_in_bounded_memory_and_says_what_it_covered(stack_env, project, read_key, client,
                                                                             django_user_model):
