@@ -28,6 +28,7 @@ from analysis.comparison import typical_run
 from analysis.comparison.explanation import Explanation, explain
 from analysis.comparison.runs import DStep, Run
 from analysis.models import Finding
+from ingest.conventions import SERVING_KEY
 from ingest.models import Project, Task
 
 TYPICAL_RUNS = 200
@@ -38,7 +39,7 @@ BASELINE_WINDOW = timedelta(days=7)
 CACHE_SECONDS = 600
 # Part of the cache key: bump it when the profile's method changes, so no process reads a
 # profile an older method built.
-PROFILE_VERSION = 3  # 3: the profile's classes moved to analysis/comparison/typical_run.py
+PROFILE_VERSION = 4  # 4: without inference servers' own spans (a phase of the client call)
 # Bounds on a step's start around its task's start and end, so the step reads skip the weekly
 # partitions no run touches (a step may start a little before its task's reported start).
 STEP_SLACK = timedelta(days=1)
@@ -54,7 +55,10 @@ _STEP_SQL = (
     " (extract(epoch FROM s.ended_at - t.started_at) * 1000)::float8,"
     " s.status, s.model, s.device, s.ttft_ms, s.tool_name, ''"
     " FROM ingest_step s JOIN ingest_task t ON t.id = s.task_id AND t.project_id = s.project_id"
-    " WHERE s.project_id = %s AND s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s")
+    " WHERE s.project_id = %s AND s.task_id = ANY(%s) AND s.started_at >= %s AND s.started_at <= %s"
+    # An inference server's own request span (vLLM llm_request) is a phase of the client call it
+    # serves, whose duration holds it: never a step of its own to compare.
+    f" AND (s.kind <> 'other' OR NOT s.attributes ? '{SERVING_KEY}')")
 
 
 def _runs(tasks: list[Task]) -> dict[int, Run]:

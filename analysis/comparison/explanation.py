@@ -102,7 +102,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _turn_name(index: int, count: int) -> str:
-    return "the last turn" if index == count - 1 and count > 1 else f"turn {index + 1}"
+    return "the last round" if index == count - 1 and count > 1 else f"round {index + 1}"
 
 
 def _labels_text(steps: Sequence[DStep]) -> str:
@@ -375,11 +375,13 @@ def _items(acc: _Acc, n_turns: int, typical: Typical) -> list[Item]:
     for key, g in acc.groups.items():
         kind, ms, steps, others = key[0], g["ms"], tuple(g["steps"]), tuple(g["others"])
         turns = ", ".join(str(t + 1) for t in g["turns"])
-        where = f"turn {turns}" if len(g["turns"]) == 1 else f"turns {turns}"
+        # In the comparison's words a "round" is one LLM call and the calls it led to; a "turn" is
+        # only ever the user's (a task of a session): docs/ui.md, "Words".
+        where = f"round {turns}" if len(g["turns"]) == 1 else f"rounds {turns}"
         if kind == "extra_turn":
-            text = f"{_plural(g['n'], 'extra turn')} ({where})"
+            text = f"{_plural(g['n'], 'extra round')} of LLM call and tools ({where})"
         elif kind == "missing_turn":
-            text = f"{_plural(g['n'], 'turn')} fewer than {other}"
+            text = f"{_plural(g['n'], 'round')} of LLM call and tools fewer than {other}"
         elif kind == "serialised":
             text = (f"{g['n_calls']} calls run one after another in {_turn_name(key[1], n_turns)}"
                     f" where {other} overlaps them")
@@ -395,10 +397,14 @@ def _items(acc: _Acc, n_turns: int, typical: Typical) -> list[Item]:
                     f"{'longer' if ms >= 0 else 'less time'} than {other}'s")
         elif kind == "missing_calls":
             text = f"{_plural(g['n'], key[1] + ' call')} fewer than {other}"
+        elif kind == "slower" and key[1] == "llm" and g["verdict"] == "queueing" and g["device"]:
+            # What the finding says, in the user's words: where the time went, not a verdict's name.
+            text = (f"{g['name']} waiting in the queue of {g['device']}"
+                    f" ({_plural(len(steps), 'call')})")
         elif kind in ("slower", "faster") and key[1] == "llm":
             what = g["name"] + (" TTFT" if g["ttft"] else "")
             text = f"{kind} {what}" + (f" on {g['device']}" if g["device"] else "") + (
-                f" ({g['verdict']})" if g["verdict"] else "") + (f" in {g['n']} turns" if g["n"] > 1 else "")
+                f" ({g['verdict']})" if g["verdict"] else "") + (f" in {g['n']} rounds" if g["n"] > 1 else "")
             if not g["placed_n"]:  # the waterfall draws it "only in this task": say so here too
                 text += f", a call {other} does not make there"
         elif kind in ("slower", "faster"):

@@ -86,11 +86,11 @@ def test_an_extra_call(typical):
     e = explain(build("t", [USUAL[0], (600, 250, calls, True), USUAL[2]]), typical)
     assert_adds_up(e)
     assert top(e).kind == "extra_calls"
-    assert top(e).text == "3 extra search_inventory calls (turn 2)"
+    assert top(e).text == "3 extra search_inventory calls (round 2)"
     assert set(top(e).step_ids) == {"search_inventory1.1", "search_inventory1.2", "search_inventory1.3"}
     assert top(e).ms == pytest.approx(1200, rel=0.05)
     assert e.headline.startswith("4.43 s vs typical 3.23 s for checkout-agent (v3, 60 runs): "
-                                 "+1.2 s from 3 extra search_inventory calls (turn 2)")
+                                 "+1.2 s from 3 extra search_inventory calls (round 2)")
 
 
 def test_a_slow_call_the_typical_run_does_not_make_is_named_slower(typical):
@@ -130,17 +130,18 @@ def test_a_slow_llm_call_on_a_queueing_device(typical):
                 verdicts={"llm1": "queueing"})
     assert_adds_up(e)
     assert top(e).kind == "slower"
-    assert top(e).text == "slower chat TTFT on gpu-h100-02 (queueing)"
+    # Where the time went, in the user's words: the call waited in the device's queue.
+    assert top(e).text == "chat waiting in the queue of gpu-h100-02 (1 call)"
     assert top(e).verdict == "queueing" and top(e).step_ids == ("llm1",)
     assert top(e).ms == pytest.approx(2200, rel=0.05)
-    assert "+2.2 s from slower chat TTFT on gpu-h100-02 (queueing)" in e.headline
+    assert "+2.2 s from chat waiting in the queue of gpu-h100-02 (1 call)" in e.headline
 
 
 def test_an_extra_turn(typical):
     extra = (700, 250, [("lookup_order", 900)], False)
     e = explain(build("t", [USUAL[0], extra, USUAL[1], USUAL[2]]), typical)
     assert_adds_up(e)
-    assert top(e).kind == "extra_turn" and top(e).text == "1 extra turn (turn 2)"
+    assert top(e).kind == "extra_turn" and top(e).text == "1 extra round of LLM call and tools (round 2)"
     assert set(top(e).step_ids) == {"llm1", "lookup_order1.0"}
     assert top(e).ms == pytest.approx(700 + 5 + 900 + 5, rel=0.03)
 
@@ -150,13 +151,13 @@ def test_a_missing_turn_is_negative(typical):
     assert_adds_up(e)
     assert e.difference_ms < 0
     assert top(e).kind == "missing_turn" and top(e).ms < -1000
-    assert top(e).text == "1 turn fewer than the typical run"
+    assert top(e).text == "1 round of LLM call and tools fewer than the typical run"
 
 
 def test_an_idle_gap(typical):
     e = explain(build("t", USUAL, gap_before={2: 3000.0}), typical)
     assert_adds_up(e)
-    assert top(e).kind == "idle" and top(e).text == "idle before the last turn"
+    assert top(e).kind == "idle" and top(e).text == "idle before the last round"
     assert top(e).ms == pytest.approx(3000, abs=40)
     assert top(e).step_ids == ("llm2",)
 
@@ -165,7 +166,7 @@ def test_a_serialised_pair(typical):
     e = explain(build("t", [(800, 300, USUAL[0][2], True), USUAL[1], USUAL[2]]), typical)
     assert_adds_up(e)
     assert top(e).kind == "serialised"
-    assert top(e).text == "2 calls run one after another in turn 1 where the typical run overlaps them"
+    assert top(e).text == "2 calls run one after another in round 1 where the typical run overlaps them"
     assert set(top(e).step_ids) == {"search_inventory0.0", "get_cart0.1"}
     assert top(e).ms == pytest.approx(300, rel=0.1)  # the shorter call, no longer hidden
 
@@ -196,7 +197,7 @@ def test_against_another_task_nothing_is_left_over():
     e = explain(a, task_as_typical(b, name="checkout-agent", release="v3"))
     assert_adds_up(e)
     assert not [i for i in e.items if i.kind == "remainder"]
-    assert e.headline.startswith("4.54 s vs 3.23 s for task b: +1 s from idle before the last turn, +300 ms from 1 extra")
+    assert e.headline.startswith("4.54 s vs 3.23 s for task b: +1 s from idle before the last round, +300 ms from 1 extra")
     extra = [r for r in e.rows if r.status == "extra"]
     assert [r.step_id for r in extra] == ["search_inventory1.1"]
     assert all(r.other_step_id for r in e.rows if r.status != "extra")
@@ -319,11 +320,11 @@ def test_api_typical_names_the_queueing_llm_call(stored, api):
     body = api("/api/v1/tasks/slow/diff", against="typical").json()
     assert body["available"] is True
     assert body["typical"]["runs"] == 26 and body["typical"]["scope"] == "release"
-    assert body["items"][0]["text"] == "slower chat TTFT on gpu-h100-02 (queueing)"
+    assert body["items"][0]["text"] == "chat waiting in the queue of gpu-h100-02 (1 call)"
     assert body["items"][0]["step_ids"] == ["llm1"]
     assert sum(i["ms"] for i in body["items"]) == pytest.approx(body["difference_ms"], abs=0.01)
     assert body["headline"] == ("5.43 s vs typical 3.23 s for checkout-agent (v3, 26 runs):"
-                                " +2.2 s from slower chat TTFT on gpu-h100-02 (queueing)")
+                                " +2.2 s from chat waiting in the queue of gpu-h100-02 (1 call)")
     assert {r["status"] for r in rows_of(body)} <= {"same", "slower", "faster", "extra", "missing"}
     llm1 = next(r for r in rows_of(body) if r["step_id"] == "llm1")
     assert llm1["status"] == "slower" and llm1["delta_ms"] == pytest.approx(2200, rel=0.05)

@@ -83,7 +83,10 @@ def test_a_slow_task_opens_with_its_comparison_to_the_typical_run(live_server, b
     log_in(page, live_server, "/tasks/slow-one")
     headline = page.text_content("#typical-headline")
     assert headline.startswith("6.93 s vs typical 3.23 s for checkout-agent (v3, 26 runs):")
-    assert "slower chat TTFT on gpu-h100-02 (queueing)" in headline and "idle before the last turn" in headline
+    # In the user's words: where the time went (queueing, named so), and "round", never "turn", for
+    # an LLM call and the tools it led to ("turn" is the user's, on the Sessions pages).
+    assert "chat waiting in the queue of gpu-h100-02 (" in headline and "idle before the last round" in headline
+    assert " turn" not in headline
     # The section is the first thing under the task's facts, above the findings.
     assert page.evaluate("document.querySelector('#typical').compareDocumentPosition("
                          "document.querySelector('section.findings')) & Node.DOCUMENT_POSITION_FOLLOWING")
