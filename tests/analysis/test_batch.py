@@ -92,12 +92,13 @@ def test_every_step_field_is_loaded_from_its_own_column(project):
     loaded = {s.step_id: s for s in batch.contexts_load([task.pk])[task.pk].steps}
     assert {sid: s.peer for sid, s in loaded.items()} == {"a": "", "b": "", "c": "vllm-1:8000",
                                                           "d": "vllm-2.internal:8443", "e": ""}
+    assert {s.server for s in loaded.values()} == {""}  # an LLM call's own server.address: none sent here
     for row in Step.objects.filter(task=task):
         step = loaded[row.step_id]
         assert (step.start_ms, step.end_ms) == (row.started_at.timestamp() * 1000, row.ended_at.timestamp() * 1000)
         assert step.serving == row.attributes.get("agentops.serving")  # an attribute, not a column
         for f in fields(StepData):
-            if f.name not in ("start_ms", "end_ms", "serving", "peer"):
+            if f.name not in ("start_ms", "end_ms", "serving", "peer", "server"):  # attributes, read above
                 stored = getattr(row, f.name)
                 assert getattr(step, f.name) == (tuple(stored) if isinstance(stored, list) else stored), f.name
 

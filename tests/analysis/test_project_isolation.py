@@ -21,6 +21,7 @@ from analysis.models import AgentProfile, Baseline, JobFailure
 from ingest.models import Device, ResourceSample, Task
 from tests.analysis.factories import T0, make_step, make_task
 from tests.analysis.test_rollups import fill
+from tests.conftest import single_node
 
 
 def tasks_in(project, hour: datetime) -> int:
@@ -171,6 +172,7 @@ def steps_for_baselines(project) -> None:
         make_step(task, "chat", kind="llm", model="m", duration_ms=1000.0 + 10 * i)
 
 
+@single_node("its fault is a trigger that refuses one project's rows, and Citus supports no triggers on distributed tables")
 def test_a_project_whose_baselines_fail_does_not_stop_the_others(project, other_project):
     steps_for_baselines(project)
     steps_for_baselines(other_project)
@@ -181,6 +183,7 @@ def test_a_project_whose_baselines_fail_does_not_stop_the_others(project, other_
     assert JobFailure.objects.get(job=jobs.BASELINES, project_id=project.pk).failures == 1
 
 
+@single_node("its fault is a trigger that refuses one project's rows, and Citus supports no triggers on distributed tables")
 def test_a_project_whose_learned_pairs_fail_does_not_stop_the_others(project, other_project):
     for p in (project, other_project):
         for i in range(3):
