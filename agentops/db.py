@@ -22,6 +22,7 @@ page and read endpoint). A streamed response (CSV, exports) reads from the repli
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
@@ -132,37 +133,57 @@ def _replica_reads_while(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield from chunks
 
 
-@contextmanager
-def statement_timeout(seconds: float) -> Iterator[None]:
-    """Within this block, every statement on this thread's connections (the primary and, where
-    configured, the replica) is cancelled by PostgreSQL after `seconds` (SQLSTATE 57014, which
-    ingest.api.query_canceled tells apart). Set on a connection just before its first statement
-    in the block, so a request that reads nothing opens no connection; reset after the block."""
-    value = f"{max(1, round(seconds * 1000))}ms"
-    aliases = [DEFAULT_DB_ALIAS, *([REPLICA] if replica_configured() else [])]
-    bounded: dict[str, object] = {}  # alias -> the driver connection the bound was set on
+class StatementBound:
+    """A statement_timeout for this thread's connections (the primary and, where configured, the
+    replica): every statement run within `applied()` is cancelled by PostgreSQL after `seconds`
+    (SQLSTATE 57014, which ingest.api.query_canceled tells apart). Set on a connection just before
+    its first statement, so a request that reads nothing opens no connection; `reset()` takes it
+    off again. A streamed response applies it again while it streams and resets after."""
 
-    def bound(alias: str):
+    def __init__(self, seconds: float):
+        self.value = f"{max(1, round(seconds * 1000))}ms"
+        self.aliases = [DEFAULT_DB_ALIAS, *([REPLICA] if replica_configured() else [])]
+        self.bounded: dict[str, object] = {}  # alias -> the driver connection the bound was set on
+
+    def _wrapper(self, alias: str):
         def run(execute, sql, params, many, context):
             raw = context["connection"].connection
-            if bounded.get(alias) is not raw:  # first statement, or a connection opened since
+            if self.bounded.get(alias) is not raw:  # first statement, or a connection opened since
                 with context["connection"].wrap_database_errors:  # Django's errors, as the statement's
-                    raw.execute("SELECT set_config('statement_timeout', %s, false)", [value])
-                bounded[alias] = raw
+                    raw.execute("SELECT set_config('statement_timeout', %s, false)", [self.value])
+                self.bounded[alias] = raw
             return execute(sql, params, many, context)
         return run
 
-    with ExitStack() as wrappers:
-        for alias in aliases:
-            wrappers.enter_context(connections[alias].execute_wrapper(bound(alias)))
-        try:
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        with ExitStack() as wrappers:
+            for alias in self.aliases:
+                wrappers.enter_context(connections[alias].execute_wrapper(self._wrapper(alias)))
             yield
-        finally:
-            for alias, raw in bounded.items():
-                conn = connections[alias]
-                if conn.connection is not raw or conn.needs_rollback:
-                    continue
-                try:
-                    raw.execute("RESET statement_timeout")
-                except psycopg.Error:  # a broken connection is closed at the request's end
-                    pass
+
+    def reset(self) -> None:
+        for alias, raw in self.bounded.items():
+            conn = connections[alias]
+            if conn.connection is not raw or conn.needs_rollback:
+                continue
+            # A result still streaming (psycopg's COPY or Cursor.stream, not read to its end) holds
+            # the driver's lock: a statement now would wait for ever. Left set then; the next GET
+            # on the connection sets its own, and a broken connection is closed at a request's end.
+            if not raw.lock.acquire(blocking=False):
+                continue
+            raw.lock.release()
+            with contextlib.suppress(psycopg.Error):
+                raw.execute("RESET statement_timeout")
+        self.bounded.clear()
+
+
+@contextmanager
+def statement_timeout(seconds: float) -> Iterator[None]:
+    """Every statement within the block bounded to `seconds` (StatementBound), reset after it."""
+    bound = StatementBound(seconds)
+    try:
+        with bound.applied():
+            yield
+    finally:
+        bound.reset()

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 
-from agentops.db import statement_timeout
+from agentops.db import StatementBound
 from ingest.api import RETRY_AFTER_SECONDS, query_canceled, read_timeout_message
 
 
@@ -45,14 +45,19 @@ class ReadTimeoutMiddleware:
     def __call__(self, request):
         if request.method not in ("GET", "HEAD"):
             return self.get_response(request)
-        seconds = settings.AGENTOPS_READ_TIMEOUT_SECONDS
-        with statement_timeout(seconds):
+        bound = StatementBound(settings.AGENTOPS_READ_TIMEOUT_SECONDS)
+        with bound.applied():
             response = self.get_response(request)
         if response.streaming:  # an export reads as it is sent, after the view returned
-            response.streaming_content = _bounded_while(response.streaming_content, seconds)
+            response.streaming_content = _bounded_while(response.streaming_content, bound)
+        else:
+            bound.reset()
         return response
 
 
-def _bounded_while(chunks: Iterator[bytes], seconds: float) -> Iterator[bytes]:
-    with statement_timeout(seconds):
-        yield from chunks
+def _bounded_while(chunks: Iterator[bytes], bound: StatementBound) -> Iterator[bytes]:
+    try:
+        with bound.applied():
+            yield from chunks
+    finally:
+        bound.reset()
