@@ -52,7 +52,7 @@ def test_the_cursor_walks_every_pair_once_in_order(client, project, read_key):
     assert body["calls_total"] == 40 and len(body["calls"]) == 40
 
 
-def test_one_relation_pages_alone_and_bad_parameters_are_400s(client, project, read_key):
+def test_one_relation_pages_alone_and_bad_parameters_are_400s(client, member, project, read_key):
     insert_wide_turn(project, "wide", calls=40)
     body = api(client, read_key, relation="serial", limit=500).json()
     assert {e["relation"] for e in body["edges"]} == {RELATIONS[1]}
@@ -65,6 +65,9 @@ def test_one_relation_pages_alone_and_bad_parameters_are_400s(client, project, r
         r = api(client, read_key, **params)
         assert r.status_code == 400, (params, r.content[:200])
         assert next(iter(params)) in r.json()["error"]
+    page = member.get("/agents/wide", {"project": project.name, "relation": "serial", "cursor": "nonsense"})
+    assert page.status_code == 400 and b"cursor: not a cursor" in page.content
+    assert member.get("/agents/wide", {"project": project.name, "relation": "nonsense"}).status_code == 404
 
 
 def test_a_1000_call_turn_answers_a_page_not_half_a_million_pairs(client, member, project, read_key):
