@@ -81,7 +81,7 @@ soak: $(STAMP)
 # bodies under gunicorn), the suite's own leftover check (a child pytest run twice) and the
 # simulated release regression (a minute of simulation): ~13 minutes. CI runs it after `make test`.
 FAULTS_TESTS := tests/reliability tests/agentops/test_no_process_survives.py tests/scale/test_bench_smoke.py \
-	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/alerts/test_end_to_end.py \
+	tests/agentops/test_runstack.py tests/agentops/test_slow_clients.py tests/agentops/test_hostile_tenant.py tests/alerts/test_end_to_end.py \
 	tests/alerts/test_delivery_isolation.py \
 	tests/analysis/test_worker.py::test_a_worker_killed_mid_analysis_leaves_no_partial_or_duplicate_findings \
 	tests/releases/test_simulated_regression.py \

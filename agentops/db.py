@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
 
 log = logging.getLogger("agentops")
 T = TypeVar("T")
@@ -129,3 +129,26 @@ class ReplicaReadsMiddleware:
 def _replica_reads_while(chunks: Iterator[bytes]) -> Iterator[bytes]:
     with replica_reads():
         yield from chunks
+
+
+@contextmanager
+def statement_timeout(seconds: float) -> Iterator[None]:
+    """Within this block, every statement on this thread's connections (the primary and, where
+    configured, the replica) is cancelled by PostgreSQL after `seconds` (SQLSTATE 57014, which
+    ingest.api.query_canceled tells apart); the setting is reset after the block."""
+    aliases = [DEFAULT_DB_ALIAS, *([REPLICA] if replica_configured() else [])]
+    for alias in aliases:
+        with connections[alias].cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', %s, false)", [f"{max(1, round(seconds * 1000))}ms"])
+    try:
+        yield
+    finally:
+        for alias in aliases:
+            conn = connections[alias]
+            if conn.connection is None or conn.needs_rollback:
+                continue
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("RESET statement_timeout")
+            except DatabaseError:  # a broken connection is closed at the request's end
+                pass

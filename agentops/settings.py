@@ -132,6 +132,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "ingest.middleware.DatabaseUnavailableMiddleware",
+    "ingest.middleware.ReadTimeoutMiddleware",
 ]
 
 # Ingest reads bodies itself within ingest.limits; Django's own cap would answer 400 instead of 413.
@@ -230,6 +231,11 @@ SPECTACULAR_SETTINGS = {
 # is 503 + Retry-After. Each holds a thread until its client has read the last byte, so keep it
 # well under gunicorn's threads (WEB_THREADS, 8): the others answer short requests.
 AGENTOPS_MAX_EXPORTS_PER_PROCESS = env_int("AGENTOPS_MAX_EXPORTS_PER_PROCESS", 2)
+# The longest one statement of a GET or HEAD (a page, chart JSON, the read API, an export's next
+# rows) may run; past it PostgreSQL cancels it and the request answers 503 saying so. The product's
+# reads take milliseconds at 10M steps (docs/scaling.md); this bounds what one tenant's costly
+# search can hold of a web thread and a database backend, under gunicorn's 60 s worker timeout.
+AGENTOPS_READ_TIMEOUT_SECONDS = env_int("AGENTOPS_READ_TIMEOUT_SECONDS", 15)
 # Requests per key per web process ("N/second" or "N/minute"); 429 + Retry-After beyond it.
 AGENTOPS_KEY_RATE_LIMIT = env_str("AGENTOPS_KEY_RATE_LIMIT", "300/second")
 # Failed logins before the login form refuses for AGENTOPS_LOGIN_LOCKOUT_SECONDS: per username

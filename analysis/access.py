@@ -47,11 +47,14 @@ def can_reach_settings(user) -> bool:
 
 
 def project_for_user(user, name: str | None) -> Project | None:
-    """The named project if the user may see it; else their first project; None if none."""
+    """The named project if the user may see it; else their default: the project they joined
+    first (a superuser: the first by name), so that joining another never changes it; None if none."""
     projects = projects_for_user(user)
     if name:
         return projects.filter(name=name).first()
-    return projects.order_by("name").first()
+    if getattr(user, "is_superuser", False):
+        return projects.order_by("name").first()
+    return projects.filter(memberships__user=user).order_by("memberships__added_at", "name").first()
 
 
 def request_project(request, *, scope: str = IngestKey.SCOPE_READ) -> Project:

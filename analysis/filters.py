@@ -16,12 +16,11 @@ import base64
 import binascii
 import json
 import math
-import re
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
+from django.db.models import BooleanField, Exists, F, Lookup, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from agentops.db import read_connection
@@ -144,8 +143,8 @@ def parse_task_filters(params, *, now: datetime | None = None) -> TaskFilters:
         since=since,
         until=_time(params, "until"),
         attr=attr[:400],
-        model=params.get("model", ""),
-        tool=params.get("tool", ""),
+        model=check_pattern(params.get("model", ""), name="model"),
+        tool=check_pattern(params.get("tool", ""), name="tool"),
         min_step_ms=_number(params, "min_step_ms"),
         step_kind=step_kind,
         error=params.get("error", "")[:200],
@@ -313,25 +312,83 @@ MAX_NAMES = 5000
 WRAPPER_KINDS = ("agent", "framework")
 
 
+# Search patterns (`tool=`, `model=`, the value suggestions): `*` matches any text, everything else
+# is itself. A pattern is no longer than the values it matches (the model and tool columns hold
+# 200 characters), and a person types a few `*` (`gpt-4*`, `*mini*`, `search_*`); past either bound
+# the request answers 400 naming the parameter. Matching never backtracks: the text
+# between the `*` is found left to right, one `str.find` each (`pattern_matches`), and where the
+# values are too many to list the pattern becomes an `ILIKE`, which PostgreSQL also matches without
+# backtracking (its LIKE gives up at the first `%` whose rest cannot match: like_match.c,
+# LIKE_ABORT). A regex here froze the web tier: `*a*a*a…*b` against `aaa…` (docs/reliability.md).
+MAX_PATTERN_LENGTH = 200
+MAX_PATTERN_WILDCARDS = 10
+
+
 def is_pattern(value: str) -> bool:
     return "*" in value
 
 
-def pattern_regex(value: str) -> str:
-    """`*` as a wildcard, everything else as text: `gpt*`, `*70b`, `*inventory*`."""
-    return "^" + ".*".join(re.escape(part) for part in value.split("*")) + "$"
+def check_pattern(value: str, *, name: str) -> str:
+    """`value`, when it is exact text or a pattern within the bounds; else FilterError naming `name`."""
+    if not is_pattern(value):
+        return value
+    if len(value) > MAX_PATTERN_LENGTH:
+        raise FilterError(f"{name}: at most {MAX_PATTERN_LENGTH} characters")
+    if value.count("*") > MAX_PATTERN_WILDCARDS:
+        raise FilterError(f"{name}: a pattern may hold at most {MAX_PATTERN_WILDCARDS} `*`")
+    return value
+
+
+def pattern_parts(value: str) -> tuple[str, ...]:
+    """The lower-cased text between a pattern's `*`: `*Mini*` → ("", "mini", "")."""
+    return tuple(value.lower().split("*"))
+
+
+def pattern_matches(parts: tuple[str, ...], text: str) -> bool:
+    """Whether `text` matches the pattern `pattern_parts` made (case-insensitive), in time linear in
+    the text for each part: the first part starts it, the last ends it, and each one between is
+    found at the leftmost place after the one before (the leftmost place leaves the most text for
+    the rest, so it is never wrong to take it)."""
+    text = text.lower()
+    if len(parts) == 1:
+        return text == parts[0]
+    head, *middle, tail = parts
+    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+        return False
+    at, stop = len(head), len(text) - len(tail)
+    for part in middle:
+        found = text.find(part, at, stop)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
+def pattern_like(value: str) -> str:
+    """The pattern as an `ILIKE` pattern: `*` → `%`, and `%`, `_` and `\\` as themselves."""
+    escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%")
+
+
+class _ILike(Lookup):
+    lookup_name = "ilike"
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
 
 
 def text_match(*, project: Project, column: str, value: str) -> Q:
     """`value` exactly (as before), or a pattern with `*` (case-insensitive) matched against the
-    column's known values, so the condition stays an index lookup (`IN`, not a regex per row)."""
+    column's known values, so the condition stays an index lookup (`IN`, not a match per row)."""
     if not is_pattern(value):
         return Q(**{column: value})
-    regex = re.compile(pattern_regex(value), re.IGNORECASE)
     known = step_values(project=project, column=column)
     if known is None:  # too many to list: the pattern on every row
-        return Q(**{f"{column}__iregex": regex.pattern})
-    matching = [v for v in known if regex.match(v)]
+        return Q(_ILike(F(column), pattern_like(value)))
+    parts = pattern_parts(value)
+    matching = [v for v in known if pattern_matches(parts, v)]
     return Q(**{f"{column}__in": matching}) if matching else Q(pk__in=[])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
@@ -24,10 +25,24 @@ from ingest.services import batch_store
 log = logging.getLogger("agentops.ingest")
 
 RETRY_AFTER_SECONDS = 5
+QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
+
+
+def query_canceled(exc: Exception) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) == QUERY_CANCELED
+
+
+def read_timeout_message() -> str:
+    return (f"this read took longer than {settings.AGENTOPS_READ_TIMEOUT_SECONDS:g} s and was stopped: "
+            "narrow it (a time range, a task name, a pattern with fewer `*`)")
 
 
 def exception_handler(exc, context):
-    """DRF's handler, plus: a database that is down answers 503 with Retry-After, never 500."""
+    """DRF's handler, plus: a database that is down answers 503 with Retry-After, and a read that
+    ran past AGENTOPS_READ_TIMEOUT_SECONDS 503 saying so; never 500."""
+    if isinstance(exc, OperationalError) and query_canceled(exc):
+        log.warning("api.read_timeout path=%s", context["request"].path if context.get("request") else "")
+        return Response({"error": read_timeout_message()}, status=503)
     if isinstance(exc, OperationalError | InterfaceError):
         log.warning("ingest.database_unavailable: %s", exc)
         return Response({"error": "database unavailable, retry later"}, status=503,

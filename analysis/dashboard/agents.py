@@ -12,7 +12,6 @@ over one page, the calls' top MAX_CALLS and the count per relation (docs/reliabi
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db import connection
 from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Value, When
 from django.db.models.functions import Cast
 from django.db.models.lookups import GreaterThanOrEqual
@@ -24,8 +23,10 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentops.db import read_connection
 from analysis.access import request_project
 from analysis.dashboard.views import _page, _project
+from analysis.engine.detectors.bases import BASES
 from analysis.engine.detectors.dependencies import (
     DEPENDENT,
     INDEPENDENT,
@@ -94,7 +95,8 @@ def _after(cursor: str) -> Q:
 def _edge(p: CallPair) -> dict:
     return {
         "earlier": p.earlier, "later": p.later, "relation": RELATIONS[p.rank], "verdict": p.verdict,
-        "basis": p.basis, "runs": p.runs, "flow_runs": p.flow_runs, "blind_runs": p.blind_runs,
+        # A basis is a code of the closed list; a row learned before the list holds its sentence.
+        "basis": BASES[p.basis].meaning if p.basis in BASES else p.basis, "runs": p.runs, "flow_runs": p.flow_runs, "blind_runs": p.blind_runs,
         "concurrent_runs": p.concurrent_runs, "together_runs": p.together_runs,
         "result_variants": p.result_variants,
         "saved_ms": round(p.serial_ms, 1) if p.verdict == INDEPENDENT else None,
@@ -129,7 +131,7 @@ def edge_counts(*, project: Project, agent: str, release: str) -> dict[str, int]
 def busiest_calls(*, project: Project, agent: str, release: str, limit: int = MAX_CALLS) -> tuple[list[dict], int]:
     """The `limit` calls seen in most runs (a call's runs: the most of any pair it is in), and how
     many calls there are."""
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"SELECT name, runs, count(*) OVER () FROM ("
             f" SELECT name, max(runs) AS runs FROM ("

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import re
 
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -27,12 +26,15 @@ from analysis.dashboard.serializers import (
 )
 from analysis.engine.detectors.base import all_detectors
 from analysis.filters import (
+    MAX_PATTERN_LENGTH,
     SORTS,
     FilterError,
+    check_pattern,
     is_pattern,
     parse_limit,
     parse_task_filters,
-    pattern_regex,
+    pattern_matches,
+    pattern_parts,
     step_values,
 )
 from analysis.models import Finding
@@ -123,10 +125,14 @@ class SearchValuesView(APIView):
         field = request.query_params.get("field", "")
         if field not in VALUE_FIELDS:
             raise ValidationError({"error": f"field: must be one of {', '.join(sorted(VALUE_FIELDS))}"})
-        text = request.query_params.get("q", "")[:200]
+        text = request.query_params.get("q", "")
+        try:
+            pattern = check_pattern(text, name="q") if is_pattern(text) else f"*{text[:MAX_PATTERN_LENGTH]}*"
+        except FilterError as exc:
+            raise ValidationError({"error": str(exc)}) from None
         known = step_values(project=project, column=VALUE_FIELDS[field])
-        regex = re.compile(pattern_regex(text if is_pattern(text) else f"*{text}*"), re.IGNORECASE)
-        matching = [v for v in known or () if regex.match(v)]
+        parts = pattern_parts(pattern)
+        matching = [v for v in known or () if pattern_matches(parts, v)]
         return Response({"field": field, "values": matching[:MAX_VALUES],
                          "complete": known is not None and len(matching) <= MAX_VALUES})
 

@@ -21,9 +21,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, Max, Q, Sum
 
+from agentops.db import read_connection
 from analysis.dashboard.libraries import LIBRARIES, Fix, Library, library_of, package_name
 from analysis.filters import TaskFilters
 from ingest.conventions import ARGS_CONTENT_KEYS, REDACTED_VALUES
@@ -165,7 +165,7 @@ def _rows(*, project: Project, filters: TaskFilters, span: dict, service: str | 
                {", ".join(f"sum({f})::bigint AS {f}" for f in ("spans", *FIELDS))}
         FROM counted_scopes GROUP BY {", ".join(str(i) for i in range(1, 1 + len(SCOPE_KEYS) + 4))}
     """
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(sql, params)
         names = [c.name for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

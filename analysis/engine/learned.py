@@ -7,7 +7,8 @@ One trace rarely says whether a call needed another's output. The agent's other 
   *common* when it occurs in more than RARE_SHARE of the agent's last WINDOW_RUNS runs; every
   other token is evidence.
 - **Per pair of calls** (a call is its tool and its position among that tool's calls in the
-  turn: `search#0`, `search#1`), over the runs where both ran: in how many a value that first
+  turn: `search#0`, `search#1`; a turn's first LEARN_CALLS calls, each with the LINK_WINDOW calls
+  before it), over the runs where both ran and succeeded: in how many a value that first
   appeared in the earlier call's result reached the later call's arguments (`flow_runs`), only
   values common to the agent's runs linked them (`blind_runs`: flow cannot be told there), the two
   overlapped in time (`concurrent_runs`), one model response requested both (`together_runs`,
@@ -16,10 +17,10 @@ One trace rarely says whether a call needed another's output. The agent's other 
 
 From these (`pair_verdict`):
 - dependent when the flow appears in more than half of the runs where both ran;
-- independent when no flow appeared (in at most NO_FLOW_SHARE of the runs) and either the agent
-  requested them together or ran them concurrently in some run, or both ran in at least
-  MIN_PAIR_RUNS runs whose earlier results took at least MIN_VARIED distinct values;
-- unknown otherwise: a finding resting on it is only "possible".
+- independent when no flow appeared (in at most NO_FLOW_SHARE of the runs) and the agent ran them
+  concurrently in some run (of this release, or of another one of the same agent: `profiles_for`
+  hands the detectors the other releases' pairs too), or one after the other in both orders;
+- unknown otherwise, "no flow over many runs" included: a finding resting on it is only "possible".
 Cold start: with fewer than MIN_RUNS runs of the agent, rarity is measured against the project's
 recent traffic (the profile of agent ""), and with fewer than that too, by the value-shape rule
 of dependencies.py; pairs without history fall back to the one trace's evidence.
@@ -42,6 +43,8 @@ from django.db.models import Max
 
 from analysis.engine.detectors.dependencies import (
     CALL_KINDS,
+    LEARNED_UNKNOWN,
+    LINK_WINDOW,
     Evidence,
     PairStats,
     Profile,
@@ -65,6 +68,10 @@ REFRESH_SECONDS = 60
 # Agents refreshed per run of refresh_due; the rest wait for the next one.
 REFRESH_BATCH = 50
 PROJECT_AGENT = ""  # the profile of the project's whole traffic
+# Calls of one turn learned from: agents request a handful per turn; a batch turn of thousands
+# would make pairs grow with the square of its calls (1,000 calls took 43 s). The rest of such a
+# turn is judged on its own trace's evidence.
+LEARN_CALLS = 64
 
 def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(errors="replace"), digest_size=8).hexdigest()
@@ -96,18 +103,21 @@ def common_tokens(runs: list[list]) -> tuple[frozenset[str], int]:
 
 
 def pair_stats(runs: list[list], profile: Profile) -> dict[tuple[str, str], PairStats]:
-    """Count, over the runs, the evidence of every ordered pair of calls of a turn."""
+    """Count, over the runs, the evidence of every ordered pair of calls of a turn where both
+    succeeded (a failed call shows neither flow nor independence). A turn's first LEARN_CALLS
+    calls are learned from, each paired with the LINK_WINDOW calls before it, as the detector
+    links them: a turn of 10,000 calls costs what one of LEARN_CALLS does."""
     stats: dict[tuple[str, str], PairStats] = defaultdict(PairStats)
     for steps in runs:
         evidence = Evidence(steps, profile=profile)
         seen_pairs: set[tuple[str, str]] = set()
         for group in turn_groups(steps, evidence):
-            group = distinct_calls(group)
+            group = distinct_calls(group[:LEARN_CALLS])
             names = call_names(group)
             for j, later in enumerate(group):
-                for earlier in group[:j]:
+                for earlier in group[max(0, j - LINK_WINDOW):j]:
                     key = (names[earlier.step_id], names[later.step_id])
-                    if key in seen_pairs:
+                    if key in seen_pairs or earlier.status != "ok" or later.status != "ok":
                         continue
                     seen_pairs.add(key)
                     p = stats[key]
@@ -159,8 +169,8 @@ def refresh(project_id: int, agent: str, release: str, *, through: datetime | No
             CallPair.objects.filter(project_id=project_id, agent=agent, release=release).delete()
             rows = []
             for (earlier, later), p in pairs.items():
-                verdict, basis = pair_verdict(p)
-                verdict, basis = verdict or "unknown", basis or "too few runs with both calls"
+                verdict, basis = pair_verdict(p, pairs.get((later, earlier)))
+                verdict, basis = verdict or "unknown", basis or LEARNED_UNKNOWN
                 serial = p.runs - p.concurrent_runs
                 rows.append(CallPair(project_id=project_id, agent=agent, release=release, earlier=earlier[:210],
                                      later=later[:210], runs=p.runs, flow_runs=p.flow_runs, blind_runs=p.blind_runs,
@@ -206,12 +216,18 @@ def profiles_for(project_id: int, keys: list[tuple[str, str]]) -> dict[tuple[str
     for key in keys:
         own = rows.get(key)
         learned = pairs.get(key, {})
+        # The agent's other releases: a release that gathers what this one runs in a loop.
+        elsewhere: dict[tuple[str, str], list] = defaultdict(list)
+        for (agent, release), theirs in pairs.items():
+            if agent == key[0] and release != key[1]:
+                for names, cp in theirs.items():
+                    elsewhere[names].append(cp)
         if own is not None and own.runs >= MIN_RUNS:
-            out[key] = Profile(own.runs, frozenset(own.common_tokens), learned)
+            out[key] = Profile(own.runs, frozenset(own.common_tokens), learned, dict(elsewhere))
         elif whole is not None and whole.runs >= MIN_RUNS:
-            out[key] = Profile(whole.runs, frozenset(whole.common_tokens), learned)
+            out[key] = Profile(whole.runs, frozenset(whole.common_tokens), learned, dict(elsewhere))
         else:
-            out[key] = Profile(0, frozenset(), learned) if learned else None
+            out[key] = Profile(0, frozenset(), learned, dict(elsewhere)) if learned or elsewhere else None
     return out
 
 

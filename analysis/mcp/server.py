@@ -15,7 +15,6 @@ tool wrappers read: it never comes from the arguments."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import inspect
@@ -25,14 +24,15 @@ from dataclasses import dataclass
 
 import anyio
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import DatabaseError, OperationalError, close_old_connections, connections
+from django.db import OperationalError, close_old_connections
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 
-from agentops.db import read_alias
+from agentops.db import statement_timeout
 from analysis.mcp import tools
+from ingest.api import query_canceled
 from ingest.models import Project
 
 log = logging.getLogger("agentops.mcp")
@@ -64,40 +64,19 @@ def _run_tool(fn, kwargs: dict) -> str:
     if caller.fresh_connections:
         close_old_connections()
     started = time.monotonic()
-    with _statement_timeout():
+    with statement_timeout(TOOL_TIMEOUT_SECONDS):
         try:
             text = fn(project=caller.project, **kwargs)
         except tools.ToolInputError as exc:
             raise ToolError(str(exc)) from None
         except OperationalError as exc:
-            if getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "57014":  # query_canceled
+            if query_canceled(exc):
                 raise ToolError(f"{fn.__name__} took longer than {TOOL_TIMEOUT_SECONDS} s: narrow the "
                                 "filters (a time range, a task name)") from None
             raise
     log.info("mcp.tool tool=%s project=%s ms=%.0f chars=%d", fn.__name__, caller.project.pk,
              1000 * (time.monotonic() - started), len(text))
     return text
-
-
-@contextlib.contextmanager
-def _statement_timeout():
-    """statement_timeout for the connections a tool reads from, reset after the call."""
-    aliases = sorted({"default", read_alias()})
-    for alias in aliases:
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, false)", [f"{TOOL_TIMEOUT_SECONDS}s"])
-    try:
-        yield
-    finally:
-        for alias in aliases:
-            connection = connections[alias]
-            if connection.connection is None or connection.needs_rollback:
-                continue
-            try:
-                with connection.cursor() as cur:
-                    cur.execute("RESET statement_timeout")
-            except DatabaseError:  # a broken connection is closed at the request's end
-                pass
 
 
 def _as_tool(fn):

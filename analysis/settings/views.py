@@ -134,7 +134,12 @@ def members(request, project):
 @login_required
 @require_POST
 def member_add_view(request, project):
+    """Superusers only: a project's admin who could add any username would learn which usernames
+    exist (the form says when one does not), and could put another tenant's user in their project
+    without asking. Superusers see every user and project anyway."""
     project = _admin_project(request, project)
+    if not request.user.is_superuser:
+        raise PermissionDenied("members are added by an operator (a superuser)")
     form = MemberAddForm(request.POST)
     if not form.is_valid():
         return _members_page(request, project, form=form, status=400)

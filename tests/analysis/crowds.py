@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from django.db import connection
 
-from analysis.engine.detectors.dependencies import LEARNED_FLOW, LEARNED_NO_FLOW, LEARNED_TOGETHER
+from analysis.engine.detectors.dependencies import (
+    BOTH_ORDERS,
+    LEARNED_FLOW,
+    LEARNED_TOGETHER,
+    LEARNED_UNKNOWN,
+)
 from analysis.models import AgentProfile, CallPair
 from ingest.instrumentation import FIELDS
 from ingest.models import InstrumentationCount
@@ -29,11 +34,11 @@ def insert_wide_turn(project, agent: str, *, calls: int = 1000, release: str = "
             "  CASE WHEN (i + j) %% 3 = 0 THEN r ELSE 0 END, 16, ((i * j) %% 997) + 0.5,"
             "  CASE WHEN j = i + 1 THEN 'dependent' WHEN (i + j) %% 3 < 2 THEN 'independent' ELSE 'unknown' END,"
             "  CASE WHEN j = i + 1 THEN %(flow)s WHEN (i + j) %% 3 = 0 THEN %(together)s"
-            "   WHEN (i + j) %% 3 = 1 THEN %(no_flow)s ELSE 'too few runs with both calls' END"
+            "   WHEN (i + j) %% 3 = 1 THEN %(both_orders)s ELSE %(unknown)s END"
             " FROM generate_series(0, %(n)s - 1) i, generate_series(0, %(n)s - 1) j,"
             "  LATERAL (SELECT 8 + (i * 7 + j) %% 50 AS r) runs WHERE i < j",
             {"project": project.pk, "agent": agent, "release": release, "n": calls, "flow": LEARNED_FLOW,
-             "together": LEARNED_TOGETHER, "no_flow": LEARNED_NO_FLOW})
+             "together": LEARNED_TOGETHER, "both_orders": BOTH_ORDERS, "unknown": LEARNED_UNKNOWN})
         return cur.rowcount
 
 

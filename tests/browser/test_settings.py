@@ -28,7 +28,8 @@ HOSTILE_USER = "<img src=x onerror=window.pwned=1>bob"
 
 @pytest.fixture
 def admin(project):
-    user = get_user_model().objects.create_user("ana", password="secret-pw")
+    # A superuser who is also the project's admin: only superusers add members (issue 39, item 7).
+    user = get_user_model().objects.create_superuser("ana", password="secret-pw")
     member_add(project=project, user=user, role="admin")
     user.user_permissions.add(*Permission.objects.filter(codename__in=["add_modelprice", "change_modelprice"]))
     return user

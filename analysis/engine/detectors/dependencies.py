@@ -6,57 +6,65 @@ Real agents never say which call consumed which output; what they do record, str
    token) that first appeared in an earlier call's result consumed that result — dependent, even
    when one model response requested both: a planner's executor fills `$1.query_id` from the
    first call's result before it starts the second, and the arguments recorded are the filled ones;
-3. the ids of the calls one model response requested (`StepData.tool_call_ids` on the LLM step,
-   `tool_call_id` on each tool step): otherwise, calls requested together were written before any
-   of them ran, so none can consume another's output — independent (a value common to the agent's
-   runs they share, `status` or `EU`, is the model's writing, not flow);
-4. a follow-up: where calls carry ids, a call no model response requested was started by the
+3. concurrency in this run: a call that started before the other ended could not use its result;
+4. the ids of the calls one model response requested (`StepData.tool_call_ids` on the LLM step,
+   `tool_call_id` on each tool step): calls requested together were written before any of them
+   ran, so none consumed another's output — independent when neither tool acts (actions.py): a
+   fan-out when they are calls of one tool sharing no value. A tool that acts (fill a form, then
+   click) may have been requested in the order it must run: that pair is unknown;
+5. a follow-up: where calls carry ids, a call no model response requested was started by the
    agent's own code; if its arguments carry a distinctive value of an earlier call of the turn
    (lint the file just patched), it followed that call on purpose — dependent. Where nothing
    tells a follow-up from a requested call, such a shared value leaves the pair unknown;
-5. the earlier call's result was recorded and nothing of it reached the later call's arguments:
-   probably independent, but a value may have flowed in a form we cannot see — medium. Where they
-   share only a value common to the agent's runs (`page-1` passed on in every run), flow and
-   coincidence look alike: unknown;
-6. nothing recorded either way: unknown, and a finding resting on it is only *possible*.
+6. the pair's history in the agent's runs (this release's, for concurrency any release's);
+7. otherwise unknown, and a finding resting on it is only *possible*: "no value was seen to flow"
+   is an absence, not evidence (an id upper-cased, an ordinal picked from a ranked list, an id
+   common to many runs all flow unseen).
 What counts as a value worth following is learned from the agent's other runs when there are
 enough of them (analysis/engine/learned.py): a token common across its runs (`EU`, `true`, the
 tenant's name, today's date) is never evidence, any other is, however short (`c4821`, `A7`,
 `93`). Those runs also give each pair of calls a history (the `Profile`'s pairs): a pair the agent
-ran or requested together elsewhere is independent, one whose flow shows in most runs is
-dependent, one that never showed flow over runs with varied results is independent, and one
-whose history says neither is unknown. Without such runs (cold start), a value counts by its
+ran concurrently elsewhere, or one after the other in both orders, with no value linking them, is
+independent; one whose flow shows in most runs is dependent; any other is unknown. Without such runs (cold start), a value counts by its
 shape: letters and digits mixed, long, or a number of at least MIN_NUMBER. See
-docs/analysis.md, "Dependencies".
+docs/analysis.md, "Dependencies" and "Evidence bases".
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from analysis.engine.detectors.actions import acts
 from analysis.engine.detectors.base import StepData
+from analysis.engine.detectors.bases import BASES
 
-INDEPENDENT_IDS = "requested together in one model response"
-INDEPENDENT_CONCURRENT = "started before the other ended in this run, so it could not use its result"
-DEPENDENT_DATA = "arguments carry a value from the earlier call's result"
-DECLARED = "declared by the sender (depends_on)"
-DEPENDENT_FOLLOW_UP = "started by agent code on a value of the earlier call"
-INDEPENDENT_NO_FLOW = "results recorded, none reaches the other's arguments"
-UNKNOWN_SHARED = "share a value, and nothing shows whether one waited for the other"
-UNKNOWN = "no call ids, results or declared dependencies"
-UNKNOWN_COMMON = "the earlier result and the later arguments share only values common to the agent's runs"
+# The bases a link rests on: codes of the closed list (bases.py, docs/analysis.md "Evidence bases").
+INDEPENDENT_IDS = "requested_together"
+FAN_OUT = "fan_out"
+INDEPENDENT_CONCURRENT = "concurrent_in_run"
+DEPENDENT_DATA = "data_flow"
+DECLARED = "declared"
+DEPENDENT_FOLLOW_UP = "follow_up"
+INDEPENDENT_NO_FLOW = "no_flow_seen"
+TOGETHER_ACTING = "requested_together_acting"
+UNKNOWN_SHARED = "shared_value"
+UNKNOWN = "nothing_recorded"
+UNKNOWN_COMMON = "common_value"
 
-LEARNED_FLOW = "in most of the agent's runs a value of the earlier call's result reached the later call"
-LEARNED_TOGETHER = "the agent requested or ran these calls together in other runs"
-LEARNED_NO_FLOW = "in the agent's runs, whose results varied, no value of one reached the other"
-LEARNED_UNKNOWN = "the agent's runs do not show whether one needed the other"
+LEARNED_FLOW = "learned_flow"
+LEARNED_TOGETHER = "observed_concurrency"
+BOTH_ORDERS = "both_orders"
+LEARNED_NO_FLOW = "learned_no_flow"
+LEARNED_UNKNOWN = "learned_unknown"
 
-# Confidence each kind of evidence supports (docs/analysis.md, "Confidence").
-STRENGTH = {INDEPENDENT_IDS: "high", INDEPENDENT_CONCURRENT: "high", DEPENDENT_DATA: "high", DECLARED: "high", DEPENDENT_FOLLOW_UP: "medium",
-            INDEPENDENT_NO_FLOW: "medium", UNKNOWN_SHARED: "low", UNKNOWN: "low", UNKNOWN_COMMON: "low", LEARNED_FLOW: "medium",
-            LEARNED_TOGETHER: "medium", LEARNED_NO_FLOW: "medium", LEARNED_UNKNOWN: "low"}
+# Confidence each basis supports (docs/analysis.md, "Evidence bases").
+STRENGTH = {code: BASES[code].confidence for code in (
+    INDEPENDENT_IDS, FAN_OUT, INDEPENDENT_CONCURRENT, DEPENDENT_DATA, DECLARED, DEPENDENT_FOLLOW_UP, INDEPENDENT_NO_FLOW,
+    TOGETHER_ACTING, UNKNOWN_SHARED, UNKNOWN, UNKNOWN_COMMON, LEARNED_FLOW, LEARNED_TOGETHER, BOTH_ORDERS,
+    LEARNED_NO_FLOW, LEARNED_UNKNOWN)}
 
 # A call that started while another still ran, by more than this share of the shorter one, could
 # not use its result (less is clock and dispatch skew between calls run one after another).
@@ -163,27 +171,53 @@ class Profile:
     runs: int
     common: frozenset[str]
     pairs: dict = field(default_factory=dict)
+    # The same agent's other releases: call names → their pairs' counts (a release that gathers
+    # the calls a for-loop release runs one by one shows the pair independent).
+    elsewhere: dict = field(default_factory=dict)
+
+    def history(self, names: tuple[str, str]) -> tuple[str, str]:
+        """(verdict, basis) of a pair from the agent's runs, ("", "") when they say nothing yet."""
+        own, reverse = self.pairs.get(names), self.pairs.get(names[::-1])
+        verdict, basis = pair_verdict(own, reverse) if own is not None else ("", "")
+        if verdict in ("", UNKNOWN_VERDICT) and (own is None or quiet(own)):
+            # Run concurrently, the two may have started in either order (and so be named the
+            # other way round), in this release or another.
+            seen = [reverse, *self.elsewhere.get(names, ()), *self.elsewhere.get(names[::-1], ())]
+            if any(p is not None and p.concurrent_runs and quiet(p) for p in seen):
+                return INDEPENDENT, LEARNED_TOGETHER
+        return verdict, basis
 
     def rare(self, token: str) -> bool:
         return token not in self.common
 
 
-def pair_verdict(p) -> tuple[str, str]:
-    """(verdict, basis) of a pair from its counts; ("", "") while its history is too short to
-    say anything (the one trace's evidence decides then). Runs together elsewhere prove
-    independence only for a pair whose values never (or barely) flowed: where flow shows in
-    some runs and concurrency in others, one name plays two parts, and nothing is known."""
-    flowed = p.flow_runs + p.blind_runs
-    if (p.together_runs or p.concurrent_runs) and flowed <= NO_FLOW_SHARE * p.runs:
-        return INDEPENDENT, LEARNED_TOGETHER
+def quiet(p) -> bool:
+    """No value (nor a common one, which can hide flow) linked the pair in more than NO_FLOW_SHARE
+    of its runs."""
+    return p.flow_runs + p.blind_runs <= NO_FLOW_SHARE * p.runs
+
+
+def pair_verdict(p, reverse=None) -> tuple[str, str]:
+    """(verdict, basis) of a pair from its counts (and those of the same two calls in the other
+    order, `reverse`); ("", "") while its history is too short to say anything (the one trace's
+    evidence decides then). Independence needs something seen, never only flow not seen: the
+    pair ran concurrently (both succeeding: learned.pair_stats counts only such runs), or one
+    after the other in both orders, each time with no value linking them. Where flow shows in some
+    runs and concurrency in others, one name plays two parts, and nothing is known."""
+    if quiet(p):
+        if p.concurrent_runs:
+            return INDEPENDENT, LEARNED_TOGETHER
+        if (reverse is not None and quiet(reverse) and p.runs > p.concurrent_runs
+                and reverse.runs > reverse.concurrent_runs):
+            return INDEPENDENT, BOTH_ORDERS
     if p.runs < MIN_PAIR_RUNS:
         return "", ""
-    if flowed > MOST * p.runs:
+    if p.flow_runs + p.blind_runs > MOST * p.runs:
         # A value of the result passed on in most runs, even one common to them all (`page-1`
         # every time), is the agent's pattern, not a coincidence.
         return DEPENDENT, LEARNED_FLOW
-    if flowed <= NO_FLOW_SHARE * p.runs and p.result_variants >= MIN_VARIED:
-        return INDEPENDENT, LEARNED_NO_FLOW
+    if quiet(p) and p.result_variants >= MIN_VARIED:
+        return UNKNOWN_VERDICT, LEARNED_NO_FLOW
     return UNKNOWN_VERDICT, LEARNED_UNKNOWN
 
 
@@ -244,13 +278,36 @@ class Evidence:
         # Follow-ups can be told from requested calls only where both sides record call ids.
         self.ids_both_sides = bool(self.requested_by) and any(c.tool_call_id for c in self.calls)
         self._index = {s.step_id: i for i, s in enumerate(self.calls)}
+        self._implied = self._requested_without_ids(steps)
         self._args: dict[str, set[str]] = {}
         self._results: dict[str, set[str]] = {}
         self._outputs: dict[str, set[str]] = {}
 
     def issuer(self, call: StepData) -> StepData | None:
         """The LLM step whose response requested this call, if call ids say so."""
-        return self.requested_by.get(call.tool_call_id) if call.tool_call_id else None
+        if call.tool_call_id:
+            return self.requested_by.get(call.tool_call_id)
+        return self._implied.get(call.step_id)
+
+    def _requested_without_ids(self, steps: list[StepData]) -> dict[str, StepData]:
+        """step_id → the LLM step that requested it, where the tool spans carry no call id (Agno,
+        smolagents, the Agents SDK under OpenInference record the ids on the model call only): a
+        response that requested n calls (n ≥ 2) followed by exactly n calls before the next model
+        call ended requested those. A count that differs (agent code added a call) says nothing."""
+        if not self.requested_by or any(c.tool_call_id for c in self.calls):
+            return {}
+        llms = sorted((s for s in steps if s.kind == "llm"), key=lambda s: s.end_ms)
+        ends = [s.end_ms for s in llms]
+        turns: dict[int, list[StepData]] = {}
+        for call in self.calls:
+            i = bisect.bisect_right(ends, call.start_ms + 1e-6)
+            if i:
+                turns.setdefault(i - 1, []).append(call)
+        implied = {}
+        for i, calls in turns.items():
+            if len(calls) >= 2 and len(set(llms[i].tool_call_ids)) == len(calls):
+                implied.update((c.step_id, llms[i]) for c in calls)
+        return implied
 
     def args(self, call: StepData) -> set[str]:
         if call.step_id not in self._args:
@@ -310,32 +367,38 @@ class Evidence:
             # call ran with, and a planner's executor fills `$1.query_id` from the first call's
             # result before it starts the second.
             return Link(a, b, True, DEPENDENT_DATA)
-        first = self.issuer(earlier)
-        if first is not None and first is self.issuer(later):
-            return Link(a, b, False, INDEPENDENT_IDS)
         if concurrent(earlier, later):
             return Link(a, b, False, INDEPENDENT_CONCURRENT)
-        history = self.profile.pairs.get(names) if self.profile is not None and names else None
-        verdict, basis = pair_verdict(history) if history is not None else ("", "")
-        if not verdict:
-            history = None
+        first = self.issuer(earlier)
+        together = first is not None and first is self.issuer(later)
+        if together and not (acts(earlier.label) or acts(later.label)):
+            # Written before either ran, and reading changes nothing the other reads.
+            if earlier.label == later.label and not (self.args(earlier) & self.args(later)):
+                return Link(a, b, False, FAN_OUT)
+            return Link(a, b, False, INDEPENDENT_IDS)
+        verdict, basis = (self.profile.history(names) if self.profile is not None and names else ("", ""))
         # What this run shows of the two (a value they share) outweighs what other runs of
         # calls with the same names showed: one name can play two parts (patch a file, then lint
         # it; or lint another one beside the patch).
         if (self.args(earlier) | self.result(earlier)) & self.args(later):
             if after and self.follow_up(later):
                 return Link(a, b, True, DEPENDENT_FOLLOW_UP)
-            if history is not None and verdict == DEPENDENT:
+            if verdict == DEPENDENT:
                 return Link(a, b, True, basis)
             return Link(a, b, None, UNKNOWN_SHARED)
-        if history is not None and verdict == DEPENDENT:
+        if verdict == DEPENDENT:
             return Link(a, b, True, basis)
         if after and self.blind(earlier, later):
             return Link(a, b, None, UNKNOWN_COMMON)
-        if history is not None:
-            return Link(a, b, False if verdict == INDEPENDENT else None, basis)
+        if verdict == INDEPENDENT:
+            return Link(a, b, False, basis)
+        # Nothing positive: requested together with a tool that acts, flow not seen, or nothing.
+        if together:
+            return Link(a, b, None, TOGETHER_ACTING)
+        if verdict:
+            return Link(a, b, None, basis)
         if earlier.tool_result:
-            return Link(a, b, False, INDEPENDENT_NO_FLOW)
+            return Link(a, b, None, INDEPENDENT_NO_FLOW)
         return Link(a, b, None, UNKNOWN)
 
     def links(self, group: list[StepData]) -> list[Link]:

@@ -8,16 +8,18 @@ say) were not issued by a model and are left alone.
 
 Which calls of a turn depended on which is inferred from evidence (dependencies.py): depends_on
 when sent; a value of a result in a later call's arguments → dependent, even when one response
-requested both (a planner's placeholder the executor filled); otherwise requested together →
-independent. The projected time of the group, run as parallel as its dependencies allow, is its
+requested both (a planner's placeholder the executor filled); otherwise positive evidence of
+independence (bases.py): calls that overlapped, calls of tools that do not act requested together,
+or the agent's other runs showing the pair concurrent or in both orders. The projected time of the group, run as parallel as its dependencies allow, is its
 longest dependency chain (earliest finish over the group's DAG). wasted = the time the group
 actually occupied (union of its intervals) − that projection: for fully independent serial
 calls, sum − max.
 
-The finding's confidence is that of its weakest assumption of independence: high when call ids
-or declared dependencies show it, medium when only the absence of data flow between recorded
-results does, low ("possible") when nothing was recorded either way; a low one is shown but
-counts in no total.
+The finding's confidence, and its `evidence["basis"]`, are those of its weakest assumption of
+independence (pairs nothing shows independent are kept in order first: the waste that positive
+evidence alone supports, where there is some, is asserted; else the whole is possible): high when this trace shows it (call ids of tools that do not act, overlap, declared
+dependencies), medium when the agent's other runs do, low ("possible") when nothing positive does
+(no flow seen is not evidence); a low one is shown but counts in no total.
 
 The waste is measured, not estimated, so the only guards are against calls that were in fact
 concurrent and against jitter. Calls that ran mostly at the same time (`ran_together`: one
@@ -48,7 +50,9 @@ from analysis.engine.detectors.base import (
     union_length,
 )
 from analysis.engine.detectors.dependencies import (
+    BOTH_ORDERS,
     DECLARED,
+    FAN_OUT,
     INDEPENDENT_CONCURRENT,
     INDEPENDENT_IDS,
     INDEPENDENT_NO_FLOW,
@@ -57,6 +61,7 @@ from analysis.engine.detectors.dependencies import (
     LEARNED_UNKNOWN,
     LINK_WINDOW,
     STRENGTH,
+    TOGETHER_ACTING,
     UNKNOWN,
     UNKNOWN_COMMON,
     UNKNOWN_SHARED,
@@ -74,20 +79,27 @@ TIME_RESOLUTION_MS = 0.001  # timestamps are stored to the microsecond
 MAX_EVIDENCE_LINKS = 20
 _RANK = {CONFIDENCE_LOW: 0, CONFIDENCE_MEDIUM: 1, CONFIDENCE_HIGH: 2}
 REASONS = {
-    INDEPENDENT_IDS: "The model requested these calls together in one response, so none consumed another's output.",
+    FAN_OUT: "The model requested these calls of one tool together in one response, with different arguments "
+             "and no value in common (a fan-out), so none consumed another's output.",
+    INDEPENDENT_IDS: "The model requested these calls together in one response, and none of them acts, so none "
+                     "consumed another's output.",
     DECLARED: "The trace declares which calls depended on which (depends_on).",
     INDEPENDENT_CONCURRENT: "Each call started while the one before it still ran, so none could use another's "
                             "result: they were started one by one, not together.",
-    INDEPENDENT_NO_FLOW: "Their results were recorded and no value from one reached another's arguments; "
-        "a dependency through a transformed value would not show.",
+    LEARNED_TOGETHER: "In other runs this agent (this release or another) ran these calls concurrently, both "
+                      "succeeding, so neither needs the other's output.",
+    BOTH_ORDERS: "In other runs this agent ran these calls one after the other in both orders, both succeeding, "
+                 "with no value passed between them.",
+    TOGETHER_ACTING: "Possible only: the model requested these calls together, but one of them acts (writes, "
+                     "clicks, submits, navigates...), and such calls are often meant to run in order.",
+    INDEPENDENT_NO_FLOW: "Possible only: their results were recorded and no value from one visibly reached "
+                         "another's arguments, but a value can flow in a form that does not show.",
     UNKNOWN: "Possible only: the trace records no tool-call ids, results or dependencies, "
              "so nothing shows whether these calls needed each other's output.",
     UNKNOWN_SHARED: "Possible only: these calls share a value (an id, a path) and the trace does not "
                     "show whether the agent meant one to wait for the other.",
-    LEARNED_TOGETHER: "In other runs this agent requested or ran these calls together, so neither needs "
-                      "the other's output.",
-    LEARNED_NO_FLOW: "Over this agent's recent runs, whose results varied, no value of the earlier call's "
-                     "result ever reached the later call's arguments.",
+    LEARNED_NO_FLOW: "Possible only: over this agent's recent runs no value of the earlier call's result was "
+                     "seen in the later call's arguments, which does not show that none flowed.",
     UNKNOWN_COMMON: "Possible only: the earlier call's result and the later call's arguments share a value, "
                     "but one this agent's runs all carry, so it may have flowed or be a coincidence.",
     LEARNED_UNKNOWN: "Possible only: this agent's runs do not show whether one of these calls needed "
@@ -111,23 +123,29 @@ def turn_groups(steps: list[StepData], evidence: Evidence) -> list[list[StepData
     return [calls for calls in turns.values() if len(calls) >= 2]
 
 
-def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]]) -> float:
+def parallel_ms(group: list[StepData], dependent: set[tuple[str, str]],
+                ordered: set[tuple[str, str]] = frozenset()) -> float:
     """Duration of the group run as parallel as its dependencies allow: independent calls start
     with the group, a dependent one after what it needs plus the hand-off it really took (the
     agent's dispatch time between a call and its follow-up is not parallelism to win), and a call
     that ran together with an earlier one (`ran_together`) keeps its lag behind it: the agent
     already runs the two in parallel, so what held the later one back (its dispatch, a model still
-    streaming the call) is not something running them in parallel would remove."""
+    streaming the call) is not something running them in parallel would remove. An `ordered` pair
+    (nothing shows it independent) only keeps its order: the later one starts once the earlier ended."""
     needs: dict[str, list[StepData]] = defaultdict(list)
+    after: dict[str, list[str]] = defaultdict(list)
     by_id = {s.step_id: s for s in group}
     for earlier, later in dependent:
         needs[later].append(by_id[earlier])
+    for earlier, later in ordered:
+        after[later].append(earlier)
     ordered = sorted(group, key=lambda c: (c.start_ms, c.step_id))
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
     for j, s in enumerate(ordered):
         ready = max((finish[e.step_id] + max(0.0, s.start_ms - e.end_ms) for e in needs[s.step_id]
                      if e.step_id in finish), default=0.0)
+        ready = max([ready, *(finish[e] for e in after[s.step_id] if e in finish)])
         for e in ordered[max(0, j - LINK_WINDOW):j]:
             if ran_together(e, s):
                 ready = max(ready, start[e.step_id] + s.start_ms - e.start_ms)
@@ -206,14 +224,25 @@ def detect(ctx: TaskContext):
         total = sum(s.duration_ms for s in group)
         if wasted < MIN_WASTED_MS or serial_stages(group) < 2:
             continue
-        basis = _weakest(serial)
+        # What positive evidence alone supports: the pairs nothing shows independent kept in
+        # order. Where that still wastes time, the finding asserts that much (a fan-out beside a
+        # framework's own zero-length span, three reads beside a click); else the whole is possible.
+        unknown = {(link.earlier, link.later) for link in links if link.dependent is None}
+        shown = [link for link in serial if link.dependent is False]
+        sure = parallel_ms(group, dependent, unknown) if unknown else projected
+        if shown and actual - sure >= MIN_WASTED_MS:
+            projected, wasted, basis = sure, actual - sure, _weakest(shown)
+        else:
+            basis = _weakest(serial)
         confidence = STRENGTH[basis]
         end = max(s.end_ms for s in group)
         names = ", ".join(dict.fromkeys(s.label for s in group))
         linked = sorted({sid for pair in dependent for sid in pair})
         claim = ("though none depends on another" if not dependent else "though only some depend on others")
+        if confidence != CONFIDENCE_LOW and unknown:
+            claim = "though some of them needed none of the others"
         if confidence == CONFIDENCE_LOW:
-            claim = "and nothing in the trace shows that one needed another's output"
+            claim = "and nothing in the trace shows whether one needed another's output"
         took, would = fmt_ms(actual), fmt_ms(projected)
         if took == would:  # 1.24 s and 1.16 s both read "1.2 s": say them in ms
             took, would = f"{actual:,.0f} ms", f"{projected:,.0f} ms"
@@ -222,6 +251,7 @@ def detect(ctx: TaskContext):
         evidence_out = {
             "calls": len(group), "actual_ms": round(actual, 1), "parallel_ms": round(projected, 1),
             "sum_ms": round(total, 1), "dependent_step_ids": linked, "basis": basis,
+            "unknown_step_ids": sorted({sid for pair in unknown for sid in pair}),
             "links": [{"earlier": link.earlier, "later": link.later, "dependent": link.dependent,
                        "basis": link.basis} for link in links[:MAX_EVIDENCE_LINKS]],
         }

@@ -44,6 +44,15 @@ repeat); across the agent's runs a nonce and data that depends on the arguments 
 call to call (every order has its own status), the same-argument calls there are the very repeats
 and polls in question, and a cold start has no runs.
 
+What a repeat rests on is one basis of a closed list (bases.py; `evidence["basis"]`), and only
+something seen asserts it: the same answer recorded (high; differing only in identifiers, medium),
+or the repeat's answer unrecorded while the task records answers and nothing that acts ran since
+the call it repeats (medium). It is possible (low) when the tool itself acts (clicking "#submit"
+again submits again: no cache answers an action), when a call of a tool that acts ran in between
+(fill_form before the same click, apply_patch before the same run_tests: the answer may have
+changed), or when no call of the group recorded an answer. Which tools act is read from their
+names (actions.py).
+
 A group whose answers changed during the task is being polled or re-checked after a change: its
 calls that returned the same answer as the call before are still shown, as possible (low
 confidence, counted in no total): they may still have needed asking.
@@ -51,6 +60,7 @@ confidence, counted in no total): they may still have needed asking.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import defaultdict
@@ -58,15 +68,15 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import cached_property
 
+from analysis.engine.detectors.actions import acts
 from analysis.engine.detectors.base import (
-    CONFIDENCE_LOW,
-    CONFIDENCE_MEDIUM,
     Finding,
     StepData,
     TaskContext,
     canonical_args,
     register,
 )
+from analysis.engine.detectors.bases import confidence, weakest
 from analysis.units import fmt_ms
 from ingest.limits import TRUNCATION_MARKER
 
@@ -130,34 +140,52 @@ def _what(canonical: str) -> str:
 @register("repeated_tool_call")
 def detect(ctx: TaskContext):
     groups = defaultdict(list)
-    for step in sorted(ctx.steps, key=lambda s: (s.start_ms, s.step_id)):
-        if step.kind not in CALL_KINDS or step.tool_args is None:
+    calls_in_order = sorted((s for s in ctx.steps if s.kind in CALL_KINDS), key=lambda s: (s.start_ms, s.step_id))
+    for step in calls_in_order:
+        if step.tool_args is None:
             continue
         groups[(step.label, ctx.call_args(step))].append(step)
+    actions = [s for s in calls_in_order if acts(s.label)]
+    action_starts = [s.start_ms for s in actions]
     for (tool, args), calls in groups.items():
         if len(calls) < 2:
             continue
-        repeats, sources, changed, basis = _repeats(calls, args)
+        repeats, sources, changed, matched = _repeats(calls, args)
         wasted = sum(c.duration_ms for c in repeats)
         if not repeats or wasted < MIN_WASTED_MS:
             continue
         named = sorted({s.step_id: s for s in (*sources, *repeats)}.values(), key=lambda s: (s.start_ms, s.step_id))
         summary = (f"{tool} called {len(named)}× with the same {_what(args)}; "
                    f"{fmt_ms(wasted)} repeated.")
+        ids = {c.step_id for c in calls}
+        recorded = any(c.tool_result for c in calls)
+        between = [_between(source, repeat, actions, action_starts, ids) for repeat, source, _ in matched]
+        basis = _basis(tool, args, changed, [m for _, _, m in matched], between, recorded)
         evidence = {"tool": tool, "arguments": args[:500], "calls": len(named),
-                    "first_step_id": named[0].step_id,
+                    "first_step_id": named[0].step_id, "basis": basis,
                     "repeat_ms": [round(c.duration_ms, 1) for c in repeats]}
         if changed:
             evidence["changed_step_ids"] = [c.step_id for c in changed]
-        confidence, reason = _confidence(args, changed, basis)
+        acted = sorted({a.step_id for found in between for a in found})
+        if acted:
+            evidence["action_step_ids"] = acted[:20]
+        if basis in ("acts", "action_between", "no_answers"):
+            summary = f"Possibly: {summary}"
         yield Finding("repeated_tool_call", tuple(s.step_id for s in named), wasted,
                       summary, evidence, tuple((c.start_ms, c.end_ms) for c in repeats),
-                      confidence=confidence, confidence_reason=reason)
+                      confidence=confidence(basis), confidence_reason=REASONS[basis])
+
+
+def _between(source: StepData, repeat: StepData, actions: list[StepData], starts: list[float],
+             group: set[str]) -> list[StepData]:
+    """The calls of tools that act (other than the group's own) that started after the source
+    call started and before the repeat did: each may have changed the answer."""
+    lo, hi = bisect.bisect_left(starts, source.start_ms), bisect.bisect_left(starts, repeat.start_ms)
+    return [a for a in actions[lo:hi] if a.step_id not in group]
 
 
 # How a repeat's answer matched the one before it, weakest last (the finding takes its weakest).
 SAME, UNRECORDED, FRESH_IDS, VALIDATED = "same", "unrecorded", "fresh_ids", "validated"
-_RANK = {SAME: 0, UNRECORDED: 1, FRESH_IDS: 2, VALIDATED: 3}
 
 
 class _Answer:
@@ -223,14 +251,14 @@ class _Answer:
 _NOT_JSON = object()
 
 
-def _repeats(calls: list[StepData], args: str) -> tuple[list[StepData], list[StepData], list[StepData], str]:
+def _repeats(calls: list[StepData], args: str) -> tuple[list[StepData], list[StepData], list[StepData], list]:
     """(the repeats a cache could have answered, the earlier calls whose answers they got again,
-    the calls whose answers showed a change, the weakest match of a repeat) of one (tool,
-    arguments) group in start order."""
+    the calls whose answers showed a change, (repeat, the call it repeated, how its answer
+    matched) of each repeat) of one (tool, arguments) group in start order."""
     echoed = frozenset(w.lower() for w in _WORDS.findall(args))
     held = None  # the last successful call: the answer the agent had
     known = None  # the last recorded answer of a successful call
-    repeats, sources, changed, basis = [], {}, [], SAME
+    repeats, sources, changed, matched = [], {}, [], []
     for call in calls:
         answer = _Answer(call, echoed) if call.tool_result else None
         match = _match(answer, known)
@@ -239,14 +267,14 @@ def _repeats(calls: list[StepData], args: str) -> tuple[list[StepData], list[Ste
         elif match:
             repeats.append(call)
             sources[held.step_id] = held
-            basis = max(basis, match, key=_RANK.__getitem__)
+            matched.append((call, held, match))
         elif call.status == "ok":  # a failed call's error is no answer a cache would hold, nor a change
             changed.append(call)
         if call.status == "ok":
             held = call
             if answer is not None:
                 known = answer
-    return repeats, list(sources.values()), changed, basis
+    return repeats, list(sources.values()), changed, matched
 
 
 def _match(answer: _Answer | None, known: _Answer | None) -> str:
@@ -436,22 +464,48 @@ def _epoch_ms(number: float) -> float | None:
     return None
 
 
-def _confidence(args: str, changed: list[StepData], basis: str) -> tuple[str, str]:
-    """High: the same non-empty arguments, the same (or unrecorded) answer. Medium when the calls
-    took no arguments (a clock or a status check may rightly be asked again) or the answers differ
-    only in identifiers. Low when some call of the group returned a new answer (polling, or a
-    re-check after a change), or only unchanged validators say the answer was the same."""
+# What a finding's confidence_reason says for each basis (bases.py).
+REASONS = {
+    "same_answer": "The same tool was called with the same arguments and got the same answer, and nothing that "
+                   "acts ran in between.",
+    "same_answer_fresh_ids": "The same arguments, and answers that differ only in identifiers (a request id, "
+                             "a generated key): probably the same answer.",
+    "no_arguments": "The calls took no arguments: asking again may have been meant to get a newer answer.",
+    "nothing_between": "The same arguments, and no call of a tool that acts ran in between to change the answer "
+                       "(the repeat's own answer was not recorded).",
+    "acts": "Possible only: this tool acts (writes, clicks, submits...), and doing it again is another action, "
+            "not a question a cache could answer.",
+    "action_between": "Possible only: a call of a tool that acts ran in between (a form filled again, a patch "
+                      "applied), so the same call may have had a new answer.",
+    "answer_changed": "Some calls with these arguments returned a new answer (polling, or a re-check after a "
+                      "change): those that did not may still have needed asking.",
+    "same_validator": "The answers differ, but carry the same version (or ETag, revision, hash): what they "
+                      "describe may not have changed.",
+    "no_answers": "Possible only: no call with these arguments recorded its answer, so nothing shows it was "
+                  "the same.",
+}
+_MATCH_BASIS = {SAME: "same_answer", FRESH_IDS: "same_answer_fresh_ids", VALIDATED: "same_validator"}
+
+
+def _basis(tool: str, args: str, changed: list[StepData], matches: list[str], between: list[list[StepData]],
+           recorded: bool) -> str:
+    """The weakest basis among the group's repeats (bases.py). Asserted only on something seen: the
+    same answer recorded, or, the repeat's answer unrecorded, an answer recorded and nothing that
+    acts in between. A tool that acts, an action in between, a changed answer, no answer recorded
+    at all: possible."""
+    if acts(tool):
+        return "acts"
     if changed:
-        return CONFIDENCE_LOW, ("Some calls with these arguments returned a new answer (polling, or a re-check after "
-                                "a change): those that did not may still have needed asking.")
-    if basis == VALIDATED:
-        return CONFIDENCE_LOW, ("The answers differ, but carry the same version (or ETag, revision, hash): "
-                                "what they describe may not have changed.")
-    if args in ("{}", "[]", '""', "null"):
-        return CONFIDENCE_MEDIUM, "The calls took no arguments: asking again may have been meant to get a newer answer."
-    if basis == FRESH_IDS:
-        return CONFIDENCE_MEDIUM, ("The same arguments, and answers that differ only in identifiers (a request id, "
-                                   "a generated key): probably the same answer.")
-    if basis == SAME:
-        return "high", "The same tool was called with the same arguments and got the same answer."
-    return "high", "The same tool was called with the same arguments (order and whitespace aside)."
+        return "answer_changed"
+    codes = []
+    for match, acted in zip(matches, between, strict=True):
+        if acted:
+            codes.append("action_between")
+        elif match == UNRECORDED:
+            codes.append("nothing_between" if recorded else "no_answers")
+        else:
+            codes.append(_MATCH_BASIS[match])
+    basis = weakest(codes)
+    if basis == "same_answer" and args in ("{}", "[]", '""', "null"):
+        return "no_arguments"
+    return basis

@@ -149,15 +149,15 @@ def test_calls_one_response_requested_on_the_same_value_are_still_independent():
     assert finding.confidence == "high"
 
 
-def test_a_trivial_shared_value_is_not_evidence_of_dependence():
+def test_a_trivial_shared_value_is_not_evidence_of_dependence_nor_is_no_flow_seen_of_independence():
     ctx = task([chat("l1", 0, 1),
                 call("a", 1, 1.5, "get_weather", {"city": "Oslo", "metric": True, "days": 1},
                      '{"ok": true, "days": 1, "lang": "en"}'),
                 call("b", 1.5, 2.5, "get_news", {"lang": "en", "verbose": True, "limit": 1}, '{"items": []}'),
                 chat("l2", 2.5, 3)])
     [finding] = detect(ctx)
-    assert finding.confidence == "medium"
     assert finding.evidence["dependent_step_ids"] == []
+    assert (finding.confidence, finding.evidence["basis"]) == ("low", "no_flow_seen")
 
 
 def test_concurrent_calls_give_no_finding_whatever_the_evidence():
@@ -258,7 +258,7 @@ def test_a_serial_chain_with_one_concurrent_sibling_is_still_a_chain():
     assert finding.step_ids == ("a", "b", "c")
     assert finding.wasted_ms == pytest.approx(1000, abs=15)  # c could have run beside a and b
     concurrent = [link for link in finding.evidence["links"] if {link["earlier"], link["later"]} == {"a", "b"}]
-    assert concurrent[0]["basis"].startswith("started before the other ended")
+    assert concurrent[0]["basis"] == "concurrent_in_run"
 
 
 def test_calls_that_ran_mostly_together_are_one_stage():
@@ -270,7 +270,7 @@ def test_calls_that_ran_mostly_together_are_one_stage():
     assert detect(ctx) == []
 
 
-def test_calls_started_one_by_one_while_the_previous_ran_could_all_start_at_once():
+def test_calls_started_one_by_one_while_the_previous_ran_could_start_with_it():
     # A stagger: each call starts when the one before is three quarters done, never with it.
     ctx = task([chat("l1", 0, 1),
                 call("a", 1, 1.4, "get_price", {"sku": "SKU-7"}, '{"price": 259.45}'),
@@ -278,7 +278,12 @@ def test_calls_started_one_by_one_while_the_previous_ran_could_all_start_at_once
                 call("c", 1.6, 2.0, "reserve_item", {"sku": "SKU-4"}, '{"reservation": "res_1"}'),
                 chat("l2", 2.0, 3)])
     [finding] = detect(ctx)
-    assert finding.wasted_ms == pytest.approx(600, abs=15)  # span 1.0 s - the longest 0.4 s
+    # b started while a ran and c while b ran: each could have started with the one before. c
+    # started after a ended, and nothing shows it did not need a's result: the waste asserted
+    # keeps c after a (span 1.0 s - 0.8 s); all three at once (0.6 s) is not shown.
+    assert finding.confidence == "high" and finding.evidence["basis"] == "concurrent_in_run"
+    assert finding.wasted_ms == pytest.approx(200, abs=15)
+    assert finding.evidence["unknown_step_ids"] == ["a", "c"]
 
 
 def test_two_calls_staggered_are_parallelizable_because_they_overlapped():
@@ -354,3 +359,155 @@ def test_every_basis_a_finding_can_rest_on_has_a_reason_to_show():
 
     dependent = {d.DEPENDENT_DATA, d.DEPENDENT_FOLLOW_UP, d.LEARNED_FLOW}
     assert set(d.STRENGTH) - dependent <= set(parallelizable_calls.REASONS)
+
+
+# --- an asserted finding rests on positive evidence of independence (bases.py) ----------------
+
+
+def asserted(findings):
+    return [f for f in findings if f.confidence != "low"]
+
+
+def test_a_booking_reference_returned_lower_case_and_sent_upper_cased_is_no_asserted_finding():
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.4, "find_booking", {"last_name": "Okafor", "date": "2026-12-19"},
+                     '{"bookings": [{"reference": "qz7k2m", "status": "confirmed"}]}'),
+                call("b", 1.4, 2.0, "get_itinerary", {"booking_reference": "QZ7K2M"},
+                     '{"legs": [{"from": "LOS", "to": "LHR"}]}'),
+                chat("l2", 2.0, 3)])
+    assert asserted(detect(ctx)) == []
+
+
+def test_a_small_ordinal_chosen_from_a_ranked_result_is_no_asserted_finding():
+    # "3" is too common a token to follow: no flow shows, and no flow seen is not independence.
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.6, "search_offers", {"route": "LOS-LHR", "month": "december"},
+                     '{"offers": [{"offer": 1, "price": 812}, {"offer": 2, "price": 845}, {"offer": 3, "price": 790},'
+                     ' {"offer": 4, "price": 901}, {"offer": 5, "price": 930}, {"offer": 6, "price": 977}]}'),
+                call("b", 1.6, 2.1, "hold_offer", {"offer": 3}, '{"held": true, "expires_in": 900}'),
+                chat("l2", 2.1, 3)])
+    found = detect(ctx)
+    assert asserted(found) == []
+    assert [f.evidence["basis"] for f in found] in ([], ["no_flow_seen"])
+
+
+def test_an_id_shared_by_many_runs_is_no_asserted_finding():
+    # The account id is in most of the agent's runs (one tenant): rarity cannot tell its flow
+    # from coincidence, so nothing is known.
+    from analysis.engine.detectors.dependencies import Profile
+
+    ctx = task([chat("l1", 0, 1),
+                call("a", 1, 1.4, "get_account", {"email": "ops@acme.example"},
+                     '{"account_id": "acct-4471", "plan": "enterprise"}'),
+                call("b", 1.4, 2.0, "list_invoices", {"account_id": "acct-4471", "status": "open"},
+                     '{"invoices": [{"id": "inv_93kd"}]}'),
+                chat("l2", 2.0, 3)])
+    ctx.profile = Profile(runs=200, common=frozenset({"acct-4471", "enterprise", "open", "ops", "acme.example"}))
+    assert asserted(detect(ctx)) == []
+
+
+def test_a_patch_then_tests_requested_together_are_not_asserted():
+    # One response asked for both, in the order they must run: the tests read what the patch wrote.
+    ctx = task([chat("l1", 0, 1, "call_p", "call_t"),
+                call("a", 1, 1.3, "apply_patch", {"patch": "--- a/src/cart.py\n+++ b/src/cart.py\n@@ -1 +1 @@"},
+                     '{"applied": true, "files": 1}', call_id="call_p"),
+                call("b", 1.3, 4.8, "run_tests", {"path": "tests/"}, '{"passed": 212, "failed": 0}',
+                     call_id="call_t"),
+                chat("l2", 4.8, 6)])
+    found = detect(ctx)
+    assert asserted(found) == []
+    assert [f.evidence["basis"] for f in found] == ["requested_together_acting"]
+
+
+@pytest.mark.parametrize("tools", [("fill_form", "click", "screenshot"), ("navigate", "type_text", "screenshot")])
+def test_ordered_browser_actions_requested_together_are_not_asserted(tools):
+    ctx = task([chat("l1", 0, 1, "c1", "c2", "c3"),
+                call("a", 1, 1.3, tools[0], {"selector": "#checkout", "url": "https://shop.example/checkout"},
+                     '{"ok": true}', call_id="c1"),
+                call("b", 1.3, 1.6, tools[1], {"selector": "#submit"}, '{"ok": true}', call_id="c2"),
+                call("c", 1.6, 2.0, tools[2], {"full_page": False}, '{"image": "<png 48 KiB>"}', call_id="c3"),
+                chat("l2", 2.0, 3)])
+    assert asserted(detect(ctx)) == []
+
+
+def test_a_three_city_fan_out_requested_together_is_asserted_as_a_fan_out():
+    ctx = task([chat("l1", 0, 1, "call_1", "call_2", "call_3"),
+                call("a", 1, 1.5, "get_forecast", {"city": "Lagos", "days": 3}, '{"high_c": 31, "rain": 0.2}',
+                     call_id="call_1"),
+                call("b", 1.5, 2.0, "get_forecast", {"city": "Nairobi", "days": 3}, '{"high_c": 24, "rain": 0.6}',
+                     call_id="call_2"),
+                call("c", 2.0, 2.5, "get_forecast", {"city": "Accra", "days": 3}, '{"high_c": 30, "rain": 0.1}',
+                     call_id="call_3"),
+                chat("l2", 2.5, 3)])
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("high", "fan_out")
+    assert round(finding.wasted_ms) == 1000
+
+
+def test_a_for_loop_release_whose_pair_another_release_ran_concurrently_is_asserted():
+    """Release 2.0 forecasts the cities one by one in a for-loop (no call ids: the loop is the
+    agent's code); release 2.1 of the same agent gathers them, and ran them concurrently, both
+    succeeding, with nothing passed between them."""
+    from analysis.engine.detectors.dependencies import PairStats, Profile
+
+    gathered = {pair: [PairStats(runs=40, concurrent_runs=40)]
+                for pair in (("get_forecast#0", "get_forecast#1"), ("get_forecast#0", "get_forecast#2"),
+                             ("get_forecast#1", "get_forecast#2"))}
+    steps = [chat("l1", 0, 1),
+             call("a", 1, 1.5, "get_forecast", {"city": "Lagos"}, '{"high_c": 31}'),
+             call("b", 1.5, 2.0, "get_forecast", {"city": "Nairobi"}, '{"high_c": 24}'),
+             call("c", 2.0, 2.5, "get_forecast", {"city": "Accra"}, '{"high_c": 30}'),
+             chat("l2", 2.5, 3)]
+    ctx = task(steps)
+    assert [f.confidence for f in detect(ctx)] == ["low"]  # alone, nothing shows they are independent
+    ctx = task(steps)
+    ctx.profile = Profile(runs=0, common=frozenset(), pairs={}, elsewhere=gathered)
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("medium", "observed_concurrency")
+
+
+def test_a_pair_run_in_both_orders_elsewhere_is_independent():
+    from analysis.engine.detectors.dependencies import PairStats, Profile
+
+    steps = [chat("l1", 0, 1),
+             call("a", 1, 1.5, "get_weather", {"city": "Lagos"}, '{"high_c": 31}'),
+             call("b", 1.5, 2.0, "get_news", {"topic": "markets"}, '{"items": 4}'),
+             chat("l2", 2.0, 3)]
+    ctx = task(steps)
+    ctx.profile = Profile(runs=0, common=frozenset(), pairs={("get_weather#0", "get_news#0"): PairStats(runs=5),
+                                                             ("get_news#0", "get_weather#0"): PairStats(runs=4)})
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("medium", "both_orders")
+
+
+def test_calls_whose_spans_carry_no_id_are_requested_together_when_their_count_matches_the_response():
+    # Agno and smolagents record the call ids on the model call only: a response that requested
+    # three calls, then exactly three calls in its turn.
+    steps = [chat("l1", 0, 1, "call_q1", "call_q2", "call_q3"),
+             call("a", 1, 1.05, "get_shipping_status", {"order_id": "ord_0035x"}, '{"status": "in_transit"}'),
+             call("b", 1.05, 1.1, "get_shipping_status", {"order_id": "ord_0035y"}, '{"status": "in_transit"}'),
+             call("c", 1.1, 1.14, "check_inventory", {"sku": "SKU-1142"}, '{"in_stock": 12}'),
+             chat("l2", 1.14, 1.3)]
+    [finding] = detect(task(steps))
+    assert finding.confidence == "high"
+    assert {link["basis"] for link in finding.evidence["links"]} == {"fan_out", "requested_together"}
+    # One call fewer than requested (or one more): the count says nothing.
+    [finding] = detect(task([s for s in steps if s.step_id != "c"]))
+    assert finding.confidence == "low"
+
+
+def test_a_fan_out_beside_a_frameworks_zero_length_span_is_asserted_for_what_the_evidence_shows():
+    # Google ADK closes a turn of parallel calls with an "(merged tools)" span of its own: its
+    # own call id, no arguments, no result. Nothing shows it independent, and it costs nothing.
+    ctx = task([chat("l1", 0, 0.1, "call_e", "call_o", "call_p"),
+                call("a", 0.11, 0.158, "get_shipping_status", {"order_id": "ord_0035x"}, '{"status": "in_transit"}',
+                     call_id="call_e"),
+                call("b", 0.158, 0.203, "get_shipping_status", {"order_id": "ord_0035y"}, '{"status": "in_transit"}',
+                     call_id="call_o"),
+                call("c", 0.204, 0.242, "check_inventory", {"sku": "SKU-1142"}, '{"in_stock": 12}', call_id="call_p"),
+                step("m", "tool", 0.2426, 0.24275, tool_name="(merged tools)", tool_call_id="28c8ab70-29bb"),
+                chat("l2", 0.25, 0.4)])
+    [finding] = detect(ctx)
+    assert finding.confidence == "high"
+    assert finding.evidence["basis"] in ("fan_out", "requested_together")
+    assert finding.wasted_ms == pytest.approx(84, abs=2)  # 132 ms of calls, the longest 48 ms

@@ -19,8 +19,10 @@ def test_same_arguments_in_another_order_and_spacing_is_a_repeat():
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b", "c")
     assert round(finding.wasted_ms) == 1000
-    assert finding.summary == "search_order called 3× with the same full and order_id; 1 s repeated."
+    # No call recorded its answer: nothing shows the answer was the same, so only possible.
+    assert finding.summary == "Possibly: search_order called 3× with the same full and order_id; 1 s repeated."
     assert finding.evidence["calls"] == 3
+    assert (finding.confidence, finding.evidence["basis"]) == ("low", "no_answers")
 
 
 def test_a_tool_called_twice_with_different_arguments_is_not_a_repeat():
@@ -152,13 +154,13 @@ def test_a_poll_that_also_repeated_itself_is_only_a_possible_repeat():
     assert finding.evidence["changed_step_ids"] == ["c"]
 
 
-def test_without_both_results_recorded_equal_arguments_are_a_repeat_as_before():
+def test_a_repeat_whose_answer_was_not_recorded_is_asserted_when_nothing_that_acts_ran_between():
     ctx = task([step("a", "tool", 0, 1, tool_name="job_status", tool_args={"job": "j-1"}, tool_result="running"),
                 step("b", "tool", 2, 3, tool_name="job_status", tool_args={"job": "j-1"}),
                 step("c", "tool", 4, 5, tool_name="job_status", tool_args={"job": "j-1"})])
     [finding] = detect(ctx)
     assert finding.step_ids == ("a", "b", "c")
-    assert finding.confidence == "high"
+    assert (finding.confidence, finding.evidence["basis"]) == ("medium", "nothing_between")
 
 
 def test_a_failed_repeat_that_returned_an_error_is_neither_waste_nor_a_change():
@@ -257,3 +259,68 @@ def test_a_new_hash_before_the_cut_is_a_change():
              tool_result='{"path":"big.py","sha":"d07e55c1","content":"' + "y" * 900 + cut),
     ])
     assert detect(ctx) == []
+
+
+# --- a repeat is asserted only when nothing that could change its answer ran in between -------
+
+
+def test_a_click_on_submit_after_a_new_fill_form_is_not_an_asserted_repeat():
+    ctx = task([step("f1", "tool", 0, 0.4, tool_name="fill_form", tool_args={"fields": {"name": "Ada", "qty": 1}},
+                     tool_result='{"ok": true}'),
+                step("c1", "tool", 0.5, 0.9, tool_name="click", tool_args={"selector": "#submit"},
+                     tool_result='{"ok": true, "navigated": false}'),
+                step("f2", "tool", 1.0, 1.4, tool_name="fill_form", tool_args={"fields": {"name": "Bo", "qty": 2}},
+                     tool_result='{"ok": true}'),
+                step("c2", "tool", 1.5, 1.9, tool_name="click", tool_args={"selector": "#submit"},
+                     tool_result='{"ok": true, "navigated": false}')])
+    found = detect(ctx)
+    assert [f.confidence for f in found] == ["low"]
+    assert found[0].evidence["basis"] == "acts"
+
+
+def test_tests_run_again_after_a_patch_are_not_an_asserted_repeat_even_with_no_results_recorded():
+    ctx = task([step("t1", "tool", 0, 3, tool_name="run_tests", tool_args={"path": "tests/test_cart.py"}),
+                step("p", "tool", 3.1, 3.3, tool_name="apply_patch", tool_args={"file": "src/cart.py", "hunks": 2}),
+                step("t2", "tool", 3.4, 6.4, tool_name="run_tests", tool_args={"path": "tests/test_cart.py"})])
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("low", "action_between")
+    assert finding.evidence["action_step_ids"] == ["p"]
+
+
+def test_the_same_answer_after_an_action_in_between_is_only_possible():
+    ctx = task([step("t1", "tool", 0, 3, tool_name="run_tests", tool_args={"path": "tests/"},
+                     tool_result='{"passed": 40, "failed": 2}'),
+                step("w", "tool", 3.1, 3.2, tool_name="write_file", tool_args={"path": "src/a.py", "text": "x = 1"},
+                     tool_result='{"ok": true}'),
+                step("t2", "tool", 3.4, 6.4, tool_name="run_tests", tool_args={"path": "tests/"},
+                     tool_result='{"passed": 40, "failed": 2}')])
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("low", "action_between")
+
+
+def test_confirmations_that_differ_only_in_an_id_are_actions_not_repeats():
+    ctx = task([step("a", "tool", 0, 0.5, tool_name="confirm_booking", tool_args={"offer": 3},
+                     tool_result='{"confirmation": "CNF-88213", "status": "confirmed"}'),
+                step("b", "tool", 1, 1.5, tool_name="confirm_booking", tool_args={"offer": 3},
+                     tool_result='{"confirmation": "CNF-88219", "status": "confirmed"}')])
+    assert [f.confidence for f in detect(ctx)] == ["low"]
+
+
+def test_a_repeat_with_no_results_recorded_is_possible():
+    ctx = task([step("a", "tool", 0, 0.3, tool_name="get_order", tool_args={"order_id": "ord_8f3k2q"}),
+                step("l", "llm", 0.3, 1.2, model="m"),
+                step("b", "tool", 1.2, 1.5, tool_name="get_order", tool_args={"order_id": "ord_8f3k2q"})])
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("low", "no_answers")
+    assert finding.summary.startswith("Possibly: ")
+
+
+def test_the_same_answer_with_only_reads_in_between_is_asserted():
+    ctx = task([step("a", "tool", 0, 0.3, tool_name="get_order", tool_args={"order_id": "ord_8f3k2q"},
+                     tool_result='{"status": "shipped"}'),
+                step("s", "tool", 0.4, 0.6, tool_name="search_kb", tool_args={"query": "late parcel"},
+                     tool_result='{"hits": 3}'),
+                step("b", "tool", 1.2, 1.5, tool_name="get_order", tool_args={"order_id": "ord_8f3k2q"},
+                     tool_result='{"status": "shipped"}')])
+    [finding] = detect(ctx)
+    assert (finding.confidence, finding.evidence["basis"]) == ("high", "same_answer")

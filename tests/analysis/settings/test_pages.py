@@ -16,6 +16,7 @@ from django.utils import timezone
 from analysis.models import ModelPrice
 from ingest.models import AuditEntry, IngestKey, ProjectMembership
 from ingest.services import key_create, member_add
+from tests.analysis.factories import make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -119,9 +120,39 @@ def test_a_bad_key_form_is_a_400_that_says_why(admin, data, message):
     assert not IngestKey.objects.exists()
 
 
-def test_an_admin_adds_a_member_changes_the_role_and_removes_them(admin, project):
+@pytest.fixture
+def operator(project):
+    return login("root", superuser=True)
+
+
+def test_a_project_admin_cannot_add_members_nor_learn_which_usernames_exist(admin, project, other_project):
+    """Adding is for superusers (issue 39, item 7): an admin of one project could otherwise test
+    usernames one by one, and put another tenant's user into their project unasked."""
+    theirs = get_user_model().objects.create_user("tenant-b-user", password="pw")
+    member_add(project=other_project, user=theirs, role="member")
+    answers = [admin.post("/projects/acme/settings/members/add", {"username": name, "role": "member"})
+               for name in ("tenant-b-user", "no-such-user")]
+    assert [a.status_code for a in answers] == [403, 403] and answers[0].content == answers[1].content
+    assert list(project.members.all()) == [admin.user]
+    page = admin.get("/projects/acme/settings/members").content.decode()
+    assert 'id="member-form"' not in page and "added by an operator" in page
+
+
+def test_joining_another_project_does_not_change_a_users_default_project(project, other_project, operator):
+    """The pages without ?project= show the user's default: the project they joined first, not
+    the first by name, which a new membership could silently replace."""
+    bob = login("bob", project=other_project, role="member")  # globex
+    assert operator.post("/projects/acme/settings/members/add", {"username": "bob", "role": "member"}).status_code == 302
+    assert set(bob.user.projects.values_list("name", flat=True)) == {"acme", "globex"}
+    make_task(other_project, "globex-task")
+    make_task(project, "acme-task")
+    assert [t["task_id"] for t in bob.get("/api/v1/tasks").json()["results"]] == ["globex-task"]
+    assert [t["task_id"] for t in bob.get("/api/v1/tasks", {"project": "acme"}).json()["results"]] == ["acme-task"]
+
+
+def test_a_superuser_adds_a_member_and_an_admin_changes_the_role_and_removes_them(admin, operator, project):
     bob = get_user_model().objects.create_user(HOSTILE[:150], password="pw")
-    assert admin.post("/projects/acme/settings/members/add", {"username": bob.username, "role": "member"}).status_code == 302
+    assert operator.post("/projects/acme/settings/members/add", {"username": bob.username, "role": "member"}).status_code == 302
     page = admin.get("/projects/acme/settings/members")
     assert HOSTILE.encode() not in page.content and b"&lt;script&gt;window.pwned=1&lt;/script&gt;" in page.content
     assert admin.post(f"/projects/acme/settings/members/{bob.pk}/role", {"role": "admin"}).status_code == 302
@@ -129,7 +160,8 @@ def test_an_admin_adds_a_member_changes_the_role_and_removes_them(admin, project
     assert admin.post(f"/projects/acme/settings/members/{bob.pk}/remove").status_code == 302
     assert list(project.members.all()) == [admin.user]
     assert [e.action for e in AuditEntry.objects.filter(project=project, actor=admin.user).order_by("id")] == [
-        "member.add", "member.role", "member.remove"]
+        "member.role", "member.remove"]
+    assert AuditEntry.objects.filter(project=project, actor=operator.user, action="member.add").exists()
     audit = admin.get("/projects/acme/settings/audit")
     assert audit.content.count(b"&lt;script&gt;window.pwned=1&lt;/script&gt;") == 3 and HOSTILE.encode() not in audit.content
 
@@ -141,8 +173,8 @@ def test_an_admin_adds_a_member_changes_the_role_and_removes_them(admin, project
     ({"username": "", "role": "member"}, "This field is required"),
     ({"username": "a\x00b", "role": "member"}, "Null characters are not allowed"),
 ])
-def test_a_bad_member_form_is_a_400_that_says_why(admin, data, message):
-    response = admin.post("/projects/acme/settings/members/add", data)
+def test_a_bad_member_form_is_a_400_that_says_why(admin, operator, data, message):
+    response = operator.post("/projects/acme/settings/members/add", data)
     assert response.status_code == 400 and message in response.content.decode()
 
 
