@@ -12,8 +12,8 @@ over one page, the calls' top MAX_CALLS and the count per relation (docs/reliabi
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Value, When
-from django.db.models.functions import Cast
+from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Value, When, Window
+from django.db.models.functions import Cast, RowNumber
 from django.db.models.lookups import GreaterThanOrEqual
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
@@ -121,6 +121,25 @@ def edge_page(*, project: Project, agent: str, release: str, relation: str | Non
     return [_edge(p) for p in rows], (_cursor(rows[-1].rank, rows[-1].weight, rows[-1].pk) if more else None)
 
 
+def section_tops(*, project: Project, agent: str, release: str, limit: int = SECTION_ROWS
+                 ) -> dict[str, tuple[list[dict], str | None]]:
+    """Each relation's first `limit` pairs and the cursor after them (None: no more), in one
+    statement: one scan and one sort of the agent's pairs instead of one top-N scan per relation."""
+    ranked = (_pairs(project=project, agent=agent, release=release)
+              .annotate(row=Window(RowNumber(), partition_by=[F("rank")], order_by=[F("weight").desc(), F("pk")]))
+              .filter(row__lte=limit + 1).order_by("rank", "row"))
+    rows: dict[int, list[CallPair]] = {}
+    for p in ranked:
+        rows.setdefault(p.rank, []).append(p)
+    out = {}
+    for rank, pairs in rows.items():
+        shown = pairs[:limit]
+        last = shown[-1]
+        out[RELATIONS[rank]] = ([_edge(p) for p in shown],
+                                _cursor(last.rank, last.weight, last.pk) if len(pairs) > limit else None)
+    return out
+
+
 def edge_counts(*, project: Project, agent: str, release: str) -> dict[str, int]:
     """Pairs per relation (every relation, zero included), keyed by KEYS."""
     counts = dict(_pairs(project=project, agent=agent, release=release).order_by()
@@ -185,6 +204,7 @@ def agent_detail(request, name: str):
     except FilterError as exc:
         return _page(request, "analysis/agent_detail.html", project, str(exc), agent=name, graph=None, sections=[])
     sections = []
+    tops = section_tops(project=project, agent=name, release=graph["release"]) if graph and not key else {}
     for rel in ([BY_KEY[key]] if key else RELATIONS):
         count = graph["edge_counts"][KEYS[rel]] if graph else 0
         if not count:
@@ -192,8 +212,7 @@ def agent_detail(request, name: str):
         if key:
             edges, next_cursor = graph["edges"], graph["next_cursor"]
         else:
-            edges, next_cursor = edge_page(project=project, agent=name, release=graph["release"], relation=rel,
-                                           limit=SECTION_ROWS)
+            edges, next_cursor = tops.get(rel, ([], None))
         sections.append({"relation": rel, "key": KEYS[rel], "title": TITLES[rel], "edges": edges, "count": count,
                          "next_cursor": next_cursor, "more": count - len(edges) if not key else None})
     return _page(request, "analysis/agent_detail.html", project, agent=name, graph=graph, sections=sections,

@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from analysis.dashboard.agents import KEYS, MAX_CALLS, RELATIONS, SECTION_ROWS, edge_counts
+from analysis.dashboard.agents import (
+    KEYS,
+    MAX_CALLS,
+    RELATIONS,
+    SECTION_ROWS,
+    edge_counts,
+    edge_page,
+    section_tops,
+)
 from analysis.engine.detectors.dependencies import (
     DEPENDENT,
     INDEPENDENT,
@@ -132,3 +140,13 @@ def test_the_relation_read_in_sql_is_the_one_the_verdict_gives(project):
             expected["unknown"] += 1
     assert edge_counts(project=project, agent="grid", release="") == expected
     assert expected["feeds"] and expected["together"] and expected["unknown"]
+
+
+def test_the_pages_tables_are_each_relations_first_page(project):
+    """The page reads every relation's top rows in one statement (section_tops): the same rows and
+    cursors as paging each relation alone."""
+    insert_wide_turn(project, "wide", calls=40)
+    tops = section_tops(project=project, agent="wide", release="v1", limit=7)
+    assert set(tops) == set(RELATIONS)
+    for rel in RELATIONS:
+        assert tops[rel] == edge_page(project=project, agent="wide", release="v1", relation=rel, limit=7)
