@@ -194,14 +194,22 @@ def cursor_int(value: str) -> int:
     return number
 
 
+def cursor_parts(cursor: str) -> tuple[str, int]:
+    """(sort value as written, pk) of a cursor `encode_cursor` made; ValueError (or a subclass:
+    binascii.Error, UnicodeDecodeError) for anything else. Callers parse the value and turn the
+    error into FilterError, as decode_cursor does."""
+    raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    value, _, pk = raw.rpartition("|")
+    return value, cursor_int(pk)
+
+
 def decode_cursor(cursor: str, *, sort: str) -> tuple[object, int]:
     """(sort value, pk) of a cursor `encode_cursor` made; FilterError naming `cursor` for anything
     else, including values PostgreSQL would refuse (a 500 if they reached a query)."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        value, _, pk = raw.rpartition("|")
+        value, pk = cursor_parts(cursor)
         parsed = cursor_time(value) if sort.endswith("started_at") else cursor_number(value)
-        return parsed, cursor_int(pk)
+        return parsed, pk
     except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise FilterError("cursor: not a cursor this API returned") from None
 

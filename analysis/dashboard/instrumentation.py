@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Max, Q, Sum
 
+from agentops.db import read_connection
 from analysis.dashboard.libraries import LIBRARIES, Fix, Library, library_of, package_name
 from analysis.filters import TaskFilters
 from ingest.conventions import ARGS_CONTENT_KEYS, REDACTED_VALUES
@@ -109,15 +110,65 @@ def window(*, project: Project, filters: TaskFilters, now: datetime | None = Non
 # --- the page ----------------------------------------------------------------------------------
 
 
-def _rows(*, project: Project, filters: TaskFilters, span: dict) -> list[dict]:
-    first_hour = span["since"].replace(minute=0, second=0, microsecond=0)
-    qs = InstrumentationCount.objects.filter(project=project, hour__gte=first_hour, hour__lt=span["until"])
-    if filters.release:
-        qs = qs.filter(release=filters.release)
-    if filters.environment:
-        qs = qs.filter(environment=filters.environment)
-    keys = ("service", "scope_name", "scope_version", "sdk_name", "sdk_language", "sdk_version", "kind")
-    return list(qs.values(*keys).annotate(spans=Sum("spans"), **{f: Sum(f) for f in FIELDS}).order_by(*keys))
+SCOPE_KEYS = ("scope_name", "scope_version", "sdk_name", "sdk_language", "sdk_version")
+# The most services the page and the API list, and scopes per service listed: past them, the rest
+# is one block "other (N services)" (its scopes summed across those services) and one scope row
+# "other (N scopes)". PostgreSQL ranks and groups them: whatever the number of services (96,000
+# spans, each with its own service, once made a 227 MB page), an answer is at most
+# (MAX_SERVICES + 1) × (MAX_SCOPES + 1) scopes.
+MAX_SERVICES = 20
+MAX_SCOPES = 8
+
+
+def _rows(*, project: Project, filters: TaskFilters, span: dict, service: str | None = None) -> list[dict]:
+    """The counters summed per (service, scope, kind), ranked and cut in SQL: the busiest
+    MAX_SERVICES services (service None: the others together, `services` of them) and each one's
+    busiest MAX_SCOPES scopes (scope keys None: the others together, `scopes` of them)."""
+    table = InstrumentationCount._meta.db_table
+    where = ["project_id = %(project)s", "hour >= %(since)s", "hour < %(until)s"]
+    params = {"project": project.pk, "since": span["since"].replace(minute=0, second=0, microsecond=0),
+              "until": span["until"], "services": MAX_SERVICES, "scopes": MAX_SCOPES}
+    for name, value in (("release", filters.release), ("environment", filters.environment), ("service", service)):
+        if value is not None and (value or name == "service"):
+            where.append(f"{name} = %({name})s")
+            params[name] = value
+    keys = ", ".join(SCOPE_KEYS)
+    sums = ", ".join(f"sum({f})::bigint AS {f}" for f in ("spans", *FIELDS))
+    shown = ", ".join(f"CASE WHEN scope_n <= %(scopes)s THEN {k} END AS {k}" for k in SCOPE_KEYS)
+    # Window functions over the summed rows, no join (a join of the grouped rows to their ranks
+    # planned as a nested loop over 20,000 services: minutes): a service's spans and rank, then
+    # the rank of each scope within its group (a service, or the other services together).
+    sql = f"""
+        WITH counted AS (
+            SELECT service, {keys}, kind, {sums} FROM {table} WHERE {" AND ".join(where)}
+            GROUP BY service, {keys}, kind),
+        by_service AS (
+            SELECT *, sum(spans) OVER (PARTITION BY service) AS service_spans FROM counted),
+        service_ranked AS (
+            SELECT *, dense_rank() OVER (ORDER BY service_spans DESC, service) AS service_n FROM by_service),
+        grouped AS (
+            SELECT *, service_n > %(services)s AS other,
+                   CASE WHEN service_n > %(services)s THEN '' ELSE service END AS service_group,
+                   max(service_n) OVER () AS service_count,
+                   sum(spans) OVER (PARTITION BY service_n > %(services)s,
+                                    CASE WHEN service_n > %(services)s THEN '' ELSE service END, {keys})
+                     AS scope_spans
+            FROM service_ranked),
+        scope_ranked AS (
+            SELECT *, dense_rank() OVER (PARTITION BY other, service_group ORDER BY scope_spans DESC, {keys})
+                     AS scope_n FROM grouped),
+        counted_scopes AS (
+            SELECT *, max(scope_n) OVER (PARTITION BY other, service_group) AS scope_count FROM scope_ranked)
+        SELECT CASE WHEN other THEN NULL ELSE service_group END AS service, {shown}, kind,
+               CASE WHEN scope_n > %(scopes)s THEN scope_count - %(scopes)s ELSE 1 END AS scopes,
+               CASE WHEN other THEN service_count - %(services)s ELSE 1 END AS services,
+               {", ".join(f"sum({f})::bigint AS {f}" for f in ("spans", *FIELDS))}
+        FROM counted_scopes GROUP BY {", ".join(str(i) for i in range(1, 1 + len(SCOPE_KEYS) + 4))}
+    """
+    with read_connection().cursor() as cur:
+        cur.execute(sql, params)
+        names = [c.name for c in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def _ai_sdk_share(kinds: dict[str, dict]) -> float:
@@ -226,34 +277,47 @@ def _call_id_fix(library: Library, results: float) -> Fix:
     return Fix("", f"no switch: {library.name or 'this instrumentation'} records no call id on tool spans")
 
 
-def instrumentation_health(*, project: Project, filters: TaskFilters, now: datetime | None = None) -> dict:
+# The library of a row of several scopes summed ("other (N scopes)"): its fixes are each scope's own.
+SEVERAL = Library("several", "several libraries",
+                  *[Fix("", "each library's own switch: list the service alone (service=) to see its scopes")] * 5)
+
+
+def instrumentation_health(*, project: Project, filters: TaskFilters, now: datetime | None = None,
+                           service: str | None = None) -> dict:
     """Per service, its scopes with the share of spans carrying each field and what is blind or
-    weakened as a result; services and scopes by span count."""
+    weakened as a result; services and scopes by span count, the busiest MAX_SERVICES services
+    and MAX_SCOPES scopes of each, the rest summed into one "other" block or row (`service`: that
+    service alone)."""
     span = window(project=project, filters=filters, now=now)
     sources: dict[tuple, dict] = {}
-    for row in _rows(project=project, filters=filters, span=span):
-        key = (row["service"], row["scope_name"], row["scope_version"], row["sdk_name"], row["sdk_language"],
-               row["sdk_version"])
+    grouped: dict[tuple, tuple[int, int]] = {}  # source → (services, scopes) it sums
+    for row in _rows(project=project, filters=filters, span=span, service=service):
+        key = (row["service"], *(row[k] for k in SCOPE_KEYS))
         sources.setdefault(key, {})[row["kind"]] = row
-    services: dict[str, dict] = {}
-    http_servers: dict[str, int] = defaultdict(int)  # per service: HTTP client spans naming their server
+        grouped[key] = (row["services"], row["scopes"])
+    services: dict[str | None, dict] = {}
+    http_servers: dict[str | None, int] = defaultdict(int)  # per service: HTTP client spans naming their server
     for key, kinds in sources.items():
         http_servers[key[0]] += kinds.get("other", {}).get("server_address", 0)
     for key, kinds in sources.items():
-        service, scope_name, scope_version, sdk_name, sdk_language, sdk_version = key
-        library = library_of(scope_name, scope_version, sdk_language=sdk_language,
-                             ai_sdk_share=_ai_sdk_share(kinds))
+        name, scope_name, scope_version, sdk_name, sdk_language, sdk_version = key
+        other_services, other_scopes = grouped[key]
+        several = scope_name is None  # the service's scopes past MAX_SCOPES, summed
+        library = SEVERAL if several else library_of(scope_name, scope_version, sdk_language=sdk_language,
+                                                     ai_sdk_share=_ai_sdk_share(kinds))
         spans = sum(k["spans"] for k in kinds.values())
         totals = {f: sum(k[f] for k in kinds.values()) for f in ("session", "serving")}
-        checks = _checks(kinds, library, http_servers=http_servers[service])
-        entry = services.setdefault(service, {"service": service, "spans": 0, "session": 0, "scopes": [],
-                                              "checks": []})
+        checks = _checks(kinds, library, http_servers=http_servers[name])
+        entry = services.setdefault(name, {"service": name, "other_services": other_services if name is None else 0,
+                                           "spans": 0, "session": 0, "scopes": [], "checks": []})
         entry["spans"] += spans
         entry["session"] += totals["session"]
         entry["scopes"].append({
-            "scope": {"name": scope_name, "version": scope_version},
-            "sdk": {"name": sdk_name, "language": sdk_language, "version": sdk_version},
-            "library": {"key": library.key, "name": library.name, "package": package_name(scope_name, library)},
+            "scope": {"name": scope_name or "", "version": scope_version or ""},
+            "sdk": {"name": sdk_name or "", "language": sdk_language or "", "version": sdk_version or ""},
+            "library": {"key": library.key, "name": library.name,
+                        "package": "" if several else package_name(scope_name, library)},
+            "other_scopes": other_scopes if several else 0,
             "spans": spans,
             "kinds": {k: v["spans"] for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["spans"])},
             "unclassified": kinds.get("other", {}).get("spans", 0),
@@ -262,9 +326,10 @@ def instrumentation_health(*, project: Project, filters: TaskFilters, now: datet
             "checks": [c.as_dict() for c in checks],
         })
     for entry in services.values():
-        entry["scopes"].sort(key=lambda s: -s["spans"])
+        # The busiest scopes first, their "other" row last.
+        entry["scopes"].sort(key=lambda s: (bool(s["other_scopes"]), -s["spans"]))
         if entry["spans"] and not entry["session"]:  # one span per task is enough to name its session
-            main = LIBRARIES[entry["scopes"][0]["library"]["key"]]
+            main = LIBRARIES.get(entry["scopes"][0]["library"]["key"], SEVERAL)
             entry["checks"].append(Check("sessions", BLIND, ["no span of this service carries a session id: the "
                                                              "Sessions page and the time per user turn stay empty"],
                                          [main.session]).as_dict())
@@ -273,9 +338,10 @@ def instrumentation_health(*, project: Project, filters: TaskFilters, now: datet
                                 | {c["check"] for c in entry["checks"] if c["status"] == BLIND})
         entry["weakened"] = sorted({c["check"] for s in entry["scopes"] for c in s["checks"]
                                     if c["status"] == WEAKENED} - set(entry["blind"]))
+    listed = sorted((e for e in services.values() if e["service"] is not None), key=lambda s: (-s["spans"], s["service"]))
     return {"since": span["since"], "until": span["until"], "clipped": span["clipped"],
-            "thresholds": {"none": NONE, "most": MOST},
-            "services": sorted(services.values(), key=lambda s: (-s["spans"], s["service"]))}
+            "thresholds": {"none": NONE, "most": MOST}, "max_services": MAX_SERVICES, "max_scopes": MAX_SCOPES,
+            "services": listed + ([services[None]] if None in services else [])}
 
 
 # --- one task ----------------------------------------------------------------------------------

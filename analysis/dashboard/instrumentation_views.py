@@ -33,7 +33,8 @@ def instrumentation_page(request):
     project, filters, error = _scope(request)
     health = None
     if project and not error:
-        health = health_reads.instrumentation_health(project=project, filters=filters)
+        health = health_reads.instrumentation_health(project=project, filters=filters,
+                                                     service=request.GET.get("service"))
         for service in health["services"]:
             service["problems"] = [c for c in service["checks"] if c["status"] != OK]
             for scope in service["scopes"]:
@@ -41,6 +42,7 @@ def instrumentation_page(request):
                 for f in scope["fields"]:
                     f["level"] = _level(f["field"], f["share"])
     return _page(request, "analysis/instrumentation.html", project, error, health=health,
+                 service=request.GET.get("service"),
                  none_pct=round(NONE * 100), most_pct=round(MOST * 100))
 
 
@@ -82,7 +84,10 @@ class LibrarySerializer(serializers.Serializer):
 
 
 class ScopeSerializer(serializers.Serializer):
-    scope = NameVersionSerializer(help_text="otel.scope.name / version; empty for the native API")
+    scope = NameVersionSerializer(help_text="otel.scope.name / version; empty for the native API and for the "
+                                            "row of other scopes")
+    other_scopes = serializers.IntegerField(help_text="0, or the row sums the service's scopes past the busiest "
+                                                      f"{health_reads.MAX_SCOPES}: how many")
     sdk = SdkSerializer(help_text="telemetry.sdk.* of the resource")
     library = LibrarySerializer()
     spans = serializers.IntegerField()
@@ -94,7 +99,10 @@ class ScopeSerializer(serializers.Serializer):
 
 
 class ServiceSerializer(serializers.Serializer):
-    service = serializers.CharField(allow_blank=True, help_text="resource service.name")
+    service = serializers.CharField(allow_blank=True, allow_null=True,
+                                    help_text="resource service.name; null for the block of other services")
+    other_services = serializers.IntegerField(help_text="0, or the block sums the services past the busiest "
+                                                        f"{health_reads.MAX_SERVICES}: how many")
     spans = serializers.IntegerField()
     session_share = serializers.FloatField(allow_null=True)
     blind = serializers.ListField(child=serializers.CharField(), help_text="checks blind in some scope")
@@ -113,15 +121,21 @@ class InstrumentationSerializer(serializers.Serializer):
     until = serializers.DateTimeField()
     clipped = serializers.BooleanField(help_text="the range asked for was longer than 31 days: its last 31 are read")
     thresholds = ThresholdSerializer()
+    max_services = serializers.IntegerField(help_text="services listed, by spans; the rest are one block")
+    max_scopes = serializers.IntegerField(help_text="scopes listed per service, by spans; the rest are one row")
     services = ServiceSerializer(many=True)
 
 
 class InstrumentationView(APIView):
     @extend_schema(operation_id="instrumentation",
                    parameters=[OpenApiParameter(name, OpenApiTypes.STR, required=False)
-                               for name in ("project", "since", "until", "range", "release", "environment")],
+                               for name in ("project", "since", "until", "range", "release", "environment")]
+                   + [OpenApiParameter("service", OpenApiTypes.STR, required=False,
+                                       description="this service alone (one past the busiest listed, say)")],
                    responses=InstrumentationSerializer)
     def get(self, request):
         project = request_project(request)
         filters = filters_or_400(request.query_params)
-        return Response(InstrumentationSerializer(health_reads.instrumentation_health(project=project, filters=filters)).data)
+        health = health_reads.instrumentation_health(project=project, filters=filters,
+                                                     service=request.query_params.get("service"))
+        return Response(InstrumentationSerializer(health).data)
