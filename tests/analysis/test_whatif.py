@@ -24,9 +24,12 @@ def run(ctx):
 def test_caching_repeats_and_parallelising_calls_shorten_the_path_alone_and_together():
     ctx = task([
         step("l1", "llm", 0, 1, model="m", tool_call_ids=("ca", "cb", "cc")),  # one response asked for all
-        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}, tool_call_id="ca"),
-        step("b", "tool", 2, 3, tool_name="search", tool_args={"q": 1}, tool_call_id="cb"),  # repeat of a: 1 s
-        step("c", "tool", 3, 3.5, tool_name="weather", tool_args={"city": "x"}, tool_call_id="cc"),  # serial with a
+        # The answers recorded, as instrumentations record them: a repeat with none is only possible.
+        step("a", "tool", 1, 2, tool_name="search", tool_args={"q": 1}, tool_call_id="ca", tool_result='{"hits": 3}'),
+        step("b", "tool", 2, 3, tool_name="search", tool_args={"q": 1}, tool_call_id="cb",
+             tool_result='{"hits": 3}'),  # repeat of a: 1 s
+        step("c", "tool", 3, 3.5, tool_name="weather", tool_args={"city": "x"}, tool_call_id="cc",
+             tool_result='{"sky": "clear"}'),  # serial with a
         step("l2", "llm", 3.5, 4, model="m"),
     ])
     w = run(ctx)
