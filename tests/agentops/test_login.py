@@ -156,14 +156,26 @@ def test_forms_carry_a_csrf_token(client):
     assert "csrfmiddlewaretoken" in client.get("/login/").content.decode()
 
 
+def login_attempt(url: str, username: str, password: str) -> int:
+    """One sign-in through the form over HTTP, on a new connection each time (so that any web
+    worker may answer): its status."""
+    import re
+
+    import requests
+
+    page = requests.get(url, headers={"Connection": "close"}, timeout=10)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    return requests.post(url, data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+                         cookies=page.cookies, headers={"Connection": "close", "Referer": url},
+                         allow_redirects=False, timeout=10).status_code
+
+
 @faults_pass
 @pytest.mark.slow
 def test_the_lockout_counts_failures_across_web_workers(stack_env, tmp_path):
     """Two gunicorn workers share one lockout (the cache is the product's Redis): it trips after
     the configured number of wrong passwords in total, whichever worker answers them."""
-    import re
 
-    import requests
 
     from tests.agentops.test_runstack import Stack
 
@@ -174,13 +186,7 @@ def test_the_lockout_counts_failures_across_web_workers(stack_env, tmp_path):
         url = f"{stack.url}/login/"
 
         def attempt(password: str) -> int:
-            # A new connection each time, so either worker may answer.
-            page = requests.get(url, headers={"Connection": "close"}, timeout=10)
-            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-            return requests.post(url, data={"username": "bob", "password": password,
-                                            "csrfmiddlewaretoken": token},
-                                 cookies=page.cookies, headers={"Connection": "close", "Referer": url},
-                                 allow_redirects=False, timeout=10).status_code
+            return login_attempt(url, "bob", password)
 
         assert [attempt("guess") for _ in range(4)] == [200] * 4
         # Locked out everywhere: were the count per worker, one of these would reach a worker

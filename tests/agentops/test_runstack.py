@@ -216,9 +216,9 @@ def test_a_killed_embedded_redis_comes_back_as_one_server_that_the_lockout_still
     passwords as 2, and the orphan outlived the stack. The stack owns its Redis: it starts it again
     itself, the children only ever use it, signing in is refused while it is away, and the
     failures counted before the kill still count after."""
-    import re
-
     from django.contrib.auth import get_user_model
+
+    from tests.agentops.test_login import login_attempt
 
     get_user_model().objects.create_user("bob", password="correct horse")
     del stack_env["CELERY_BROKER_URL"]  # the stack's own embedded Redis, in its own folder
@@ -229,11 +229,7 @@ def test_a_killed_embedded_redis_comes_back_as_one_server_that_the_lockout_still
         url = f"{stack.url}/login/"
 
         def attempt(password: str) -> int:
-            page = requests.get(url, headers={"Connection": "close"}, timeout=10)
-            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-            return requests.post(url, data={"username": "bob", "password": password, "csrfmiddlewaretoken": token},
-                                 cookies=page.cookies, headers={"Connection": "close", "Referer": url},
-                                 allow_redirects=False, timeout=10).status_code
+            return login_attempt(url, "bob", password)
 
         assert [attempt("guess") for _ in range(6)] == [200] * 6
         time.sleep(1.5)  # the append-only file is written to disk every second
