@@ -19,6 +19,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from agentops import embedded
 from agentops.celery import alerts_queue, periodic_queue
 from agentops.celery import app as celery_app
 
@@ -104,16 +105,12 @@ class Command(BaseCommand):
         sys.exit(status)
 
     def _redis_watch(self) -> None:
-        from agentops import embedded
-
         if embedded.restart_redis_if_gone(settings.DATA_DIR):
             self.stderr.write("runstack: the embedded Redis had stopped; started it again")
 
     def _stop_embedded(self) -> None:
         """The embedded services started with the stack; they stop with it (their data stays)."""
         from django.db import connections
-
-        from agentops import embedded
 
         connections.close_all()
         if settings.EMBEDDED_BROKER:
